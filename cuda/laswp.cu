@@ -1,0 +1,70 @@
+// Row interchanges for LU on a column-major matrix, and the pivot bookkeeping around them.
+//
+// One thread per column applies the panel's swaps in order (LAPACK's laswp semantics: the swaps
+// are a sequence, not a permutation, so each column replays them). Elements are moved as raw
+// words of the element's size, so one kernel serves float (4 B), double and complex64 (8 B) and
+// complex128 (16 B). Bytes moved per step: 2 reads + 2 writes of one element per swap per column;
+// adjacent threads touch addresses lda apart, so each access is its own 32-byte sector. That is
+// the price of column-major storage (MAGMA keeps the matrix transposed to make swaps contiguous).
+
+template <typename Word>
+__device__ void laswp_column(Word* A, long long lda, int ncols, const int* ipiv,
+                             int k0, int k1, int forward)
+{
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= ncols) return;
+    Word* c = A + (long long)col * lda;
+    if (forward) {
+        for (int i = k0; i < k1; ++i) {
+            const int p = ipiv[i];
+            if (p != i) { Word t = c[i]; c[i] = c[p]; c[p] = t; }
+        }
+    } else {
+        for (int i = k1 - 1; i >= k0; --i) {
+            const int p = ipiv[i];
+            if (p != i) { Word t = c[i]; c[i] = c[p]; c[p] = t; }
+        }
+    }
+}
+
+extern "C" {
+
+__global__ void laswp_4(float* A, long long lda, int ncols, const int* ipiv, int k0, int k1, int fwd)
+{ laswp_column<float>(A, lda, ncols, ipiv, k0, k1, fwd); }
+
+__global__ void laswp_8(double* A, long long lda, int ncols, const int* ipiv, int k0, int k1, int fwd)
+{ laswp_column<double>(A, lda, ncols, ipiv, k0, k1, fwd); }
+
+__global__ void laswp_16(double2* A, long long lda, int ncols, const int* ipiv, int k0, int k1, int fwd)
+{ laswp_column<double2>(A, lda, ncols, ipiv, k0, k1, fwd); }
+
+// cuSOLVER's getrf on a panel whose first row is row `offset` of the matrix leaves 1-based pivots
+// relative to the panel; the trailing swaps and the user want 0-based global row indices.
+__global__ void pivots_to_global(int* ipiv, int count, int offset)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) ipiv[i] += offset - 1;
+}
+
+}  // extern "C"
+
+// check_finite for a device-resident matrix: one pass over rows x cols words (a complex element is
+// two real words), column-major with leading dimension ld (in words); sets *flag if any word is
+// NaN or +-Inf. Bytes moved: the matrix once; memory-bound.
+template <typename Real>
+__device__ void flag_nonfinite(const Real* A, long long ld, long long rows, long long cols, int* flag)
+{
+    const long long total = rows * cols;
+    for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < total;
+         idx += (long long)gridDim.x * blockDim.x) {
+        const Real x = A[(idx % rows) + (idx / rows) * ld];
+        if (!isfinite(x)) { *flag = 1; return; }
+    }
+}
+
+extern "C" {
+__global__ void nonfinite_4(const float* A, long long ld, long long rows, long long cols, int* flag)
+{ flag_nonfinite<float>(A, ld, rows, cols, flag); }
+__global__ void nonfinite_8(const double* A, long long ld, long long rows, long long cols, int* flag)
+{ flag_nonfinite<double>(A, ld, rows, cols, flag); }
+}

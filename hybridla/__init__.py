@@ -1,0 +1,14 @@
+"""hybridla: dense matrix factorizations with the CPU and the GPU working together.
+
+    >>> import numpy as np, hybridla
+    >>> a = np.random.default_rng(0).standard_normal((1000, 1000))
+    >>> lu, piv = hybridla.lu_factor(a)            # scipy.linalg.lu_factor's conventions
+    >>> x = hybridla.lu_solve((lu, piv), np.ones(1000))
+"""
+from . import config
+from .backend import available_backends
+from .linalg import LinAlgError, LinAlgWarning, lu_factor, lu_solve, solve
+
+__version__ = "0.1.0"
+__all__ = ["lu_factor", "lu_solve", "solve", "LinAlgError", "LinAlgWarning", "config",
+           "available_backends"]

@@ -1,0 +1,550 @@
+"""The cuda backend: PyCUDA for context, memory, streams, events and our kernels; cuBLAS and
+cuSOLVER through nvmath-python's low-level bindings, called with raw pointers on our streams.
+
+Ordering on the device is by CUDA events: a task enqueues on its lane's stream after making the
+stream wait for the events of the tasks it depends on, and records an event when its work is
+enqueued. The host never drains the GPU except at the named points (a CPU panel waiting for its
+download, the end of a factorization).
+"""
+from __future__ import annotations
+
+import threading
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pycuda.autoprimaryctx  # the primary context, shared with cuBLAS/cuSOLVER, CuPy and PyTorch
+import pycuda.driver as drv
+from nvmath.bindings import cublas, cusolverDn
+from pycuda.compiler import SourceModule
+
+from ..config import get as _config_get
+
+from .host import HostLane
+
+_PREFIX = {np.dtype(np.float32): "s", np.dtype(np.float64): "d",
+           np.dtype(np.complex64): "c", np.dtype(np.complex128): "z"}
+_SIDE = {"L": 0, "R": 1}
+_UPLO = {"L": 0, "U": 1}
+_OP = {"N": 0, "T": 1, "C": 2}
+_DIAG = {"N": 0, "U": 1}
+_LASWP_THREADS = 128
+
+
+def _config_flag(key):
+    return bool(_config_get(key))
+
+
+def _kernel_source(name: str) -> str:
+    """CUDA C from cuda/ (a source checkout) or from the installed hybridla.kernels package."""
+    checkout = Path(__file__).resolve().parents[2] / "cuda" / name
+    if checkout.exists():
+        return checkout.read_text()
+    return resources.files("hybridla.kernels").joinpath(name).read_text()
+
+
+class CudaLane:
+    """A CUDA stream with its own cuBLAS and cuSOLVER handles (handles are not thread-safe, so a
+    lock serializes the worker threads that enqueue on the same lane)."""
+
+    def __init__(self, name: str, backend: CudaBackend):
+        self.name, self.backend = name, backend
+        self.stream = drv.Stream(flags=1)  # non-blocking: no implicit sync with the legacy stream
+        self.blas = cublas.create()
+        cublas.set_stream(self.blas, self.stream.handle)
+        self.solver = cusolverDn.create()
+        cusolverDn.set_stream(self.solver, self.stream.handle)
+        self._lock = threading.Lock()
+
+    def __enter__(self):
+        self._lock.acquire()
+        self.backend.context.push()  # PyCUDA's context stack is per thread
+        return self
+
+    def __exit__(self, *exc):
+        drv.Context.pop()
+        self._lock.release()
+        return False
+
+    def wait_for(self, events):
+        for event in events:
+            if event is not None:
+                self.stream.wait_for_event(event)
+
+    def record(self):
+        event = drv.Event()
+        event.record(self.stream)
+        return event
+
+
+class DeviceBlock:
+    """A rectangle of a column-major device matrix: a pointer, its shape and leading dimension."""
+
+    __slots__ = ("ptr", "rows", "cols", "ld", "dtype")
+
+    def __init__(self, ptr, rows, cols, ld, dtype):
+        self.ptr, self.rows, self.cols, self.ld, self.dtype = ptr, rows, cols, ld, dtype
+
+    @property
+    def size(self):
+        return self.rows * self.cols
+
+
+class DeviceMatrix:
+    """The tile store of one factorization: the device copy of the matrix (ours, or the user's
+    device array in place), the pivots on both sides, per-step info, the cuSOLVER workspace and
+    the pinned buffers for CPU panels. It is the only owner of device memory; `close` frees it all.
+
+    For a host-resident matrix it also moves data: block columns up before they are first needed,
+    finished row blocks down while the factorization goes on (`upload_columns`, `download_rows`).
+    """
+
+    def __init__(self, backend, m, n, dtype, nb, *, device_ptr=None, ld=None, host_source=None,
+                 host_result=None):
+        self.backend, self.m, self.n, self.dtype, self.nb = backend, m, n, np.dtype(dtype), nb
+        self.itemsize = self.dtype.itemsize
+        self._allocations = []
+        # CPU interface: the F-ordered host arrays the matrix comes from and the factors go to
+        # (the same array when factoring in place); None for a device-resident matrix
+        self.host_source, self.host_result = host_source, host_result
+        self.streamed = host_result is not None
+        if device_ptr is None:
+            self.ld = max(1, -(-m // 32) * 32)  # 32-element columns keep cuBLAS loads aligned
+            device_ptr = self._alloc(self.ld * max(n, 1) * self.itemsize)
+        else:
+            self.ld = ld
+        self.ptr = int(device_ptr)
+        k = min(m, n)
+        self.nsteps = -(-k // nb) if k else 0
+        self.pivots = np.zeros(k, dtype=np.int32)
+        self.pivots_dev = self._alloc(max(k, 1) * 4)
+        self.info_dev = self._alloc(max(self.nsteps, 1) * 4)
+        drv.memset_d32(self.info_dev, 0, max(self.nsteps, 1))
+        self.info_host = np.zeros(max(self.nsteps, 1), dtype=np.int32)
+        self.info_on_host = np.zeros(max(self.nsteps, 1), dtype=bool)
+        self._workspace, self._workspace_elems = None, 0
+        self._pinned_panels = {}
+        self._pinned_pivots = drv.pagelocked_empty(max(k, 1), np.int32)
+        self._registered = []
+
+    # -- memory --------------------------------------------------------------------------------
+    def _alloc(self, nbytes):
+        allocation = self.backend.alloc(nbytes)
+        self._allocations.append(allocation)
+        return allocation
+
+    def close(self):
+        """Free every device allocation of this factorization (also after a failure)."""
+        for allocation in self._allocations:
+            self.backend.free(allocation)
+        self._allocations.clear()
+        self._pinned_panels.clear()
+        for registered in self._registered:
+            registered.base.unregister()
+        self._registered.clear()
+
+    def register_host(self):
+        """Pin the host arrays in place (cuMemHostRegister), so that their copies are
+        asynchronous DMA at full bandwidth instead of the driver's staged pageable copies."""
+        pinned = {}
+        for name in ("host_source", "host_result"):
+            array = getattr(self, name)
+            if id(array) not in pinned:
+                pinned[id(array)] = drv.register_host_memory(array)
+                self._registered.append(pinned[id(array)])
+            setattr(self, name, pinned[id(array)])
+
+    # -- blocks --------------------------------------------------------------------------------
+    def block(self, r0, r1, c0, c1):
+        return DeviceBlock(self.ptr + (r0 + c0 * self.ld) * self.itemsize,
+                           r1 - r0, c1 - c0, self.ld, self.dtype)
+
+    def workspace(self, lane, rows, cols):
+        """cuSOLVER getrf workspace, sized by the largest panel asked for (the first)."""
+        need = getattr(cusolverDn, _PREFIX[self.dtype] + "getrf_buffer_size")(
+            lane.solver, rows, cols, self.ptr, self.ld)
+        if need > self._workspace_elems:
+            self._workspace = self._alloc(max(need, 1) * self.itemsize)
+            self._workspace_elems = need
+        return int(self._workspace)
+
+    # -- host <-> device -----------------------------------------------------------------------
+    def _copy2d(self, lane, r0, r1, c0, c1, to_device, host_array=None):
+        """Rows r0:r1 x columns c0:c1 between the device matrix and a host array: the user's
+        (same coordinates) or a panel buffer (whose element (0, 0) is the block's first)."""
+        copy = drv.Memcpy2D()
+        device_ptr = self.ptr + (r0 + c0 * self.ld) * self.itemsize
+        if host_array is None:
+            host = self.host_source if to_device else self.host_result
+            host_ld, host_offset = self.m, r0 + c0 * self.m
+        else:
+            host, host_ld, host_offset = host_array, host_array.shape[0], 0
+        host_buffer = host.reshape(-1, order="F")[host_offset:]
+        if to_device:
+            copy.set_src_host(host_buffer)
+            copy.src_pitch = host_ld * self.itemsize
+            copy.set_dst_device(device_ptr)
+            copy.dst_pitch = self.ld * self.itemsize
+        else:
+            copy.set_src_device(device_ptr)
+            copy.src_pitch = self.ld * self.itemsize
+            copy.set_dst_host(host_buffer)
+            copy.dst_pitch = host_ld * self.itemsize
+        copy.width_in_bytes = (r1 - r0) * self.itemsize
+        copy.height = c1 - c0
+        copy(lane.stream)
+
+    def upload_columns(self, lane, c0, c1):
+        """Block columns c0:c1 of the host matrix to the device (all rows)."""
+        if c1 > c0 and self.m:
+            self._copy2d(lane, 0, self.m, c0, c1, to_device=True)
+
+    def download_rows(self, lane, r0, r1):
+        """Rows r0:r1 of the device matrix, all columns, to the host matrix: they are final."""
+        if r1 > r0 and self.n:
+            self._copy2d(lane, r0, r1, 0, self.n, to_device=False)
+
+    def pinned_panel(self, step, rows, cols):
+        """A pinned F-ordered buffer for the CPU panel of `step`; two alternate, so the download
+        of the next panel never waits for the upload of this one to free its buffer."""
+        slot = step % 2
+        buffer = self._pinned_panels.get(slot)
+        if buffer is None or buffer.size < rows * cols:
+            buffer = drv.pagelocked_empty(max(rows * cols, 1), self.dtype)
+            self._pinned_panels[slot] = buffer
+        return buffer[: rows * cols].reshape((rows, cols), order="F")
+
+    def panel_to_host(self, lane, step, r0, c0, c1):
+        buffer = self.pinned_panel(step, self.m - r0, c1 - c0)
+        self._copy2d(lane, r0, self.m, c0, c1, to_device=False, host_array=buffer)
+
+    def panel_to_device(self, lane, step, r0, c0, c1):
+        buffer = self.pinned_panel(step, self.m - r0, c1 - c0)
+        self._copy2d(lane, r0, self.m, c0, c1, to_device=True, host_array=buffer)
+        self._pinned_pivots[c0:c1] = self.pivots[c0:c1]
+        drv.memcpy_htod_async(int(self.pivots_dev) + c0 * 4, self._pinned_pivots[c0:c1],
+                              lane.stream)
+
+    # -- results -------------------------------------------------------------------------------
+    def set_pivots(self, pivots):
+        """Pivots of existing factors (0-based global), for getrs."""
+        self.pivots[:] = pivots
+        self.backend.context.push()
+        try:
+            drv.memcpy_htod(self.pivots_dev, self.pivots)
+        finally:
+            drv.Context.pop()
+
+    def host_panel(self, step, r0, c0, c1):
+        """Where a CPU panel is factored: the pinned buffer `panel_to_host` downloaded it to."""
+        return self.pinned_panel(step, self.m - r0, c1 - c0)
+
+    def set_panel_result(self, step, c0, c1, pivots, info):
+        self.pivots[c0:c1] = pivots  # uploaded with the panel by `panel_to_device`
+        self.info_host[step] = info
+        self.info_on_host[step] = True
+
+    def finish(self):
+        """Pivots and per-step info on the host. A host wait, at the one point where the caller
+        needs them: every task has been enqueued by then."""
+        self.backend.context.push()
+        try:
+            if self.pivots.size:
+                drv.memcpy_dtoh(self.pivots, self.pivots_dev)  # CPU panels' pivots went up too
+            infos = np.empty(max(self.nsteps, 1), np.int32)
+            drv.memcpy_dtoh(infos, self.info_dev)
+        finally:
+            drv.Context.pop()
+        on_device = ~self.info_on_host
+        self.info_host[on_device] = infos[on_device]
+        return self.pivots, self.info_host
+
+
+def device_array_layout(obj):
+    """(pointer, (rows, cols), dtype, strides in bytes) of a 1-D or 2-D device array, from its
+    __cuda_array_interface__ (PyCUDA GPUArray, CuPy, PyTorch, Numba all offer it). A 1-D array
+    is a column."""
+    cai = obj.__cuda_array_interface__
+    dtype = np.dtype(cai["typestr"])
+    shape = tuple(cai["shape"])
+    strides = cai.get("strides")
+    if strides is None:  # C-contiguous
+        strides = tuple(int(np.prod(shape[i + 1:])) * dtype.itemsize for i in range(len(shape)))
+    if len(shape) == 1:
+        shape, strides = (shape[0], 1), (strides[0], shape[0] * dtype.itemsize)
+    return int(cai["data"][0]), shape, dtype, tuple(strides)
+
+
+class DeviceArray:
+    """A column-major device array that hybridla allocated for a result and hands to the user:
+    it owns its memory (freed with the object) and offers __cuda_array_interface__, so that
+    CuPy and PyTorch wrap it without a copy."""
+
+    def __init__(self, backend, shape, dtype):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        m, n = self.shape
+        self.ld = max(m, 1)
+        backend.context.push()
+        try:
+            self._allocation = drv.mem_alloc(max(self.ld * n * self.dtype.itemsize, 1))
+        finally:
+            drv.Context.pop()
+        self.ptr = int(self._allocation)
+
+    @property
+    def __cuda_array_interface__(self):
+        itemsize = self.dtype.itemsize
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False),
+                "strides": (itemsize, self.ld * itemsize), "version": 3}
+
+
+def _like(template, out: DeviceArray):
+    """`out` as the same kind of array as the user's input (CuPy, PyTorch, PyCUDA), sharing memory."""
+    module = type(template).__module__.split(".")[0]
+    if module == "cupy":
+        import cupy
+        return cupy.asarray(out)
+    if module == "torch":
+        import torch
+        return torch.as_tensor(out, device=template.device)
+    if module == "pycuda":
+        import pycuda.gpuarray as gpuarray
+        return gpuarray.GPUArray(out.shape, out.dtype, gpudata=out._allocation, order="F",
+                                 strides=(out.dtype.itemsize, out.ld * out.dtype.itemsize))
+    return out
+
+
+class CudaBackend:
+    name = "cuda"
+    has_device = True
+
+    def __init__(self):
+        self.context = pycuda.autoprimaryctx.context
+        self.device = self.context.get_device()
+        self.device_name = self.device.name()
+        module = SourceModule(_kernel_source("laswp.cu"), no_extern_c=True, options=["-O3"])
+        self._laswp = {size: module.get_function(f"laswp_{size}") for size in (4, 8, 16)}
+        self._pivots_to_global = module.get_function("pivots_to_global")
+        self._nonfinite = {size: module.get_function(f"nonfinite_{size}") for size in (4, 8)}
+        self._lanes = {}
+        self._lanes_lock = threading.Lock()
+        self._allocated = 0
+        self._alloc_lock = threading.Lock()
+        self._scalars = {dt: (np.array(1, dt), np.array(-1, dt), np.array(0, dt)) for dt in _PREFIX}
+
+    # -- lanes and synchronization -------------------------------------------------------------
+    def lane(self, name: str):
+        """The lane of that name: "gpu:*" and "copy:*" lanes are CUDA streams; "cpu*" lanes are
+        host worker threads (they wait for device events on the host)."""
+        with self._lanes_lock:
+            if name not in self._lanes:
+                self.context.push()
+                try:
+                    self._lanes[name] = CudaLane(name, self) if not name.startswith("cpu") \
+                        else HostLane(name)
+                finally:
+                    drv.Context.pop()
+            return self._lanes[name]
+
+    def synchronize(self):
+        self.context.push()
+        try:
+            self.context.synchronize()
+        finally:
+            drv.Context.pop()
+
+    @staticmethod
+    def host_wait(events):
+        """A CPU task needs device data: wait on the host for the events of its inputs."""
+        for event in events:
+            if event is not None:
+                event.synchronize()
+
+    # -- memory --------------------------------------------------------------------------------
+    def alloc(self, nbytes):
+        allocation = drv.mem_alloc(max(int(nbytes), 1))
+        with self._alloc_lock:
+            self._allocated += max(int(nbytes), 1)
+        allocation.nbytes = max(int(nbytes), 1)
+        return allocation
+
+    def free(self, allocation):
+        allocation.free()
+        with self._alloc_lock:
+            self._allocated -= allocation.nbytes
+
+    def allocated_bytes(self) -> int:
+        """Device memory hybridla holds right now (0 between calls: nothing leaks)."""
+        return self._allocated
+
+    def free_memory(self) -> int:
+        self.context.push()
+        try:
+            return drv.mem_get_info()[0]
+        finally:
+            drv.Context.pop()
+
+    def matrix(self, m, n, dtype, nb, **kw) -> DeviceMatrix:
+        self.context.push()
+        try:
+            return DeviceMatrix(self, m, n, dtype, nb, **kw)
+        finally:
+            drv.Context.pop()
+
+    def host_matrix(self, source: np.ndarray, result: np.ndarray, nb: int) -> DeviceMatrix:
+        """The device working matrix for a host-resident input (CPU interface): streamed up from
+        `source`, the factors streamed down into `result` (F-ordered, possibly the same array)."""
+        A = self.matrix(*source.shape, source.dtype, nb, host_source=source, host_result=result)
+        if _config_flag("device.register_host"):
+            A.register_host()
+        return A
+
+    def required_bytes(self, m, n, dtype, nb) -> int:
+        """Device memory a factorization of an m x n matrix will take (matrix, pivots, workspace)."""
+        itemsize = np.dtype(dtype).itemsize
+        return (-(-m // 32) * 32) * n * itemsize + 8 * min(m, n) + m * nb * itemsize
+
+    # -- the GPU interface: user device arrays ----------------------------------------------------
+    def device_matrix(self, obj, nb, overwrite):
+        """Wrap a user's 2-D device array (anything with __cuda_array_interface__) as the working
+        matrix. Returns (matrix, result, write_back): `result` is the array to give the user;
+        `write_back()`, if not None, must run after the factorization (a row-major input
+        factored in a column-major copy goes back into the user's array when overwrite)."""
+        ptr, (m, n), dtype, strides = device_array_layout(obj)
+        itemsize = dtype.itemsize
+        lane = self.lane("gpu:update")
+        self.synchronize()  # the producer's pending writes to the array must land first
+        column_major = strides[0] == itemsize and (n <= 1 or strides[1] >= m * itemsize)
+        row_major = strides[1] == itemsize and (m <= 1 or strides[0] >= n * itemsize)
+        if column_major and overwrite:
+            ld = max(strides[1] // itemsize, m, 1) if n > 1 else max(m, 1)
+            return self.matrix(m, n, dtype, nb, device_ptr=ptr, ld=ld), obj, None
+        if not (column_major or row_major):
+            raise ValueError(f"a device array must have unit stride along one axis; got shape "
+                             f"{(m, n)} with strides {strides} (bytes)")
+        out = DeviceArray(self, (m, n), dtype)
+        with lane:
+            if column_major:
+                self.copy_device(lane, ptr, max(strides[1] // itemsize, 1), out.ptr, out.ld, m, n,
+                                 itemsize)
+            else:
+                self.geam_transpose(lane, ptr, max(strides[0] // itemsize, 1), out.ptr, out.ld,
+                                    m, n, dtype)
+        A = self.matrix(m, n, dtype, nb, device_ptr=out.ptr, ld=out.ld)
+        if not overwrite:
+            return A, _like(obj, out), None
+
+        def write_back():  # row-major user array, overwrite_a: the factors go back in its layout
+            with lane:
+                self.geam_transpose(lane, out.ptr, out.ld, ptr, max(strides[0] // itemsize, 1),
+                                    n, m, dtype)
+            self.synchronize()
+        return A, obj, write_back
+
+    def has_nonfinite(self, obj) -> bool:
+        """check_finite for a device array, on the device (one pass)."""
+        ptr, (m, n), dtype, strides = device_array_layout(obj)
+        words = 2 if dtype.kind == "c" else 1
+        real_size = dtype.itemsize // words
+        if strides[0] == dtype.itemsize or n <= 1:
+            rows, cols, ld = m * words, n, (strides[1] // real_size if n > 1 else m * words)
+        else:  # row-major: the transpose is column-major, and finiteness does not care
+            rows, cols, ld = n * words, m, strides[0] // real_size
+        self.synchronize()
+        self.context.push()
+        try:
+            flag = drv.mem_alloc(4)
+            drv.memset_d32(flag, 0, 1)
+            self._nonfinite[real_size](np.intp(ptr), np.int64(max(ld, 1)), np.int64(rows),
+                                       np.int64(cols), flag, block=(256, 1, 1), grid=(1024, 1))
+            result = np.zeros(1, np.int32)
+            drv.memcpy_dtoh(result, flag)
+            flag.free()
+        finally:
+            drv.Context.pop()
+        return bool(result[0])
+
+    def to_host(self, obj) -> np.ndarray:
+        """A copy of a device array in host memory (tests and the CLI use it)."""
+        ptr, (m, n), dtype, strides = device_array_layout(obj)
+        out = DeviceArray(self, (m, n), dtype)
+        lane = self.lane("gpu:update")
+        self.synchronize()
+        with lane:
+            if strides[0] == dtype.itemsize or n <= 1:
+                self.copy_device(lane, ptr, max(strides[1] // dtype.itemsize, m, 1), out.ptr,
+                                 out.ld, m, n, dtype.itemsize)
+            else:
+                self.geam_transpose(lane, ptr, strides[0] // dtype.itemsize, out.ptr, out.ld,
+                                    m, n, dtype)
+        self.synchronize()
+        host = np.empty((m, n), dtype, order="F")
+        self.context.push()
+        try:
+            drv.memcpy_dtoh(host, out.ptr)
+        finally:
+            drv.Context.pop()
+        return host
+
+    # -- operations on blocks ------------------------------------------------------------------
+    def getrf_panel(self, lane, A: DeviceMatrix, step, r0, c0, c1):
+        """cuSOLVER getrf on the panel A[r0:, c0:c1]; pivots become global 0-based on the device."""
+        panel = A.block(r0, A.m, c0, c1)
+        work = A.workspace(lane, panel.rows, panel.cols)
+        getrf = getattr(cusolverDn, _PREFIX[A.dtype] + "getrf")
+        piv_ptr = int(A.pivots_dev) + c0 * 4
+        getrf(lane.solver, panel.rows, panel.cols, panel.ptr, panel.ld, work, piv_ptr,
+              int(A.info_dev) + step * 4)
+        count = c1 - c0
+        self._pivots_to_global(np.intp(piv_ptr), np.int32(count), np.int32(r0),
+                               block=(256, 1, 1), grid=(-(-count // 256), 1), stream=lane.stream)
+
+    def laswp(self, lane, A: DeviceMatrix, c0, c1, k0, k1, forward=True, pivots_of=None):
+        """Apply the interchanges of pivots k0..k1-1 (global rows) to columns c0:c1."""
+        ncols = c1 - c0
+        if ncols <= 0 or k1 <= k0:
+            return
+        pivots = (pivots_of or A).pivots_dev
+        self._laswp[A.itemsize](np.intp(A.ptr + c0 * A.ld * A.itemsize), np.int64(A.ld),
+                                np.int32(ncols), pivots, np.int32(k0), np.int32(k1),
+                                np.int32(1 if forward else 0), block=(_LASWP_THREADS, 1, 1),
+                                grid=(-(-ncols // _LASWP_THREADS), 1), stream=lane.stream)
+
+    def trsm(self, lane, side, uplo, trans, diag, alpha, T: DeviceBlock, B: DeviceBlock):
+        if B.size == 0:
+            return
+        trsm = getattr(cublas, _PREFIX[B.dtype] + "trsm")
+        trsm(lane.blas, _SIDE[side], _UPLO[uplo], _OP[trans], _DIAG[diag], B.rows, B.cols,
+             self._scalar(B.dtype, alpha), T.ptr, T.ld, B.ptr, B.ld)
+
+    def gemm(self, lane, alpha, A: DeviceBlock, B: DeviceBlock, beta, C: DeviceBlock,
+             trans_a="N", trans_b="N"):
+        if C.size == 0:
+            return
+        k = A.cols if trans_a == "N" else A.rows
+        gemm = getattr(cublas, _PREFIX[C.dtype] + "gemm")
+        gemm(lane.blas, _OP[trans_a], _OP[trans_b], C.rows, C.cols, k,
+             self._scalar(C.dtype, alpha), A.ptr, A.ld, B.ptr, B.ld,
+             self._scalar(C.dtype, beta), C.ptr, C.ld)
+
+    def geam_transpose(self, lane, src_ptr, src_ld, dst_ptr, dst_ld, rows, cols, dtype):
+        """dst (rows x cols, column-major) := transpose of src (cols x rows, column-major)."""
+        geam = getattr(cublas, _PREFIX[np.dtype(dtype)] + "geam")
+        one, _, zero = (s.ctypes.data for s in self._scalars[np.dtype(dtype)])
+        geam(lane.blas, _OP["T"], _OP["N"], rows, cols, one, src_ptr, src_ld, zero, dst_ptr,
+             dst_ld, dst_ptr, dst_ld)
+
+    def copy_device(self, lane, src_ptr, src_ld, dst_ptr, dst_ld, rows, cols, itemsize):
+        copy = drv.Memcpy2D()
+        copy.set_src_device(src_ptr)
+        copy.src_pitch = src_ld * itemsize
+        copy.set_dst_device(dst_ptr)
+        copy.dst_pitch = dst_ld * itemsize
+        copy.width_in_bytes = rows * itemsize
+        copy.height = cols
+        copy(lane.stream)
+
+    def _scalar(self, dtype, value):
+        """A host pointer to the scalar (cuBLAS's default pointer mode), kept alive by the backend."""
+        one, minus_one, zero = self._scalars[np.dtype(dtype)]
+        return {1: one, -1: minus_one, 0: zero}[value].ctypes.data

@@ -1,0 +1,245 @@
+"""User layer: scipy.linalg's names, signatures and conventions, on the hybrid engine.
+
+Where the matrix lives decides the interface: a NumPy array (or anything array-like) is the CPU
+interface, with the result in host memory; a device array (PyCUDA GPUArray, CuPy, PyTorch: any
+`__cuda_array_interface__`) is the GPU interface, with the result left on the device as the same
+kind of array. Engine options (backend, nb, lookahead, panel, trace) are keyword-only; None takes
+them from `hybridla.config`.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from scipy.linalg import LinAlgError, LinAlgWarning
+from scipy.linalg.blas import find_best_blas_type
+
+from . import backend as _backends
+from . import config as _config
+from .lapack import getrf, getrs
+from .scheduler.plan import make_plan
+
+__all__ = ["lu_factor", "lu_solve", "solve", "LinAlgError", "LinAlgWarning"]
+
+_TRANS = {0: "N", 1: "T", 2: "C", "N": "N", "T": "T", "C": "C"}
+
+
+def is_device_array(x) -> bool:
+    return hasattr(x, "__cuda_array_interface__")
+
+
+# -- validation: once, here ------------------------------------------------------------------------
+def _lapack_dtype(name, dtype):
+    """The LAPACK precision scipy would use for this dtype (ints -> float64, float16 -> float32)."""
+    if dtype.kind not in "biufc":
+        raise TypeError(f"{name} must hold numbers; got dtype {dtype} for {name}")
+    prefix, lapack_dtype, _ = find_best_blas_type(dtype=dtype)
+    return np.dtype(lapack_dtype)
+
+
+def _host_matrix(name, x, check_finite, ndims=(2,)):
+    try:
+        array = np.asarray_chkfinite(x) if check_finite else np.asarray(x)
+    except ValueError as exc:  # numpy's "array must not contain infs or NaNs"
+        raise ValueError(f"{name} must not contain infs or NaNs (check_finite=True)") from exc
+    if array.ndim not in ndims:
+        want = " or ".join(f"{d}-D" for d in ndims)
+        raise ValueError(f"expected a {want} array for {name}; got shape {array.shape}")
+    return array, _lapack_dtype(name, array.dtype)
+
+
+def _device_matrix_checks(name, x, backend, check_finite, ndims=(2,)):
+    shape = tuple(x.__cuda_array_interface__["shape"])
+    if len(shape) not in ndims:
+        want = " or ".join(f"{d}-D" for d in ndims)
+        raise ValueError(f"expected a {want} array for {name}; got shape {shape}")
+    dtype = np.dtype(x.__cuda_array_interface__["typestr"])
+    if dtype not in (np.float32, np.float64, np.complex64, np.complex128):
+        raise TypeError(f"a device array {name} must be float32, float64, complex64 or "
+                        f"complex128; got dtype {dtype}")
+    if check_finite and backend.has_nonfinite(x):
+        raise ValueError(f"{name} must not contain infs or NaNs (check_finite=True)")
+    return shape, dtype
+
+
+def _device_backend(name, backend):
+    if backend not in (None, "auto", "cuda"):
+        raise ValueError(f"{name} is a device array, which needs backend='cuda'; got "
+                         f"backend={backend!r}")
+    return _backends.get_backend("cuda")
+
+
+def _host_backend(backend):
+    return _backends.get_backend(_config.get("backend") if backend is None else backend)
+
+
+def _check_memory(backend, m, n, dtype, nb):
+    """Refuse before any work starts a matrix that does not fit the device-memory budget."""
+    if not backend.has_device:
+        return
+    need = backend.required_bytes(m, n, dtype, nb)
+    budget = _config.get("device.memory_budget")
+    budget = int(0.9 * backend.free_memory()) if budget is None else int(budget)
+    if need > budget:
+        raise MemoryError(
+            f"the {m} x {n} {np.dtype(dtype)} matrix needs {need} bytes of device memory "
+            f"({m * n * np.dtype(dtype).itemsize} for the matrix itself), over the budget of "
+            f"{budget} bytes (config device.memory_budget); out-of-core factorization is not "
+            f"available yet")
+
+
+def _warn_singular(info):
+    if info > 0:
+        warnings.warn(f"Diagonal number {info} is exactly zero. Singular matrix.",
+                      LinAlgWarning, stacklevel=3)
+
+
+# -- LU ------------------------------------------------------------------------------------------
+def lu_factor(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, lookahead=None,
+              panel=None, trace=None):
+    """LU factorization with partial pivoting, P A = L U, as scipy.linalg.lu_factor.
+
+    Returns (lu, piv): L (unit diagonal, not stored) and U packed in lu, pivots 0-based
+    (row i was interchanged with row piv[i]). A zero U(i, i) gives a LinAlgWarning, as scipy's.
+    Engine options: backend ("auto", "host", "cuda"), nb (block size or "auto"), lookahead (>= 0),
+    panel ("cpu", "gpu", "auto": a cost model places each step's panel), trace (a path for the
+    run's Chrome trace JSON).
+    """
+    lu, piv, info = _getrf(a, overwrite_a, check_finite, backend, nb, lookahead, panel, trace)
+    _warn_singular(info)
+    return lu, piv
+
+
+def _getrf(a, overwrite_a, check_finite, backend, nb, lookahead, panel, trace):
+    """Validate, plan and run getrf; returns (lu, piv, info) with lu where a lives."""
+    if is_device_array(a):
+        ops = _device_backend("a", backend)
+        (m, n), dtype = _device_matrix_checks("a", a, ops, check_finite)
+        plan = make_plan(ops, m, n, dtype, nb=nb, lookahead=lookahead, panel=panel, trace=trace)
+        if m == 0 or n == 0:
+            return a, np.zeros(0, np.int32), 0
+        _check_memory(ops, m, n, dtype, plan.nb)
+        A, result, write_back = ops.device_matrix(a, plan.nb, overwrite_a)
+    else:
+        array, dtype = _host_matrix("a", a, check_finite)
+        ops = _host_backend(backend)
+        m, n = array.shape
+        plan = make_plan(ops, m, n, dtype, nb=nb, lookahead=lookahead, panel=panel, trace=trace)
+        if m == 0 or n == 0:
+            return np.empty_like(array, dtype=dtype), np.zeros(0, np.int32), 0
+        _check_memory(ops, m, n, dtype, plan.nb)
+        source, result = _host_source_and_result(array, dtype, overwrite_a and array is a,
+                                                 copy_needed=not ops.has_device)
+        A = ops.host_matrix(source, result, plan.nb)
+        write_back = None
+    try:
+        pivots, info, run_trace = getrf(A, plan)
+    finally:
+        A.close()
+    if write_back is not None:
+        write_back()
+    if plan.trace_path:
+        run_trace.to_chrome(plan.trace_path)
+    return result, pivots.copy(), info
+
+
+def _host_source_and_result(array, dtype, may_overwrite, copy_needed):
+    """Where the factorization reads the matrix from and writes the factors to.
+
+    In place when allowed and the array is F-ordered of the LAPACK dtype. Otherwise the result is
+    a new F-ordered array; a device backend streams from the user's array directly (no host copy
+    first) when its layout allows, the host backend factors in the new array."""
+    usable = array.flags.f_contiguous and array.dtype == dtype and array.flags.writeable
+    if may_overwrite and usable:
+        return array, array
+    result = np.empty(array.shape, dtype=dtype, order="F")
+    if usable and not copy_needed:
+        return array, result
+    result[...] = array
+    return result, result
+
+
+def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, backend=None):
+    """Solve A x = b (trans 0), A^T x = b (1) or A^H x = b (2) with the factors of lu_factor.
+
+    Host factors and right-hand side are solved on the host (LAPACK-style triangular solves);
+    device factors and right-hand side on the device, returning x as the same kind of array as b.
+    """
+    lu, piv = lu_and_piv
+    if trans not in _TRANS:
+        raise ValueError(f"trans must be 0, 1 or 2 (or 'N', 'T', 'C'); got trans={trans!r}")
+    if is_device_array(lu) != is_device_array(b):
+        raise ValueError("lu and b must both be host arrays or both device arrays")
+    piv = np.asarray(piv)
+    if is_device_array(lu):
+        return _lu_solve_device(lu, piv, b, _TRANS[trans], overwrite_b, check_finite, backend)
+    lu, dtype = _host_matrix("lu", lu, check_finite)
+    b_array, b_dtype = _host_matrix("b", b, check_finite, ndims=(1, 2))
+    n = _check_solve_shapes(lu.shape, piv.shape, b_array.shape)
+    dtype = np.promote_types(dtype, b_dtype)
+    ops = _backends.get_backend("host")
+    factors = ops.with_pivots(np.asarray(lu, dtype=dtype, order="F"), piv)
+    rhs = b_array.reshape(n, -1) if b_array.ndim == 1 else b_array
+    x = rhs if (overwrite_b and rhs.dtype == dtype and rhs.flags.f_contiguous
+                and rhs.flags.writeable) else np.array(rhs, dtype=dtype, order="F")
+    getrs(ops, factors, ops.with_pivots(x, piv), _TRANS[trans])
+    return x.reshape(b_array.shape)
+
+
+def _check_solve_shapes(lu_shape, piv_shape, b_shape):
+    if lu_shape[0] != lu_shape[1]:
+        raise ValueError(f"expected a square matrix for lu; got shape {lu_shape}")
+    n = lu_shape[0]
+    if piv_shape != (n,):
+        raise ValueError(f"piv must have shape ({n},) to match lu; got shape {piv_shape}")
+    if b_shape[0] != n:
+        raise ValueError(f"b must have {n} rows to match lu (shape {lu_shape}); got shape {b_shape}")
+    return n
+
+
+def _lu_solve_device(lu, piv, b, trans, overwrite_b, check_finite, backend):
+    ops = _device_backend("lu", backend)
+    lu_shape, dtype = _device_matrix_checks("lu", lu, ops, check_finite=False)
+    b_shape, b_dtype = _device_matrix_checks("b", b, ops, check_finite, ndims=(1, 2))
+    n = _check_solve_shapes(lu_shape, piv.shape, b_shape)
+    if b_dtype != dtype:
+        raise TypeError(f"b must have the dtype of lu ({dtype}) on the device; got {b_dtype}")
+    LU, _, _ = ops.device_matrix(lu, 1, overwrite=True) if _column_major(lu) else \
+        ops.device_matrix(lu, 1, overwrite=False)
+    B, x, write_back = ops.device_matrix(b, 1, overwrite_b)
+    try:
+        LU.set_pivots(piv)
+        getrs(ops, LU, B, trans)
+        ops.synchronize()
+    finally:
+        LU.close()
+        B.close()
+    if write_back is not None:
+        write_back()
+    return x.reshape(b_shape) if len(b_shape) == 1 else x
+
+
+def _column_major(x):
+    from .backend.cuda import device_array_layout
+    _, (m, n), dtype, strides = device_array_layout(x)
+    return strides[0] == dtype.itemsize
+
+
+def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=True,
+          assume_a=None, transposed=False, *, backend=None, nb=None, lookahead=None, panel=None,
+          trace=None):
+    """Solve a x = b for a square a, as scipy.linalg.solve with assume_a "gen" (LU: getrf+getrs).
+
+    A singular a raises LinAlgError("Matrix is singular."). transposed=True solves a^T x = b.
+    Other assume_a structures come with their factorizations (Cholesky, ...) in later versions.
+    """
+    if assume_a not in (None, "gen", "general"):
+        raise ValueError(f"assume_a={assume_a!r} is not supported yet; use None or 'gen'")
+    shape = tuple(a.__cuda_array_interface__["shape"]) if is_device_array(a) else np.shape(a)
+    if len(shape) != 2 or shape[0] != shape[1]:
+        raise ValueError(f"expected a square 2-D matrix for a; got shape {shape}")
+    lu, piv, info = _getrf(a, overwrite_a, check_finite, backend, nb, lookahead, panel, trace)
+    if info > 0:
+        raise LinAlgError("Matrix is singular.")
+    return lu_solve((lu, piv), b, trans=1 if transposed else 0, overwrite_b=overwrite_b,
+                    check_finite=check_finite)

@@ -1,0 +1,1 @@
+"""Panel factorizations on the CPU, through scipy's LAPACK."""

@@ -1,0 +1,82 @@
+"""Tasks recorded by an algorithm, with dependencies derived from what each one reads and writes.
+
+An algorithm never writes a dependency by hand: it says which rectangles of which resources a task
+reads and writes ("A" rows r0:r1, columns c0:c1; "piv" entries k0:k1), and `TaskGraph.add` orders
+it after every earlier task it conflicts with (read after write, write after read, write after
+write). Rectangles rather than whole block columns keep a download of finished rows from waiting
+for, or holding up, the updates of the rows below them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Region:
+    resource: str
+    r0: int
+    r1: int
+    c0: int = 0
+    c1: int = 1
+
+    def overlaps(self, other: "Region") -> bool:
+        return (self.resource == other.resource and self.r0 < other.r1 and other.r0 < self.r1
+                and self.c0 < other.c1 and other.c0 < self.c1)
+
+    def covers(self, other: "Region") -> bool:
+        return (self.resource == other.resource and self.r0 <= other.r0 and other.r1 <= self.r1
+                and self.c0 <= other.c0 and other.c1 <= self.c1)
+
+    @property
+    def empty(self) -> bool:
+        return self.r1 <= self.r0 or self.c1 <= self.c0
+
+
+@dataclass
+class Task:
+    """One unit of work: `fn(lane)` enqueues (GPU, copies) or runs (CPU) it on a lane of `lane` kind.
+
+    lane: "cpu" (a host worker), "gpu:panel" / "gpu:update" (CUDA streams: the critical path and
+    the bulk of the update), "copy:h2d" / "copy:d2h" (transfers)."""
+
+    index: int
+    name: str
+    step: int
+    lane: str
+    fn: Callable
+    reads: tuple
+    writes: tuple
+    flops: float = 0.0
+    bytes: float = 0.0
+    deps: list = field(default_factory=list)
+
+
+class TaskGraph:
+    def __init__(self):
+        self.tasks: list[Task] = []
+        # per resource: the accesses a new task may conflict with, as (region, task index, write)
+        self._live: dict[str, list[tuple[Region, int, bool]]] = {}
+
+    def add(self, name, step, lane, fn, *, reads=(), writes=(), flops=0.0, bytes=0.0) -> Task:
+        reads = tuple(r for r in reads if not r.empty)
+        writes = tuple(w for w in writes if not w.empty)
+        task = Task(len(self.tasks), name, step, lane, fn, reads, writes, flops, bytes)
+        deps = set()
+        for region, is_write in [(r, False) for r in reads] + [(w, True) for w in writes]:
+            for earlier, index, earlier_write in self._live.get(region.resource, ()):
+                if (is_write or earlier_write) and region.overlaps(earlier):
+                    deps.add(index)
+        task.deps = sorted(deps)
+        for region, is_write in [(r, False) for r in reads] + [(w, True) for w in writes]:
+            live = self._live.setdefault(region.resource, [])
+            if is_write:
+                # A later task that touches a region this write covers conflicts with this write
+                # and so is ordered after everything this write was ordered after: forget those.
+                live[:] = [entry for entry in live if not region.covers(entry[0])]
+            live.append((region, task.index, is_write))
+        self.tasks.append(task)
+        return task
+
+    def __len__(self):
+        return len(self.tasks)

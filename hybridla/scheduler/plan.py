@@ -1,0 +1,97 @@
+"""The plan of one factorization (block size, look-ahead, panel placement, workers) and the cost
+model that places each step's panel on the CPU or the GPU."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import config as _config
+
+PANEL_CHOICES = ("cpu", "gpu", "auto")
+
+
+class CostModel:
+    """Times of the pieces of one step, from the device's tuning entry (rates measured by
+    `hybridla tune`, or the built-in table's, which names its source).
+
+    A CPU panel runs while the GPU does the previous step's trailing update, so it costs the
+    critical path only what it takes beyond that update (plus its two transfers); a GPU panel
+    shares the GPU with that update and costs its whole time. Each step goes where it costs less.
+    """
+
+    def __init__(self, table: dict, dtype):
+        self.table = table
+        self.flop_scale = 4.0 if np.dtype(dtype).kind == "c" else 1.0  # a complex flop is 4 real
+        self.itemsize = np.dtype(dtype).itemsize
+
+    def _seconds(self, flops, rate_key):
+        return self.flop_scale * flops / (self.table[rate_key] * 1e9)
+
+    def cpu_panel(self, rows, cols) -> float:
+        transfers = rows * cols * self.itemsize * (1 / self.table["d2h_gbps"]
+                                                   + 1 / self.table["h2d_gbps"]) / 1e9
+        return self._seconds(panel_flops(rows, cols), "cpu_panel_gflops") + transfers
+
+    def gpu_panel(self, rows, cols) -> float:
+        return (self._seconds(panel_flops(rows, cols), "gpu_panel_gflops")
+                + self.table["launch_us"] * 1e-6)
+
+    def gpu_update(self, flops) -> float:
+        return self._seconds(flops, "gpu_gemm_gflops")
+
+    def place_panel(self, rows, cols, hiding_update_flops) -> str:
+        cpu_delay = max(0.0, self.cpu_panel(rows, cols) - self.gpu_update(hiding_update_flops))
+        return "cpu" if cpu_delay < self.gpu_panel(rows, cols) else "gpu"
+
+
+def panel_flops(rows: int, cols: int) -> float:
+    """Real flops of getrf on a rows x cols panel (rows >= cols): rows cols^2 - cols^3 / 3."""
+    return float(rows * cols * cols - cols ** 3 / 3)
+
+
+@dataclass
+class Plan:
+    backend: object
+    nb: int
+    lookahead: int
+    panel: str
+    workers: int
+    cost: CostModel | None = None
+    trace_path: str | None = None
+
+    def panel_placement(self, rows, cols, hiding_update_flops) -> str:
+        """Where this step's panel runs: always the CPU on the host backend."""
+        if not getattr(self.backend, "has_device", False):
+            return "cpu"
+        if self.panel != "auto":
+            return self.panel
+        return self.cost.place_panel(rows, cols, hiding_update_flops)
+
+
+def _positive_int(name, value, minimum):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+            or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}; got {name}={value!r}")
+    return int(value)
+
+
+def make_plan(backend, m, n, dtype, *, routine="lu", nb=None, lookahead=None, panel=None,
+              trace=None) -> Plan:
+    """Resolve the engine options: call keywords win over `config` (which merges defaults, tuning
+    files, HYBRIDLA_* environment and `config.set`). Bad values raise ValueError naming them."""
+    cfg = _config.config
+    nb = cfg.get(f"{routine}.nb") if nb is None else nb
+    lookahead = cfg.get(f"{routine}.lookahead") if lookahead is None else lookahead
+    panel = cfg.get(f"{routine}.panel") if panel is None else panel
+    trace = cfg.get("trace") if trace is None else trace
+    table = _config.device_table(backend.device_name)
+    if isinstance(nb, str) and nb == "auto":
+        nb = table["nb_small"] if min(m, n) < table["nb_switch"] else table["nb_large"]
+    nb = _positive_int("nb", nb, 1)
+    lookahead = _positive_int("lookahead", lookahead, 0)
+    if panel not in PANEL_CHOICES:
+        raise ValueError(f"panel must be one of {PANEL_CHOICES}; got panel={panel!r}")
+    workers = _positive_int("scheduler.workers", cfg.get("scheduler.workers"), 1)
+    return Plan(backend, nb, lookahead, panel, workers, CostModel(table, dtype),
+                str(trace) if trace else None)
