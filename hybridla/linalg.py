@@ -96,26 +96,28 @@ def _warn_singular(info):
 
 # -- LU ------------------------------------------------------------------------------------------
 def lu_factor(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, lookahead=None,
-              panel=None, trace=None):
+              panel=None, trace=None, progress=False):
     """LU factorization with partial pivoting, P A = L U, as scipy.linalg.lu_factor.
 
     Returns (lu, piv): L (unit diagonal, not stored) and U packed in lu, pivots 0-based
     (row i was interchanged with row piv[i]). A zero U(i, i) gives a LinAlgWarning, as scipy's.
     Engine options: backend ("auto", "host", "cuda"), nb (block size or "auto"), lookahead (>= 0),
     panel ("cpu", "gpu", "auto": a cost model places each step's panel), trace (a path for the
-    run's Chrome trace JSON).
+    run's Chrome trace JSON), progress (a progress bar).
     """
-    lu, piv, info = _getrf(a, overwrite_a, check_finite, backend, nb, lookahead, panel, trace)
+    lu, piv, info = _getrf(a, overwrite_a, check_finite, backend,
+                           dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace,
+                                progress=progress))
     _warn_singular(info)
     return lu, piv
 
 
-def _getrf(a, overwrite_a, check_finite, backend, nb, lookahead, panel, trace):
+def _getrf(a, overwrite_a, check_finite, backend, options):
     """Validate, plan and run getrf; returns (lu, piv, info) with lu where a lives."""
     if is_device_array(a):
         ops = _device_backend("a", backend)
         (m, n), dtype = _device_matrix_checks("a", a, ops, check_finite)
-        plan = make_plan(ops, m, n, dtype, nb=nb, lookahead=lookahead, panel=panel, trace=trace)
+        plan = make_plan(ops, m, n, dtype, **options)
         if m == 0 or n == 0:
             return a, np.zeros(0, np.int32), 0
         _check_memory(ops, m, n, dtype, plan.nb)
@@ -124,7 +126,7 @@ def _getrf(a, overwrite_a, check_finite, backend, nb, lookahead, panel, trace):
         array, dtype = _host_matrix("a", a, check_finite)
         ops = _host_backend(backend)
         m, n = array.shape
-        plan = make_plan(ops, m, n, dtype, nb=nb, lookahead=lookahead, panel=panel, trace=trace)
+        plan = make_plan(ops, m, n, dtype, **options)
         if m == 0 or n == 0:
             return np.empty_like(array, dtype=dtype), np.zeros(0, np.int32), 0
         _check_memory(ops, m, n, dtype, plan.nb)
@@ -166,6 +168,7 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, ba
     device factors and right-hand side on the device, returning x as the same kind of array as b.
     """
     lu, piv = lu_and_piv
+    _backends.check_name(backend)
     if trans not in _TRANS:
         raise ValueError(f"trans must be 0, 1 or 2 (or 'N', 'T', 'C'); got trans={trans!r}")
     if is_device_array(lu) != is_device_array(b):
@@ -238,7 +241,8 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=
     shape = tuple(a.__cuda_array_interface__["shape"]) if is_device_array(a) else np.shape(a)
     if len(shape) != 2 or shape[0] != shape[1]:
         raise ValueError(f"expected a square 2-D matrix for a; got shape {shape}")
-    lu, piv, info = _getrf(a, overwrite_a, check_finite, backend, nb, lookahead, panel, trace)
+    lu, piv, info = _getrf(a, overwrite_a, check_finite, backend,
+                           dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace))
     if info > 0:
         raise LinAlgError("Matrix is singular.")
     return lu_solve((lu, piv), b, trans=1 if transposed else 0, overwrite_b=overwrite_b,

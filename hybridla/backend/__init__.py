@@ -34,12 +34,16 @@ def available_backends() -> list[str]:
     return ["host"] + (["cuda"] if _cuda_unavailable_reason() is None else [])
 
 
+def check_name(name) -> None:
+    if name not in (None, "auto") + _NAMES:
+        raise ValueError(f"backend must be one of 'auto', 'host', 'cuda'; got backend={name!r}")
+
+
 def resolve_name(name: str | None) -> str:
     """Turn "auto"/None into the best available backend; reject unknown or unavailable names."""
+    check_name(name)
     if name in (None, "auto"):
         return available_backends()[-1]
-    if name not in _NAMES:
-        raise ValueError(f"backend must be one of 'auto', 'host', 'cuda'; got backend={name!r}")
     if name == "cuda" and (why := _cuda_unavailable_reason()):
         raise RuntimeError(f"backend='cuda' is not available: {why}")
     return name

@@ -19,7 +19,6 @@ from nvmath.bindings import cublas, cusolverDn
 from pycuda.compiler import SourceModule
 
 from ..config import get as _config_get
-
 from .host import HostLane
 
 _PREFIX = {np.dtype(np.float32): "s", np.dtype(np.float64): "d",
@@ -29,10 +28,6 @@ _UPLO = {"L": 0, "U": 1}
 _OP = {"N": 0, "T": 1, "C": 2}
 _DIAG = {"N": 0, "U": 1}
 _LASWP_THREADS = 128
-
-
-def _config_flag(key):
-    return bool(_config_get(key))
 
 
 def _kernel_source(name: str) -> str:
@@ -122,7 +117,12 @@ class DeviceMatrix:
         drv.memset_d32(self.info_dev, 0, max(self.nsteps, 1))
         self.info_host = np.zeros(max(self.nsteps, 1), dtype=np.int32)
         self.info_on_host = np.zeros(max(self.nsteps, 1), dtype=bool)
-        self._workspace, self._workspace_elems = None, 0
+        # cuSOLVER's workspace for the largest (first) panel, allocated now: cuMemAlloc during
+        # the run could synchronize the device
+        lane = backend.lane("gpu:panel")
+        self._workspace_elems = getattr(cusolverDn, _PREFIX[self.dtype] + "getrf_buffer_size")(
+            lane.solver, m, min(nb, max(k, 1)), self.ptr, self.ld) if k else 0
+        self.workspace = self._alloc(max(self._workspace_elems, 1) * self.itemsize)
         self._pinned_panels = {}
         self._pinned_pivots = drv.pagelocked_empty(max(k, 1), np.int32)
         self._registered = []
@@ -135,8 +135,12 @@ class DeviceMatrix:
 
     def close(self):
         """Free every device allocation of this factorization (also after a failure)."""
-        for allocation in self._allocations:
-            self.backend.free(allocation)
+        self.backend.context.push()
+        try:
+            for allocation in self._allocations:
+                self.backend.free(allocation)
+        finally:
+            drv.Context.pop()
         self._allocations.clear()
         self._pinned_panels.clear()
         for registered in self._registered:
@@ -158,15 +162,6 @@ class DeviceMatrix:
     def block(self, r0, r1, c0, c1):
         return DeviceBlock(self.ptr + (r0 + c0 * self.ld) * self.itemsize,
                            r1 - r0, c1 - c0, self.ld, self.dtype)
-
-    def workspace(self, lane, rows, cols):
-        """cuSOLVER getrf workspace, sized by the largest panel asked for (the first)."""
-        need = getattr(cusolverDn, _PREFIX[self.dtype] + "getrf_buffer_size")(
-            lane.solver, rows, cols, self.ptr, self.ld)
-        if need > self._workspace_elems:
-            self._workspace = self._alloc(max(need, 1) * self.itemsize)
-            self._workspace_elems = need
-        return int(self._workspace)
 
     # -- host <-> device -----------------------------------------------------------------------
     def _copy2d(self, lane, r0, r1, c0, c1, to_device, host_array=None):
@@ -329,6 +324,7 @@ class CudaBackend:
         self._lanes = {}
         self._lanes_lock = threading.Lock()
         self._allocated = 0
+        self._sizes = {}  # pointer -> bytes of the allocations the tile stores hold
         self._alloc_lock = threading.Lock()
         self._scalars = {dt: (np.array(1, dt), np.array(-1, dt), np.array(0, dt)) for dt in _PREFIX}
 
@@ -362,16 +358,17 @@ class CudaBackend:
 
     # -- memory --------------------------------------------------------------------------------
     def alloc(self, nbytes):
-        allocation = drv.mem_alloc(max(int(nbytes), 1))
+        nbytes = max(int(nbytes), 1)
+        allocation = drv.mem_alloc(nbytes)
         with self._alloc_lock:
-            self._allocated += max(int(nbytes), 1)
-        allocation.nbytes = max(int(nbytes), 1)
+            self._allocated += nbytes
+            self._sizes[int(allocation)] = nbytes
         return allocation
 
     def free(self, allocation):
-        allocation.free()
         with self._alloc_lock:
-            self._allocated -= allocation.nbytes
+            self._allocated -= self._sizes.pop(int(allocation))
+        allocation.free()
 
     def allocated_bytes(self) -> int:
         """Device memory hybridla holds right now (0 between calls: nothing leaks)."""
@@ -395,7 +392,7 @@ class CudaBackend:
         """The device working matrix for a host-resident input (CPU interface): streamed up from
         `source`, the factors streamed down into `result` (F-ordered, possibly the same array)."""
         A = self.matrix(*source.shape, source.dtype, nb, host_source=source, host_result=result)
-        if _config_flag("device.register_host"):
+        if _config_get("device.register_host"):
             A.register_host()
         return A
 
@@ -490,7 +487,7 @@ class CudaBackend:
     def getrf_panel(self, lane, A: DeviceMatrix, step, r0, c0, c1):
         """cuSOLVER getrf on the panel A[r0:, c0:c1]; pivots become global 0-based on the device."""
         panel = A.block(r0, A.m, c0, c1)
-        work = A.workspace(lane, panel.rows, panel.cols)
+        work = int(A.workspace)
         getrf = getattr(cusolverDn, _PREFIX[A.dtype] + "getrf")
         piv_ptr = int(A.pivots_dev) + c0 * 4
         getrf(lane.solver, panel.rows, panel.cols, panel.ptr, panel.ld, work, piv_ptr,

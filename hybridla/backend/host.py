@@ -111,7 +111,9 @@ class HostBackend:
         """C := alpha op(A) op(B) + beta C."""
         if C.size == 0:
             return
-        product = _op(A, trans_a) @ _op(B, trans_b)
+        # the product in C's (column-major) order: mixing orders makes the subtraction crawl
+        product = np.matmul(_op(A, trans_a), _op(B, trans_b),
+                            out=np.empty(C.shape, dtype=C.dtype, order="F"))
         if alpha != 1:
             product *= alpha
         if beta == 0:

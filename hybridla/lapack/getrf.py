@@ -21,7 +21,7 @@ import functools
 
 from ..panel.lu import getrf_panel_cpu
 from ..scheduler import Region, TaskGraph, run
-from ..scheduler.plan import panel_flops
+from ..scheduler.plan import panel_flops, progress_bar
 from ..update import lu as lu_update
 
 
@@ -29,7 +29,8 @@ def getrf(A, plan, trace=None):
     """Factor the tile store's matrix A in place. Returns (pivots 0-based global, info, trace),
     with info as LAPACK's: 0, or i > 0 when U(i, i) (1-based) is exactly zero."""
     graph = record_getrf(A, plan)
-    trace = run(graph, plan.backend, workers=plan.workers, trace=trace)
+    with progress_bar(plan, len(graph), "getrf") as progress:
+        trace = run(graph, plan.backend, workers=plan.workers, trace=trace, progress=progress)
     pivots, step_info = A.finish()
     return pivots, first_zero_pivot(step_info, plan.nb), trace
 

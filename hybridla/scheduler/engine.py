@@ -31,6 +31,7 @@ class _Run:
         self.worker_names = {}
         self.origin_time = None
         self.origin_event = None
+        self.progress = None
 
     def cpu_lane_name(self) -> str:
         ident = threading.get_ident()
@@ -44,6 +45,8 @@ class _Run:
             self.in_flight += 1
         try:
             self._execute(self.graph.tasks[index])
+            if self.progress is not None:
+                self.progress(self.graph.tasks[index])
         except BaseException as exc:
             self.failure = self.failure or exc
             raise
@@ -81,11 +84,13 @@ class _Run:
             self.idle.wait_for(lambda: self.in_flight == 0)
 
 
-def run(graph, backend, *, workers: int = 4, trace: Trace | None = None) -> Trace:
+def run(graph, backend, *, workers: int = 4, trace: Trace | None = None, progress=None) -> Trace:
     """Execute every task of `graph`; return the trace. Raises the first task failure after all
-    running tasks have returned and the device is idle."""
+    running tasks have returned and the device is idle. `progress(task)`, if given, is called as
+    each task is done (the CLI's progress bar)."""
     trace = trace if trace is not None else Trace()
     state = _Run(graph, backend, trace)
+    state.progress = progress
     if backend.has_device:
         backend.synchronize()  # a clean origin for the device clock (not inside the run)
         origin_lane = backend.lane("gpu:update")

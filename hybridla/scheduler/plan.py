@@ -2,6 +2,7 @@
 model that places each step's panel on the CPU or the GPU."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +60,7 @@ class Plan:
     workers: int
     cost: CostModel | None = None
     trace_path: str | None = None
+    progress: bool = False  # show a progress bar (tqdm) over the tasks
 
     def panel_placement(self, rows, cols, hiding_update_flops) -> str:
         """Where this step's panel runs: always the CPU on the host backend."""
@@ -69,6 +71,17 @@ class Plan:
         return self.cost.place_panel(rows, cols, hiding_update_flops)
 
 
+@contextlib.contextmanager
+def progress_bar(plan, total, name):
+    """A tqdm bar over a run's tasks when the plan asks for one; yields the per-task callback."""
+    if not plan.progress:
+        yield None
+        return
+    from tqdm import tqdm
+    with tqdm(total=total, desc=name, unit="task", leave=False) as bar:
+        yield lambda task: bar.update()
+
+
 def _positive_int(name, value, minimum):
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
             or value < minimum:
@@ -77,7 +90,7 @@ def _positive_int(name, value, minimum):
 
 
 def make_plan(backend, m, n, dtype, *, routine="lu", nb=None, lookahead=None, panel=None,
-              trace=None) -> Plan:
+              trace=None, progress=False) -> Plan:
     """Resolve the engine options: call keywords win over `config` (which merges defaults, tuning
     files, HYBRIDLA_* environment and `config.set`). Bad values raise ValueError naming them."""
     cfg = _config.config
@@ -94,4 +107,4 @@ def make_plan(backend, m, n, dtype, *, routine="lu", nb=None, lookahead=None, pa
         raise ValueError(f"panel must be one of {PANEL_CHOICES}; got panel={panel!r}")
     workers = _positive_int("scheduler.workers", cfg.get("scheduler.workers"), 1)
     return Plan(backend, nb, lookahead, panel, workers, CostModel(table, dtype),
-                str(trace) if trace else None)
+                str(trace) if trace else None, bool(progress))

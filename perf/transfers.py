@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""What host <-> device transfers cost for a host-resident matrix, the numbers behind the CPU
+interface's streaming: pinning the user's array in place (cuMemHostRegister) against pageable
+copies, for whole block columns (1-D) and for row blocks (2-D, the shape of our downloads).
+
+    python3 perf/transfers.py [--n 32768] [--nb 512]
+"""
+import argparse
+import time
+
+import numpy as np
+import pycuda.autoprimaryctx  # noqa: F401
+import pycuda.driver as drv
+
+
+def timed(fn, repeat=3):
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        drv.Context.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def copy2d(dev, host, m, ld, r0, r1, n, to_device, stream):
+    c = drv.Memcpy2D()
+    flat = host.reshape(-1, order="F")[r0:]
+    if to_device:
+        c.set_src_host(flat); c.src_pitch = m * 8; c.set_dst_device(int(dev) + r0 * 8); c.dst_pitch = ld * 8
+    else:
+        c.set_src_device(int(dev) + r0 * 8); c.src_pitch = ld * 8; c.set_dst_host(flat); c.dst_pitch = m * 8
+    c.width_in_bytes = (r1 - r0) * 8
+    c.height = n
+    c(stream)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--n", type=int, default=32768)
+    p.add_argument("--nb", type=int, default=512)
+    a = p.parse_args()
+    n, nb = a.n, a.nb
+    host = np.ones((n, n), order="F")  # touched: pages exist, as a user's matrix's do
+    dev = drv.mem_alloc(n * n * 8)
+    stream = drv.Stream(flags=1)
+    gb = n * n * 8 / 1e9
+    print(f"matrix {n} x {n} float64: {gb:.2f} GB")
+    t = timed(lambda: drv.memcpy_htod_async(dev, host.reshape(-1, order="F"), stream), 2)
+    print(f"pageable H2D whole matrix (1-D):        {t*1e3:8.1f} ms  {gb/t:6.1f} GB/s")
+    t = timed(lambda: [copy2d(dev, host, n, n, r, min(r + nb, n), n, False, stream)
+                       for r in range(0, n, nb)], 1)
+    print(f"pageable D2H by row blocks of {nb} (2-D): {t*1e3:8.1f} ms  {gb/t:6.1f} GB/s")
+    t0 = time.perf_counter()
+    registered = drv.register_host_memory(host)
+    reg = time.perf_counter() - t0
+    print(f"cuMemHostRegister:                      {reg*1e3:8.1f} ms  ({gb/reg:6.1f} GB/s of matrix)")
+    t = timed(lambda: drv.memcpy_htod_async(dev, registered.reshape(-1, order="F"), stream), 2)
+    print(f"registered H2D whole matrix:            {t*1e3:8.1f} ms  {gb/t:6.1f} GB/s")
+    t = timed(lambda: [copy2d(dev, registered, n, n, r, min(r + nb, n), n, False, stream)
+                       for r in range(0, n, nb)], 2)
+    print(f"registered D2H by row blocks (2-D):     {t*1e3:8.1f} ms  {gb/t:6.1f} GB/s")
+    t0 = time.perf_counter()
+    registered.base.unregister()
+    print(f"cuMemHostUnregister:                    {(time.perf_counter()-t0)*1e3:8.1f} ms")
+    dev.free()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+"""LAPACK-tester style checks and matrix generators shared by the LU tests.
+
+Plain functions (no pytest in here), so that benchmarks and notebooks can use them too:
+
+- ``getrf_ratio(a, lu, piv)``: ||P A - L U||_1 / (max(m, n) ||A||_1 eps), LAPACK's xGET01 test ratio;
+- ``solve_backward_error(a, x, b)``: max over columns of ||b - A x||_1 / (||A||_1 ||x||_1 n eps);
+- ``matrix_with_condition(m, n, cond, dtype, rng)``: U diag(s) V^H with prescribed singular values;
+- ``to_device(a, kind)`` / ``to_host(x)``: move test data to CuPy, PyTorch or PyCUDA arrays and back.
+
+Residuals are computed in float64/complex128 whatever the working precision; ``eps`` is that of
+the working precision (``np.finfo(dtype).eps``), as in LAPACK's testers.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
+DEVICE_KINDS = ("cupy", "torch", "pycuda")
+
+
+# -- precision helpers ------------------------------------------------------------------
+
+def working_dtype(dtype) -> np.dtype:
+    """The inexact dtype a computation on ``dtype`` runs in (integers and bools -> float64)."""
+    dtype = np.dtype(dtype)
+    return dtype if np.issubdtype(dtype, np.inexact) else np.dtype(np.float64)
+
+
+def eps_of(dtype) -> float:
+    """Machine epsilon of the working precision of ``dtype``."""
+    return float(np.finfo(working_dtype(dtype)).eps)
+
+
+def wide(x) -> np.ndarray:
+    """``x`` as float64 or complex128 (a copy), for residuals that must not add rounding."""
+    x = np.asarray(x)
+    return x.astype(np.complex128 if np.iscomplexobj(x) else np.float64)
+
+
+def norm1(x) -> float:
+    """Matrix 1-norm (max column sum); 0 for an empty matrix."""
+    x = np.asarray(x)
+    if x.size == 0:
+        return 0.0
+    return float(np.abs(x).sum(axis=0).max())
+
+
+# -- LU factors -------------------------------------------------------------------------
+
+def apply_pivots(a, piv) -> np.ndarray:
+    """P A: row i swapped with row piv[i], for i = 0, 1, ... in order (0-based LAPACK ipiv)."""
+    pa = np.array(a, copy=True)
+    for i, p in enumerate(np.asarray(piv).tolist()):
+        if p != i:
+            pa[[i, p], :] = pa[[p, i], :]
+    return pa
+
+
+def permutation_of(piv, m) -> np.ndarray:
+    """The row order ``perm`` with (P A) == A[perm] for the swap sequence ``piv`` of m rows."""
+    perm = np.arange(m)
+    for i, p in enumerate(np.asarray(piv).tolist()):
+        perm[[i, p]] = perm[[p, i]]
+    return perm
+
+
+def unpack_lu(lu):
+    """(L, U) from a packed m x n LU: L unit lower trapezoid m x k, U upper trapezoid k x n."""
+    lu = wide(lu)
+    m, n = lu.shape
+    k = min(m, n)
+    lower = np.tril(lu[:, :k], -1) + np.eye(m, k, dtype=lu.dtype)
+    upper = np.triu(lu[:k, :])
+    return lower, upper
+
+
+def check_pivots(piv, m, n) -> None:
+    """Assert ``piv`` looks like LAPACK's 0-based ipiv: int32, length min(m, n), i <= piv[i] < m."""
+    piv = np.asarray(piv)
+    k = min(m, n)
+    assert piv.dtype == np.int32, f"piv dtype {piv.dtype}, expected int32"
+    assert piv.shape == (k,), f"piv shape {piv.shape}, expected ({k},)"
+    if k:
+        assert np.all(piv >= np.arange(k)), f"piv[i] < i somewhere: {piv}"
+        assert np.all(piv < m), f"piv out of range for {m} rows: {piv}"
+
+
+def getrf_ratio(a, lu, piv, dtype=None) -> float:
+    """||P A - L U||_1 / (max(m, n) ||A||_1 eps) in float64/complex128 (LAPACK xGET01).
+
+    ``dtype`` is the working precision whose eps is used; by default that of ``lu``.
+    The pivots are checked for shape, dtype and range first (a malformed piv fails here).
+    """
+    a = wide(a)
+    lu = np.asarray(lu)
+    m, n = a.shape
+    assert lu.shape == (m, n), f"lu shape {lu.shape}, expected {(m, n)}"
+    check_pivots(piv, m, n)
+    if m == 0 or n == 0:
+        return 0.0
+    eps = eps_of(lu.dtype if dtype is None else dtype)
+    lower, upper = unpack_lu(lu)
+    resid = norm1(apply_pivots(a, piv) - lower @ upper)
+    anorm = norm1(a)
+    if anorm == 0.0:
+        return 0.0 if resid == 0.0 else float("inf")
+    ratio = resid / (max(m, n) * anorm * eps)
+    return float("inf") if not np.isfinite(ratio) else float(ratio)
+
+
+def solve_backward_error(a, x, b, dtype=None) -> float:
+    """max over columns j of ||b_j - A x_j||_1 / (||A||_1 ||x_j||_1 n eps), in double precision.
+
+    ``a`` is the matrix of the system actually solved (pass A.T or A.conj().T for trans=1, 2);
+    ``dtype`` is the working precision (default: that of ``x``). 1-D ``x`` and ``b`` are one column.
+    """
+    a = wide(a)
+    x, b = wide(x), wide(b)
+    if x.ndim == 1:
+        x = x[:, None]
+    if b.ndim == 1:
+        b = b[:, None]
+    n = a.shape[1]
+    assert x.shape == (n, b.shape[1]), f"x shape {x.shape} does not fit A {a.shape}, b {b.shape}"
+    eps = eps_of(np.asarray(x).dtype if dtype is None else dtype)
+    anorm = norm1(a)
+    worst = 0.0
+    for j in range(b.shape[1]):
+        resid = np.abs(b[:, j] - a @ x[:, j]).sum()
+        xnorm = np.abs(x[:, j]).sum()
+        if not np.isfinite(resid) or not np.isfinite(xnorm):
+            return float("inf")
+        if resid == 0.0:
+            continue
+        denom = anorm * xnorm * max(n, 1) * eps
+        worst = max(worst, float("inf") if denom == 0.0 else resid / denom)
+    return worst
+
+
+# -- test matrices ----------------------------------------------------------------------
+
+def random_matrix(m, n, dtype, rng) -> np.ndarray:
+    """A standard normal m x n matrix of ``dtype`` (complex: real and imaginary parts normal)."""
+    dtype = np.dtype(dtype)
+    if np.issubdtype(dtype, np.complexfloating):
+        a = rng.standard_normal((m, n)) + 1j * rng.standard_normal((m, n))
+    else:
+        a = rng.standard_normal((m, n))
+    return a.astype(dtype)
+
+
+def random_orthogonal(n, k, dtype, rng) -> np.ndarray:
+    """n x k with orthonormal columns (Q of the QR of a random matrix), real or complex like dtype."""
+    complex_ = np.issubdtype(np.dtype(dtype), np.complexfloating)
+    g = random_matrix(n, k, np.complex128 if complex_ else np.float64, rng)
+    q, r = np.linalg.qr(g)
+    # Fix the signs/phases so that Q is Haar-distributed (and independent of the QR routine).
+    d = np.diagonal(r)
+    return q * np.where(d == 0, 1, d / np.abs(np.where(d == 0, 1, d)))
+
+
+def matrix_with_condition(m, n, cond, dtype, rng) -> np.ndarray:
+    """U diag(s) V^H, s geometrically spaced from 1 down to 1/cond (2-norm condition ``cond``)."""
+    k = min(m, n)
+    u = random_orthogonal(m, k, dtype, rng)
+    v = random_orthogonal(n, k, dtype, rng)
+    s = np.geomspace(1.0, 1.0 / cond, k) if k > 1 else np.ones(k)
+    a = (u * s) @ v.conj().T
+    return np.asfortranarray(a.astype(dtype))
+
+
+# -- device arrays ----------------------------------------------------------------------
+
+def to_device(a, kind):
+    """A column-major copy of the NumPy array ``a`` on the GPU, as a CuPy / torch / PyCUDA array."""
+    a = np.asfortranarray(a)
+    if kind == "cupy":
+        import cupy
+        d = cupy.array(a, order="F")
+        assert d.flags.f_contiguous
+        return d
+    if kind == "torch":
+        import torch
+        if a.ndim == 1:
+            return torch.from_numpy(a.copy()).cuda()
+        m, n = a.shape
+        # from_numpy of the C-ordered transpose, moved to the GPU, transposed back: a view with
+        # strides (1, m), i.e. column-major like LAPACK.
+        d = torch.from_numpy(np.ascontiguousarray(a.T)).cuda().T
+        assert d.is_cuda and tuple(d.shape) == (m, n)
+        assert m <= 1 or n <= 1 or tuple(d.stride()) == (1, m), d.stride()
+        return d
+    if kind == "pycuda":
+        import pycuda.autoprimaryctx  # noqa: F401  (the primary context, as hybridla uses)
+        import pycuda.gpuarray as gpuarray
+        d = gpuarray.to_gpu(a)
+        assert d.flags.f_contiguous
+        return d
+    raise ValueError(f"unknown device kind {kind!r}")
+
+
+def device_kind_of(x) -> str:
+    """"cupy", "torch", "pycuda" or "numpy": what kind of array ``x`` is."""
+    module = type(x).__module__.split(".")[0]
+    if module == "cupy":
+        return "cupy"
+    if module == "torch":
+        return "torch"
+    if module == "pycuda":
+        return "pycuda"
+    if isinstance(x, np.ndarray):
+        return "numpy"
+    return module
+
+
+def is_on_device(x, kind) -> bool:
+    """True when ``x`` is an array of ``kind`` that lives in GPU memory."""
+    if kind == "cupy":
+        import cupy
+        return isinstance(x, cupy.ndarray)
+    if kind == "torch":
+        import torch
+        return isinstance(x, torch.Tensor) and x.is_cuda
+    if kind == "pycuda":
+        import pycuda.gpuarray as gpuarray
+        return isinstance(x, gpuarray.GPUArray)
+    raise ValueError(f"unknown device kind {kind!r}")
+
+
+def to_host(x) -> np.ndarray:
+    """A NumPy copy of a CuPy / torch / PyCUDA array (NumPy arrays pass through as arrays)."""
+    kind = device_kind_of(x)
+    if kind == "cupy":
+        import cupy
+        return cupy.asnumpy(x)
+    if kind == "torch":
+        return x.detach().cpu().numpy()
+    if kind == "pycuda":
+        return x.get()
+    return np.asarray(x)

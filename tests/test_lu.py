@@ -1,0 +1,472 @@
+"""LU factorization and solves: accuracy like LAPACK's testers, scipy compatibility, interfaces.
+
+Every test body runs on each available backend (the ``backend`` fixture: "host", and "cuda" where
+a GPU is present, marked ``cuda``). The accuracy criterion is LAPACK's: the factorization ratio
+||P A - L U||_1 / (max(m, n) ||A||_1 eps) < 30 and the solve backward error
+||b - A x||_1 / (||A||_1 ||x||_1 n eps) < 30, eps of the working precision.
+Sizes are small and not multiples of nb, so that every run has several blocks and a ragged one.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import warnings
+
+import numpy as np
+import pytest
+import scipy.linalg
+import scipy.linalg.lapack
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import hybridla
+import hybridla.backend  # noqa: F401  (conftest asks it which backends exist)
+
+from _lapack_checks import (DTYPES, check_pivots, device_kind_of, eps_of, getrf_ratio,
+                            is_on_device, matrix_with_condition, norm1, random_matrix,
+                            solve_backward_error, to_device, to_host)
+
+THRESH = 30.0  # LAPACK's testers' threshold for the test ratios
+DTYPE_IDS = [np.dtype(d).name for d in DTYPES]
+SHAPES = [(173, 173), (200, 77), (77, 200)]
+SHAPE_IDS = ["square", "tall", "wide"]
+
+
+def fortran_random(m, n, dtype, rng):
+    return np.asfortranarray(random_matrix(m, n, dtype, rng))
+
+
+def scipy_getrf(a):
+    """scipy's LAPACK xGETRF on a copy of ``a``: (lu, 0-based piv, info)."""
+    getrf = scipy.linalg.lapack.get_lapack_funcs("getrf", dtype=a.dtype)
+    lu, piv, info = getrf(np.array(a, order="F", copy=True))
+    return lu, piv, info
+
+
+def diagonal_number_from_warnings(records) -> int:
+    """The i of the "Diagonal number i is exactly zero" LinAlgWarning among ``records``."""
+    messages = [str(w.message) for w in records
+                if issubclass(w.category, scipy.linalg.LinAlgWarning)]
+    assert messages, "no LinAlgWarning was issued"
+    found = [re.search(r"Diagonal number (\d+)", msg) for msg in messages]
+    found = [f for f in found if f]
+    assert found, f"no 'Diagonal number i' in the LinAlgWarning(s): {messages}"
+    return int(found[0].group(1))
+
+
+# -- accuracy: dtypes x shapes, engine options -------------------------------------------
+
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_lu_factor_ratio_all_dtypes_and_shapes(backend, dtype, shape, rng):
+    m, n = shape
+    a = fortran_random(m, n, dtype, rng)
+    lu, piv = hybridla.lu_factor(a, backend=backend, nb=32)
+    assert isinstance(lu, np.ndarray), type(lu)
+    assert lu.shape == (m, n)
+    assert lu.dtype == np.dtype(dtype), f"lu dtype {lu.dtype} for a {np.dtype(dtype)} input"
+    assert isinstance(piv, np.ndarray)
+    check_pivots(piv, m, n)
+    assert getrf_ratio(a, lu, piv) < THRESH
+
+
+@pytest.mark.parametrize("panel", ["cpu", "gpu", "auto"])
+@pytest.mark.parametrize("lookahead", [0, 1, 2])
+def test_lu_factor_lookahead_and_panel_placement(backend, lookahead, panel, rng):
+    """Every look-ahead depth and panel placement is accepted on every backend, gives an
+    accurate factorization and the same pivots as LAPACK (randn: no near-ties in float64)."""
+    a = fortran_random(173, 173, np.float64, rng)
+    lu, piv = hybridla.lu_factor(a, backend=backend, nb=32, lookahead=lookahead, panel=panel)
+    assert getrf_ratio(a, lu, piv) < THRESH
+    _, piv_ref, _ = scipy_getrf(a)
+    np.testing.assert_array_equal(piv, piv_ref)
+
+
+@pytest.mark.parametrize("nb", ["auto", None])
+def test_lu_factor_default_and_auto_block_size(backend, nb, rng):
+    a = fortran_random(150, 150, np.float64, rng)
+    lu, piv = hybridla.lu_factor(a, backend=backend, nb=nb)
+    assert getrf_ratio(a, lu, piv) < THRESH
+
+
+@pytest.mark.parametrize("n, nb", [(20, 1), (45, 7), (50, 500), (64, 64), (65, 64)],
+                         ids=["nb1", "nb7", "nb_bigger_than_n", "n_eq_nb", "n_eq_nb_plus_1"])
+def test_lu_factor_block_size_edge_cases(backend, n, nb, rng):
+    a = fortran_random(n, n, np.float64, rng)
+    lu, piv = hybridla.lu_factor(a, backend=backend, nb=nb)
+    assert getrf_ratio(a, lu, piv) < THRESH
+    np.testing.assert_array_equal(piv, scipy_getrf(a)[1])
+
+
+# -- memory layouts ---------------------------------------------------------------------
+
+def test_lu_factor_padded_leading_dimension(backend, rng):
+    n = 77
+    big = fortran_random(n + 11, n + 5, np.float64, rng)
+    big_saved = big.copy(order="K")
+    a = big[:n, :n]  # F-ordered, leading dimension n + 11
+    assert not a.flags.f_contiguous and not a.flags.c_contiguous
+    lu, piv = hybridla.lu_factor(a, overwrite_a=False, backend=backend, nb=16)
+    assert getrf_ratio(a, lu, piv) < THRESH
+    np.testing.assert_array_equal(piv, scipy_getrf(a)[1])
+    assert big.tobytes() == big_saved.tobytes(), "overwrite_a=False modified the parent array"
+
+
+def test_lu_factor_row_strided_view(backend, rng):
+    n = 77
+    big = fortran_random(2 * n, n, np.float64, rng)
+    big_saved = big.copy(order="K")
+    a = big[::2, :]
+    lu, piv = hybridla.lu_factor(a, overwrite_a=False, backend=backend, nb=16)
+    assert getrf_ratio(a, lu, piv) < THRESH
+    np.testing.assert_array_equal(piv, scipy_getrf(a)[1])
+    assert big.tobytes() == big_saved.tobytes(), "overwrite_a=False modified the parent array"
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64], ids=["float64", "complex64"])
+def test_lu_factor_c_order_input(backend, dtype, rng):
+    a = np.ascontiguousarray(random_matrix(90, 90, dtype, rng))
+    saved = a.copy()
+    lu, piv = hybridla.lu_factor(a, backend=backend, nb=16)
+    assert lu.dtype == np.dtype(dtype)
+    assert getrf_ratio(a, lu, piv) < THRESH
+    assert a.tobytes() == saved.tobytes()
+
+
+def test_lu_factor_overwrite_true_on_view_is_correct_and_stays_inside_view(backend, rng):
+    n = 70
+    big = fortran_random(n + 9, n + 4, np.float64, rng)
+    big_saved = big.copy(order="K")
+    a = big[:n, :n]
+    lu, piv = hybridla.lu_factor(a, overwrite_a=True, backend=backend, nb=16)
+    assert getrf_ratio(big_saved[:n, :n], lu, piv) < THRESH
+    # Whatever happened to the view, nothing outside it may change.
+    outside = np.ones(big.shape, dtype=bool)
+    outside[:n, :n] = False
+    np.testing.assert_array_equal(big[outside], big_saved[outside])
+
+
+# -- agreement with scipy / LAPACK ------------------------------------------------------
+
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["float64", "complex128"])
+def test_lu_factor_matches_scipy(backend, dtype, shape, rng):
+    """Same pivots as scipy.linalg.lu_factor (complex: LAPACK's izamax picks by |Re| + |Im|)
+    and the same factors up to rounding."""
+    m, n = shape
+    a = fortran_random(m, n, dtype, rng)
+    lu, piv = hybridla.lu_factor(a, backend=backend, nb=32)
+    if m == n:
+        lu_ref, piv_ref = scipy.linalg.lu_factor(a)
+    else:
+        lu_ref, piv_ref, _ = scipy_getrf(a)
+    np.testing.assert_array_equal(piv, piv_ref)
+    assert piv.dtype == piv_ref.dtype == np.int32
+    diff = norm1(lu.astype(lu_ref.dtype) - lu_ref)
+    assert diff <= 1e3 * eps_of(dtype) * norm1(lu_ref), \
+        f"||lu - lu_scipy||_1 = {diff:.3e}, ||lu_scipy||_1 = {norm1(lu_ref):.3e}"
+
+
+# -- singular matrices ------------------------------------------------------------------
+
+def zero_column_matrix(dtype, rng, n=100, col=37):
+    a = fortran_random(n, n, dtype, rng)
+    a[:, col] = 0
+    return a
+
+
+def equal_rows_matrix(rng, n=100, rows=(20, 57)):
+    """Rows 20 and 57 equal and holding the largest entry of column 0: the first step pivots on
+    one of them and turns the other into an exactly zero row (multiplier exactly 1), which stays
+    zero to the end, so U(n-1, n-1) == 0 exactly in every blocking and every summation order."""
+    a = fortran_random(n, n, np.float64, rng)
+    a[rows[1], :] = a[rows[0], :]
+    a[list(rows), 0] = 10.0
+    return a
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_lu_factor_zero_column_warns_with_lapack_info(backend, dtype, rng):
+    a = zero_column_matrix(dtype, rng)
+    _, _, info_ref = scipy_getrf(a)
+    assert info_ref == 38  # the construction, checked against LAPACK itself
+    with warnings.catch_warnings(record=True) as records:
+        warnings.simplefilter("always")
+        lu, piv = hybridla.lu_factor(a, backend=backend, nb=16)
+    assert diagonal_number_from_warnings(records) == info_ref
+    assert getrf_ratio(a, lu, piv) < THRESH  # P A = L U holds for singular A too
+    assert lu[37, 37] == 0
+
+
+def test_lu_factor_equal_rows_warns_with_lapack_info(backend, rng):
+    a = equal_rows_matrix(rng)
+    _, _, info_ref = scipy_getrf(a)
+    assert info_ref == 100
+    with pytest.warns(scipy.linalg.LinAlgWarning, match="Diagonal number") as records:
+        lu, piv = hybridla.lu_factor(a, backend=backend, nb=16)
+    assert diagonal_number_from_warnings(records) == info_ref
+    assert getrf_ratio(a, lu, piv) < THRESH
+
+
+@pytest.mark.parametrize("which", ["zero_column", "equal_rows"])
+def test_driver_getrf_info_matches_lapack(backend, which, rng):
+    a = zero_column_matrix(np.float64, rng) if which == "zero_column" else equal_rows_matrix(rng)
+    _, _, info_ref = scipy.linalg.lapack.dgetrf(a)
+    lu, piv, info = driver_getrf(a, backend=backend, nb=16)
+    assert int(info) == info_ref
+    assert getrf_ratio(a, to_host(lu), piv) < THRESH
+
+
+def driver_getrf(a, *, backend, nb):
+    """hybridla.lapack.getrf on a copy of ``a`` (docs/INTERNALS.md: getrf(a, *, plan) ->
+    (lu, piv, info)), with the plan made by hybridla.scheduler.plan.make_plan. The one place
+    that knows how the driver layer is called: adjust it here if that contract changes."""
+    import hybridla.lapack
+    from hybridla.scheduler.plan import make_plan
+    ops = hybridla.backend.get_backend(backend)
+    plan = make_plan(ops, a.shape[0], a.shape[1], a.dtype, nb=nb)
+    return hybridla.lapack.getrf(np.array(a, order="F", copy=True), plan=plan)
+
+
+@pytest.mark.parametrize("which", ["zero_column", "equal_rows"])
+def test_solve_singular_raises_linalgerror(backend, which, rng):
+    a = zero_column_matrix(np.float64, rng) if which == "zero_column" else equal_rows_matrix(rng)
+    b = rng.standard_normal(100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", scipy.linalg.LinAlgWarning)
+        with pytest.raises(scipy.linalg.LinAlgError, match="(?i)singular"):
+            hybridla.solve(a, b, backend=backend, nb=16)
+    assert hybridla.LinAlgError is scipy.linalg.LinAlgError
+    assert hybridla.LinAlgWarning is scipy.linalg.LinAlgWarning
+
+
+@pytest.mark.parametrize("nb", [16, 32])
+@pytest.mark.parametrize("construction", ["zero_leading_block", "block_permutation"])
+def test_singular_leading_block_needs_pivoting_across_blocks(backend, construction, nb, rng):
+    """A well-conditioned matrix whose leading nb x nb block is exactly singular (zero): pivots
+    must come from below the diagonal block, across block rows."""
+    n = 2 * nb + 5
+    if construction == "zero_leading_block":
+        a = rng.standard_normal((n, n))
+    else:
+        # [[0, I], [I, 0]] (a permutation matrix) plus small noise outside the leading block.
+        h = n - nb
+        a = np.zeros((n, n))
+        a[:h, nb:] = np.eye(h)
+        a[h:, :nb] = np.eye(nb)
+        a += 1e-3 * rng.standard_normal((n, n))
+    a[:nb, :nb] = 0.0
+    a = np.asfortranarray(a)
+    assert np.linalg.cond(a) < 1e4  # well-conditioned indeed
+    lu, piv = hybridla.lu_factor(a, backend=backend, nb=nb)
+    assert getrf_ratio(a, lu, piv) < THRESH
+    assert np.all(np.abs(np.diagonal(lu)) > 0)
+    b = rng.standard_normal((n, 2))
+    x = hybridla.solve(a, b, backend=backend, nb=nb)
+    assert solve_backward_error(a, x, b) < THRESH
+
+
+def test_lu_factor_prescribed_condition_1e6(backend, rng):
+    a = matrix_with_condition(150, 150, 1e6, np.float64, rng)
+    assert 1e5 < np.linalg.cond(a) < 1e7
+    lu, piv = hybridla.lu_factor(a, backend=backend, nb=32)
+    assert getrf_ratio(a, lu, piv) < THRESH
+    b = rng.standard_normal(150)
+    x = hybridla.lu_solve((lu, piv), b, backend=backend)
+    assert solve_backward_error(a, x, b) < THRESH
+
+
+# -- solves -----------------------------------------------------------------------------
+
+def op(a, trans):
+    return {0: a, 1: a.T, 2: a.conj().T}[trans]
+
+
+@pytest.mark.parametrize("nrhs", [None, 1, 5], ids=["b1d", "b2d_1col", "b2d_5col"])
+@pytest.mark.parametrize("trans", [0, 1, 2])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_lu_solve_backward_error(backend, dtype, trans, nrhs, rng):
+    n = 67
+    a = fortran_random(n, n, dtype, rng)
+    b = random_matrix(n, 1 if nrhs is None else nrhs, dtype, rng)
+    if nrhs is None:
+        b = b[:, 0].copy()
+    lu, piv = hybridla.lu_factor(a, backend=backend, nb=16)
+    x = hybridla.lu_solve((lu, piv), b, trans=trans, backend=backend)
+    assert isinstance(x, np.ndarray)
+    assert x.shape == b.shape, f"x shape {x.shape} for b shape {b.shape}"
+    assert x.dtype == np.dtype(dtype)
+    assert solve_backward_error(op(a, trans), x, b, dtype=dtype) < THRESH
+
+
+@pytest.mark.parametrize("nrhs", [None, 3], ids=["b1d", "b2d"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_solve_backward_error(backend, dtype, nrhs, rng):
+    n = 83
+    a = fortran_random(n, n, dtype, rng)
+    b = random_matrix(n, 1 if nrhs is None else nrhs, dtype, rng)
+    if nrhs is None:
+        b = b[:, 0].copy()
+    x = hybridla.solve(a, b, backend=backend, nb=16)
+    x_ref = scipy.linalg.solve(a, b)
+    assert x.shape == x_ref.shape == b.shape  # 1-D b gives 1-D x, like scipy
+    assert x.dtype == x_ref.dtype
+    assert solve_backward_error(a, x, b, dtype=dtype) < THRESH
+
+
+def test_lu_solve_overwrite_b_false_leaves_b_untouched(backend, rng):
+    a = fortran_random(50, 50, np.float64, rng)
+    b = np.asfortranarray(rng.standard_normal((50, 4)))
+    saved = b.copy()
+    lu_piv = hybridla.lu_factor(a, backend=backend, nb=16)
+    x = hybridla.lu_solve(lu_piv, b, overwrite_b=False, backend=backend)
+    assert b.tobytes() == saved.tobytes()
+    assert solve_backward_error(a, x, b) < THRESH
+
+
+def test_solve_overwrite_false_leaves_inputs_untouched(backend, rng):
+    a = fortran_random(50, 50, np.float64, rng)
+    b = np.asfortranarray(rng.standard_normal((50, 4)))
+    a_saved, b_saved = a.copy(), b.copy()
+    x = hybridla.solve(a, b, overwrite_a=False, overwrite_b=False, backend=backend, nb=16)
+    assert a.tobytes() == a_saved.tobytes()
+    assert b.tobytes() == b_saved.tobytes()
+    assert solve_backward_error(a, x, b) < THRESH
+
+
+# -- overwrite_a ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("order", ["F", "C"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_lu_factor_overwrite_false_leaves_input_untouched(backend, dtype, order, rng):
+    a = np.array(random_matrix(97, 97, dtype, rng), order=order)
+    saved = a.copy(order="K")
+    lu, piv = hybridla.lu_factor(a, overwrite_a=False, backend=backend, nb=16)
+    assert a.tobytes() == saved.tobytes(), "overwrite_a=False modified the input"
+    assert a.flags.f_contiguous == saved.flags.f_contiguous
+    assert not np.shares_memory(lu, a)
+    assert getrf_ratio(a, lu, piv) < THRESH
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_lu_factor_overwrite_true_factors_in_place(backend, dtype, rng):
+    """An F-contiguous array of the working dtype is factored in place (CPU interface of every
+    backend, the cuda one included: the result goes back into the user's array)."""
+    a = fortran_random(97, 97, dtype, rng)
+    saved = a.copy(order="F")
+    lu, piv = hybridla.lu_factor(a, overwrite_a=True, backend=backend, nb=16)
+    assert np.shares_memory(lu, a), "overwrite_a=True on an F-contiguous array made a copy"
+    assert getrf_ratio(saved, lu, piv) < THRESH
+    np.testing.assert_array_equal(lu, a)
+
+
+# -- input conversion, empty ------------------------------------------------------------
+
+@pytest.mark.parametrize("int_dtype", [np.int32, np.int64])
+def test_lu_factor_integer_input_cast_to_float64(backend, int_dtype, rng):
+    a = rng.integers(-9, 10, size=(60, 60)).astype(int_dtype)
+    saved = a.copy()
+    lu, piv = hybridla.lu_factor(a, backend=backend, nb=16)
+    lu_ref, _ = scipy.linalg.lu_factor(a)
+    assert lu.dtype == lu_ref.dtype == np.float64
+    assert getrf_ratio(a, lu, piv) < THRESH
+    np.testing.assert_array_equal(a, saved)
+
+
+def test_lu_factor_empty_matrix_like_scipy(backend):
+    a = np.empty((0, 0))
+    lu, piv = hybridla.lu_factor(a, backend=backend)
+    lu_ref, piv_ref = scipy.linalg.lu_factor(a)
+    assert lu.shape == lu_ref.shape == (0, 0)
+    assert lu.dtype == lu_ref.dtype
+    assert piv.shape == piv_ref.shape == (0,)
+    assert piv.dtype == piv_ref.dtype == np.int32
+
+
+# -- property test ----------------------------------------------------------------------
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(m=st.integers(1, 40), n=st.integers(1, 40), nb=st.sampled_from([2, 3, 5, 8]),
+       lookahead=st.sampled_from([0, 1, 2]), seed=st.integers(0, 2**32 - 1))
+def test_lu_factor_property_random_shapes(backend, m, n, nb, lookahead, seed):
+    a = np.asfortranarray(np.random.default_rng(seed).standard_normal((m, n)))
+    lu, piv = hybridla.lu_factor(a, backend=backend, nb=nb, lookahead=lookahead)
+    assert getrf_ratio(a, lu, piv) < THRESH
+    np.testing.assert_array_equal(piv, scipy_getrf(a)[1])
+
+
+# -- trace ------------------------------------------------------------------------------
+
+def test_lu_factor_writes_chrome_trace(backend, tmp_path, rng):
+    n, nb = 100, 32
+    steps = math.ceil(n / nb)
+    a = fortran_random(n, n, np.float64, rng)
+    path = tmp_path / "t.json"
+    lu, piv = hybridla.lu_factor(a, backend=backend, nb=nb, trace=path)
+    assert getrf_ratio(a, lu, piv) < THRESH
+    data = json.loads(path.read_text())
+    events = [e for e in data["traceEvents"] if e.get("ph") == "X"]
+    assert len(events) >= steps
+    step_of = [e.get("args", {}).get("step") for e in events]
+    assert len({s for s in step_of if s is not None}) >= steps, \
+        f"events carry steps {sorted({s for s in step_of if s is not None})}, want {steps}"
+    panel_steps = {s for e, s in zip(events, step_of) if "panel" in e["name"].lower()}
+    assert panel_steps, f"no event named like 'panel' among {sorted({e['name'] for e in events})}"
+    assert len(panel_steps) >= steps, f"panel events for steps {panel_steps}, want {steps}"
+    assert all(e["dur"] >= 0 for e in events)
+
+
+# -- GPU interface ----------------------------------------------------------------------
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64], ids=["float64", "complex64"])
+def test_gpu_lu_factor_returns_device_array_of_input_kind(device_kind, dtype, rng):
+    a = fortran_random(150, 150, dtype, rng)
+    a_dev = to_device(a, device_kind)
+    lu_dev, piv = hybridla.lu_factor(a_dev, backend="cuda", nb=32)
+    assert is_on_device(lu_dev, device_kind), \
+        f"lu is {type(lu_dev)} ({device_kind_of(lu_dev)}), expected a {device_kind} device array"
+    assert isinstance(piv, np.ndarray)
+    lu = to_host(lu_dev)
+    assert lu.shape == a.shape and lu.dtype == np.dtype(dtype)
+    assert getrf_ratio(a, lu, piv) < THRESH
+    _, piv_cpu = hybridla.lu_factor(a, backend="cuda", nb=32)
+    np.testing.assert_array_equal(piv, piv_cpu)
+
+
+@pytest.mark.cuda
+def test_gpu_lu_factor_overwrite_false_leaves_device_input_untouched(device_kind, rng):
+    a = fortran_random(120, 120, np.float64, rng)
+    a_dev = to_device(a, device_kind)
+    lu_dev, piv = hybridla.lu_factor(a_dev, overwrite_a=False, backend="cuda", nb=32)
+    assert to_host(a_dev).tobytes() == a.tobytes(), "overwrite_a=False modified the device input"
+    assert getrf_ratio(a, to_host(lu_dev), piv) < THRESH
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("trans", [0, 1])
+@pytest.mark.parametrize("nrhs", [None, 3], ids=["b1d", "b2d"])
+def test_gpu_lu_solve_device_in_device_out(device_kind, nrhs, trans, rng):
+    n = 130
+    a = fortran_random(n, n, np.float64, rng)
+    b = rng.standard_normal(n if nrhs is None else (n, nrhs))
+    lu_dev, piv = hybridla.lu_factor(to_device(a, device_kind), backend="cuda", nb=32)
+    x_dev = hybridla.lu_solve((lu_dev, piv), to_device(b, device_kind), trans=trans,
+                              backend="cuda")
+    assert is_on_device(x_dev, device_kind), f"x is {type(x_dev)}, expected {device_kind}"
+    x = to_host(x_dev)
+    assert x.shape == b.shape
+    assert solve_backward_error(op(a, trans), x, b) < THRESH
+
+
+@pytest.mark.cuda
+def test_gpu_solve_device_in_device_out(device_kind, rng):
+    n = 130
+    a = fortran_random(n, n, np.float64, rng)
+    b = rng.standard_normal((n, 2))
+    x_dev = hybridla.solve(to_device(a, device_kind), to_device(b, device_kind),
+                           backend="cuda", nb=32)
+    assert is_on_device(x_dev, device_kind), f"x is {type(x_dev)}, expected {device_kind}"
+    assert solve_backward_error(a, to_host(x_dev), b) < THRESH
