@@ -219,14 +219,21 @@ def test_driver_getrf_info_matches_lapack(backend, which, rng):
 
 
 def driver_getrf(a, *, backend, nb):
-    """hybridla.lapack.getrf on a copy of ``a`` (docs/INTERNALS.md: getrf(a, *, plan) ->
-    (lu, piv, info)), with the plan made by hybridla.scheduler.plan.make_plan. The one place
-    that knows how the driver layer is called: adjust it here if that contract changes."""
+    """hybridla.lapack.getrf on a copy of ``a`` (docs/INTERNALS.md: the driver factors a tile
+    store in place and returns (piv, info, trace)); the store comes from the backend, the plan
+    from hybridla.scheduler.plan.make_plan. The one place that knows how the driver layer is
+    called: adjust it here if that contract changes."""
     import hybridla.lapack
     from hybridla.scheduler.plan import make_plan
     ops = hybridla.backend.get_backend(backend)
     plan = make_plan(ops, a.shape[0], a.shape[1], a.dtype, nb=nb)
-    return hybridla.lapack.getrf(np.array(a, order="F", copy=True), plan=plan)
+    work = np.array(a, order="F", copy=True)
+    A = ops.host_matrix(work, work, plan.nb)
+    try:
+        piv, info, _ = hybridla.lapack.getrf(A, plan)
+    finally:
+        A.close()
+    return work, piv, info
 
 
 @pytest.mark.parametrize("which", ["zero_column", "equal_rows"])
