@@ -49,6 +49,7 @@ class CudaLane:
         cublas.set_stream(self.blas, self.stream.handle)
         self.solver = cusolverDn.create()
         cusolverDn.set_stream(self.solver, self.stream.handle)
+
         self._lock = threading.Lock()
 
     def __enter__(self):
@@ -154,8 +155,10 @@ class DeviceMatrix:
         for name in ("host_source", "host_result"):
             array = getattr(self, name)
             if id(array) not in pinned:
-                pinned[id(array)] = drv.register_host_memory(array)
-                self._registered.append(pinned[id(array)])
+                # PyCUDA registers C-contiguous arrays: the F-ordered matrix's flat view is one
+                flat = drv.register_host_memory(array.reshape(-1, order="F"))
+                self._registered.append(flat)
+                pinned[id(array)] = flat.reshape(array.shape, order="F")
             setattr(self, name, pinned[id(array)])
 
     # -- blocks --------------------------------------------------------------------------------
@@ -317,6 +320,7 @@ class CudaBackend:
         self.context = pycuda.autoprimaryctx.context
         self.device = self.context.get_device()
         self.device_name = self.device.name()
+        self.multiprocessors = self.device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
         module = SourceModule(_kernel_source("laswp.cu"), no_extern_c=True, options=["-O3"])
         self._laswp = {size: module.get_function(f"laswp_{size}") for size in (4, 8, 16)}
         self._pivots_to_global = module.get_function("pivots_to_global")
@@ -341,6 +345,15 @@ class CudaBackend:
                 finally:
                     drv.Context.pop()
             return self._lanes[name]
+
+    def begin_run(self):
+        """Settings read at the start of each run. PyCUDA cannot make priority streams, so the
+        critical path (panels, look-ahead columns) would queue behind the trailing GEMM's blocks;
+        instead the bulk update's cuBLAS calls leave `device.panel_sms` multiprocessors to it."""
+        reserved = int(_config_get("device.panel_sms") or 0)
+        lane = self.lane("gpu:update")
+        cublas.set_sm_count_target(lane.blas, max(self.multiprocessors - reserved, 0)
+                                   if reserved else 0)
 
     def synchronize(self):
         self.context.push()
@@ -453,7 +466,8 @@ class CudaBackend:
             flag = drv.mem_alloc(4)
             drv.memset_d32(flag, 0, 1)
             self._nonfinite[real_size](np.intp(ptr), np.int64(max(ld, 1)), np.int64(rows),
-                                       np.int64(cols), flag, block=(256, 1, 1), grid=(1024, 1))
+                                       np.int64(cols), flag, block=(256, 1, 1),
+                                       grid=(min(-(-rows // 256), 8), min(cols, 65535)))
             result = np.zeros(1, np.int32)
             drv.memcpy_dtoh(result, flag)
             flag.free()

@@ -76,6 +76,9 @@ class HostBackend:
     def host_wait(events):
         pass
 
+    def begin_run(self):
+        pass
+
     def synchronize(self):
         pass
 

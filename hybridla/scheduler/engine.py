@@ -14,8 +14,8 @@ from __future__ import annotations
 import threading
 import time
 
-import dask
 import dask.threaded
+from dask.task_spec import Task as DaskTask, TaskRef
 
 from .trace import Trace
 
@@ -91,13 +91,16 @@ def run(graph, backend, *, workers: int = 4, trace: Trace | None = None, progres
     trace = trace if trace is not None else Trace()
     state = _Run(graph, backend, trace)
     state.progress = progress
+    backend.begin_run()
     if backend.has_device:
         backend.synchronize()  # a clean origin for the device clock (not inside the run)
         origin_lane = backend.lane("gpu:update")
         with origin_lane:
             state.origin_event = origin_lane.record()
     state.origin_time = time.perf_counter()
-    dsk = {("task", t.index): (state.execute, t.index, *[("task", d) for d in t.deps])
+    # task-spec objects directly: Dask's conversion of legacy tuples costs more than running them
+    dsk = {("task", t.index): DaskTask(("task", t.index), state.execute, t.index,
+                                       *[TaskRef(("task", d)) for d in t.deps])
            for t in graph.tasks}
     try:
         if dsk:

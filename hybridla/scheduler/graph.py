@@ -67,7 +67,12 @@ class TaskGraph:
             for earlier, index, earlier_write in self._live.get(region.resource, ()):
                 if (is_write or earlier_write) and region.overlaps(earlier):
                     deps.add(index)
-        task.deps = sorted(deps)
+        # an edge implied by another (d is already a dependency of one of the others) only costs
+        # the scheduler time: keep the direct ones
+        implied = set()
+        for d in deps:
+            implied.update(self.tasks[d].deps)
+        task.deps = sorted(deps - implied)
         for region, is_write in [(r, False) for r in reads] + [(w, True) for w in writes]:
             live = self._live.setdefault(region.resource, [])
             if is_write:

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Tuning sweep for getrf on the GPU machine: hybridla variants (nb, look-ahead, SMs left to the
+panel, host-memory pinning) against cuSOLVER, in one process, one row per variant.
+
+    python3 perf/sweep.py --n 32768 --nb 512 768 --panel-sms 0 16 32 [--cpu-interface]
+"""
+import argparse
+import itertools
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+
+import bench  # noqa: E402  (cuSOLVER baseline and helpers)
+import hybridla  # noqa: E402
+from flops import getrf_flops  # noqa: E402
+
+
+def median_time(fn, setup, repeat):
+    times = []
+    for _ in range(repeat):
+        arg = setup()
+        bench.cupy_sync()
+        t0 = time.perf_counter()
+        fn(arg)
+        bench.cupy_sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--n", type=int, nargs="+", default=[32768])
+    p.add_argument("--nb", type=int, nargs="+", default=[512])
+    p.add_argument("--lookahead", type=int, nargs="+", default=[1])
+    p.add_argument("--panel-sms", type=int, nargs="+", default=[16])
+    p.add_argument("--panel", default="gpu")
+    p.add_argument("--register", type=int, nargs="+", default=[0])
+    p.add_argument("--cpu-interface", action="store_true")
+    p.add_argument("--repeat", type=int, default=2)
+    a = p.parse_args()
+    cp = bench._cupy()
+    print("| n | interface | nb | look-ahead | panel SMs | pin host | time s | TFLOP/s | vs cuSOLVER |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    for n in a.n:
+        host = np.asfortranarray(np.random.default_rng(0).standard_normal((n, n)))
+        d_a = cp.empty((n, n), order="F")
+        flops = getrf_flops(n, n, np.float64)
+        setup = lambda: d_a.set(host) or d_a  # noqa: E731
+        bench.cusolver_getrf(setup())  # warm-up
+        base = median_time(bench.cusolver_getrf, setup, a.repeat)
+        print(f"| {n} | cuSOLVER | | | | | {base:.4f} | {flops / base / 1e12:.1f} | 1.00 |", flush=True)
+        for nb, la, sms, reg in itertools.product(a.nb, a.lookahead, a.panel_sms, a.register):
+            with hybridla.config.set({"device.panel_sms": sms, "device.register_host": bool(reg)}):
+                run = lambda x: hybridla.lu_factor(x, overwrite_a=True, check_finite=False,  # noqa: E731
+                                                   backend="cuda", nb=nb, lookahead=la,
+                                                   panel=a.panel)
+                if not reg:
+                    run(setup())
+                    t = median_time(run, setup, a.repeat)
+                    print(f"| {n} | GPU | {nb} | {la} | {sms} | | {t:.4f} | {flops / t / 1e12:.1f} | "
+                          f"{base / t:.2f} |", flush=True)
+                if a.cpu_interface:
+                    work = np.empty_like(host, order="F")
+                    t = median_time(run, lambda: (np.copyto(work, host), work)[1], a.repeat)
+                    print(f"| {n} | CPU | {nb} | {la} | {sms} | {reg} | {t:.4f} | "
+                          f"{flops / t / 1e12:.1f} | {base / t:.2f} |", flush=True)
+        del d_a
+        bench.release_device_memory()
+
+
+if __name__ == "__main__":
+    main()
