@@ -33,6 +33,21 @@ def median_time(fn, setup, repeat):
     return statistics.median(times)
 
 
+def idle_share(run, setup, path):
+    """One traced run: the share of the call's wall time in which no GPU lane worked. Everything
+    the host does (validation, planning, recording the graph, Dask, Python, waiting) that is not
+    hidden behind GPU work shows up here: that is our measure of scheduler + Python overhead."""
+    from hybridla.scheduler.trace import Trace
+    arg = setup()
+    bench.cupy_sync()
+    t0 = time.perf_counter()
+    run(arg, path)
+    bench.cupy_sync()
+    wall = time.perf_counter() - t0
+    busy = Trace.load(path).summary()["gpu_busy"]
+    return wall, (wall - busy) / wall
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--n", type=int, nargs="+", default=[32768])
@@ -43,10 +58,12 @@ def main():
     p.add_argument("--register", type=int, nargs="+", default=[0])
     p.add_argument("--cpu-interface", action="store_true")
     p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--trace-dir", default=None, help="trace each variant's last run; report idle")
     a = p.parse_args()
     cp = bench._cupy()
-    print("| n | interface | nb | look-ahead | panel SMs | pin host | time s | TFLOP/s | vs cuSOLVER |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| n | interface | nb | look-ahead | panel SMs | pin host | time s | TFLOP/s | vs cuSOLVER "
+          "| GPU idle share of wall (traced run) |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in a.n:
         host = np.asfortranarray(np.random.default_rng(0).standard_normal((n, n)))
         d_a = cp.empty((n, n), order="F")
@@ -57,19 +74,30 @@ def main():
         print(f"| {n} | cuSOLVER | | | | | {base:.4f} | {flops / base / 1e12:.1f} | 1.00 |", flush=True)
         for nb, la, sms, reg in itertools.product(a.nb, a.lookahead, a.panel_sms, a.register):
             with hybridla.config.set({"device.panel_sms": sms, "device.register_host": bool(reg)}):
-                run = lambda x: hybridla.lu_factor(x, overwrite_a=True, check_finite=False,  # noqa: E731
-                                                   backend="cuda", nb=nb, lookahead=la,
-                                                   panel=a.panel)
+                def run(x, trace=None):
+                    return hybridla.lu_factor(x, overwrite_a=True, check_finite=False,
+                                              backend="cuda", nb=nb, lookahead=la, panel=a.panel,
+                                              trace=trace)
+
+                def traced(setup_fn, iface):
+                    if not a.trace_dir:
+                        return ""
+                    path = f"{a.trace_dir}/{iface}_{n}_{nb}_{la}_{sms}_{reg}.json"
+                    wall, idle = idle_share(run, setup_fn, path)
+                    return f"{idle:.1%} of {wall:.3f} s"
+
                 if not reg:
                     run(setup())
                     t = median_time(run, setup, a.repeat)
                     print(f"| {n} | GPU | {nb} | {la} | {sms} | | {t:.4f} | {flops / t / 1e12:.1f} | "
-                          f"{base / t:.2f} |", flush=True)
+                          f"{base / t:.2f} | {traced(setup, 'gpu')} |", flush=True)
                 if a.cpu_interface:
                     work = np.empty_like(host, order="F")
-                    t = median_time(run, lambda: (np.copyto(work, host), work)[1], a.repeat)
+                    host_setup = lambda: (np.copyto(work, host), work)[1]  # noqa: E731
+                    t = median_time(run, host_setup, a.repeat)
                     print(f"| {n} | CPU | {nb} | {la} | {sms} | {reg} | {t:.4f} | "
-                          f"{flops / t / 1e12:.1f} | {base / t:.2f} |", flush=True)
+                          f"{flops / t / 1e12:.1f} | {base / t:.2f} | {traced(host_setup, 'cpu')} |",
+                          flush=True)
         del d_a
         bench.release_device_memory()
 

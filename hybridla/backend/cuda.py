@@ -8,6 +8,7 @@ download, the end of a factorization).
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 from importlib import resources
 from pathlib import Path
@@ -16,9 +17,10 @@ import numpy as np
 import pycuda.autoprimaryctx  # the primary context, shared with cuBLAS/cuSOLVER, CuPy and PyTorch
 import pycuda.driver as drv
 from nvmath.bindings import cublas, cusolverDn
-from pycuda.compiler import SourceModule
+from pycuda.compiler import compile as compile_cuda
 
 from ..config import get as _config_get
+from . import _driver
 from .host import HostLane
 
 _PREFIX = {np.dtype(np.float32): "s", np.dtype(np.float64): "d",
@@ -39,17 +41,27 @@ def _kernel_source(name: str) -> str:
 
 
 class CudaLane:
-    """A CUDA stream with its own cuBLAS and cuSOLVER handles (handles are not thread-safe, so a
-    lock serializes the worker threads that enqueue on the same lane)."""
+    """A CUDA stream and, for compute lanes, its own cuBLAS and cuSOLVER handles (handles are not
+    thread-safe, so a lock serializes the worker threads that enqueue on the same lane).
+
+    Compute lanes ("gpu:*") get priority streams, made through the driver (PyCUDA's streams have
+    no priority): "gpu:panel", the critical path, the most urgent, so that its kernels' blocks are
+    scheduled ahead of the trailing update's. Copy lanes ("copy:*") are PyCUDA streams, which
+    its 2-D copies need; `handle` is the raw stream either way."""
 
     def __init__(self, name: str, backend: CudaBackend):
         self.name, self.backend = name, backend
-        self.stream = drv.Stream(flags=1)  # non-blocking: no implicit sync with the legacy stream
-        self.blas = cublas.create()
-        cublas.set_stream(self.blas, self.stream.handle)
-        self.solver = cusolverDn.create()
-        cusolverDn.set_stream(self.solver, self.stream.handle)
-
+        if name.startswith("gpu:"):
+            least, greatest = _driver.stream_priority_range()
+            self.stream = None
+            self.handle = _driver.stream_create(greatest if name == "gpu:panel" else least)
+            self.blas = cublas.create()
+            cublas.set_stream(self.blas, self.handle)
+            self.solver = cusolverDn.create()
+            cusolverDn.set_stream(self.solver, self.handle)
+        else:
+            self.stream = drv.Stream(flags=1)  # non-blocking: no sync with the legacy stream
+            self.handle = self.stream.handle
         self._lock = threading.Lock()
 
     def __enter__(self):
@@ -65,12 +77,10 @@ class CudaLane:
     def wait_for(self, events):
         for event in events:
             if event is not None:
-                self.stream.wait_for_event(event)
+                event.make_wait(self.handle)
 
     def record(self):
-        event = drv.Event()
-        event.record(self.stream)
-        return event
+        return _driver.Event().record(self.handle)
 
 
 class DeviceBlock:
@@ -144,22 +154,16 @@ class DeviceMatrix:
             drv.Context.pop()
         self._allocations.clear()
         self._pinned_panels.clear()
-        for registered in self._registered:
-            registered.base.unregister()
+        for pointer in self._registered:
+            _driver.host_unregister(pointer)
         self._registered.clear()
 
     def register_host(self):
         """Pin the host arrays in place (cuMemHostRegister), so that their copies are
         asynchronous DMA at full bandwidth instead of the driver's staged pageable copies."""
-        pinned = {}
-        for name in ("host_source", "host_result"):
-            array = getattr(self, name)
-            if id(array) not in pinned:
-                # PyCUDA registers C-contiguous arrays: the F-ordered matrix's flat view is one
-                flat = drv.register_host_memory(array.reshape(-1, order="F"))
-                self._registered.append(flat)
-                pinned[id(array)] = flat.reshape(array.shape, order="F")
-            setattr(self, name, pinned[id(array)])
+        for array in {id(a): a for a in (self.host_source, self.host_result)}.values():
+            _driver.host_register(array.ctypes.data, array.nbytes)
+            self._registered.append(array.ctypes.data)
 
     # -- blocks --------------------------------------------------------------------------------
     def block(self, r0, r1, c0, c1):
@@ -321,10 +325,13 @@ class CudaBackend:
         self.device = self.context.get_device()
         self.device_name = self.device.name()
         self.multiprocessors = self.device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
-        module = SourceModule(_kernel_source("laswp.cu"), no_extern_c=True, options=["-O3"])
-        self._laswp = {size: module.get_function(f"laswp_{size}") for size in (4, 8, 16)}
-        self._pivots_to_global = module.get_function("pivots_to_global")
-        self._nonfinite = {size: module.get_function(f"nonfinite_{size}") for size in (4, 8)}
+        # compiled once per process (PyCUDA caches the cubin on disk too)
+        self.context.push()
+        try:
+            self.kernels = _driver.Module(compile_cuda(_kernel_source("laswp.cu"),
+                                                       no_extern_c=True, options=["-O3"]))
+        finally:
+            drv.Context.pop()
         self._lanes = {}
         self._lanes_lock = threading.Lock()
         self._allocated = 0
@@ -433,11 +440,10 @@ class CudaBackend:
             raise ValueError(f"a device array must have unit stride along one axis; got shape "
                              f"{(m, n)} with strides {strides} (bytes)")
         out = DeviceArray(self, (m, n), dtype)
-        with lane:
-            if column_major:
-                self.copy_device(lane, ptr, max(strides[1] // itemsize, 1), out.ptr, out.ld, m, n,
-                                 itemsize)
-            else:
+        if column_major:
+            self.copy_device(ptr, max(strides[1] // itemsize, 1), out.ptr, out.ld, m, n, itemsize)
+        else:
+            with lane:
                 self.geam_transpose(lane, ptr, max(strides[0] // itemsize, 1), out.ptr, out.ld,
                                     m, n, dtype)
         A = self.matrix(m, n, dtype, nb, device_ptr=out.ptr, ld=out.ld)
@@ -465,9 +471,11 @@ class CudaBackend:
         try:
             flag = drv.mem_alloc(4)
             drv.memset_d32(flag, 0, 1)
-            self._nonfinite[real_size](np.intp(ptr), np.int64(max(ld, 1)), np.int64(rows),
-                                       np.int64(cols), flag, block=(256, 1, 1),
-                                       grid=(min(-(-rows // 256), 8), min(cols, 65535)))
+            self.kernels.launch(f"nonfinite_{real_size}", (min(-(-rows // 256), 8),
+                                min(cols, 65535)), (256,), 0, ctypes.c_void_p(ptr),
+                                ctypes.c_longlong(max(ld, 1)), ctypes.c_longlong(rows),
+                                ctypes.c_longlong(cols), ctypes.c_void_p(int(flag)))
+            self.context.synchronize()
             result = np.zeros(1, np.int32)
             drv.memcpy_dtoh(result, flag)
             flag.free()
@@ -481,11 +489,11 @@ class CudaBackend:
         out = DeviceArray(self, (m, n), dtype)
         lane = self.lane("gpu:update")
         self.synchronize()
-        with lane:
-            if strides[0] == dtype.itemsize or n <= 1:
-                self.copy_device(lane, ptr, max(strides[1] // dtype.itemsize, m, 1), out.ptr,
-                                 out.ld, m, n, dtype.itemsize)
-            else:
+        if strides[0] == dtype.itemsize or n <= 1:
+            self.copy_device(ptr, max(strides[1] // dtype.itemsize, m, 1), out.ptr, out.ld, m, n,
+                             dtype.itemsize)
+        else:
+            with lane:
                 self.geam_transpose(lane, ptr, strides[0] // dtype.itemsize, out.ptr, out.ld,
                                     m, n, dtype)
         self.synchronize()
@@ -507,19 +515,20 @@ class CudaBackend:
         getrf(lane.solver, panel.rows, panel.cols, panel.ptr, panel.ld, work, piv_ptr,
               int(A.info_dev) + step * 4)
         count = c1 - c0
-        self._pivots_to_global(np.intp(piv_ptr), np.int32(count), np.int32(r0),
-                               block=(256, 1, 1), grid=(-(-count // 256), 1), stream=lane.stream)
+        self.kernels.launch("pivots_to_global", (-(-count // 256),), (256,), lane.handle,
+                            ctypes.c_void_p(piv_ptr), ctypes.c_int(count), ctypes.c_int(r0))
 
     def laswp(self, lane, A: DeviceMatrix, c0, c1, k0, k1, forward=True, pivots_of=None):
         """Apply the interchanges of pivots k0..k1-1 (global rows) to columns c0:c1."""
         ncols = c1 - c0
         if ncols <= 0 or k1 <= k0:
             return
-        pivots = (pivots_of or A).pivots_dev
-        self._laswp[A.itemsize](np.intp(A.ptr + c0 * A.ld * A.itemsize), np.int64(A.ld),
-                                np.int32(ncols), pivots, np.int32(k0), np.int32(k1),
-                                np.int32(1 if forward else 0), block=(_LASWP_THREADS, 1, 1),
-                                grid=(-(-ncols // _LASWP_THREADS), 1), stream=lane.stream)
+        pivots = int((pivots_of or A).pivots_dev)
+        self.kernels.launch(f"laswp_{A.itemsize}", (-(-ncols // _LASWP_THREADS),),
+                            (_LASWP_THREADS,), lane.handle,
+                            ctypes.c_void_p(A.ptr + c0 * A.ld * A.itemsize), ctypes.c_longlong(A.ld),
+                            ctypes.c_int(ncols), ctypes.c_void_p(pivots), ctypes.c_int(k0),
+                            ctypes.c_int(k1), ctypes.c_int(1 if forward else 0))
 
     def trsm(self, lane, side, uplo, trans, diag, alpha, T: DeviceBlock, B: DeviceBlock):
         if B.size == 0:
@@ -545,7 +554,8 @@ class CudaBackend:
         geam(lane.blas, _OP["T"], _OP["N"], rows, cols, one, src_ptr, src_ld, zero, dst_ptr,
              dst_ld, dst_ptr, dst_ld)
 
-    def copy_device(self, lane, src_ptr, src_ld, dst_ptr, dst_ld, rows, cols, itemsize):
+    def copy_device(self, src_ptr, src_ld, dst_ptr, dst_ld, rows, cols, itemsize):
+        """A device-to-device 2-D copy, finished when this returns (used before a run starts)."""
         copy = drv.Memcpy2D()
         copy.set_src_device(src_ptr)
         copy.src_pitch = src_ld * itemsize
@@ -553,7 +563,11 @@ class CudaBackend:
         copy.dst_pitch = dst_ld * itemsize
         copy.width_in_bytes = rows * itemsize
         copy.height = cols
-        copy(lane.stream)
+        self.context.push()
+        try:
+            copy()
+        finally:
+            drv.Context.pop()
 
     def _scalar(self, dtype, value):
         """A host pointer to the scalar (cuBLAS's default pointer mode), kept alive by the backend."""

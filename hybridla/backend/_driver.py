@@ -1,0 +1,113 @@
+"""The few CUDA driver calls PyCUDA does not offer, through ctypes on the driver library PyCUDA
+already loaded: streams with priorities (PyCUDA's Stream has none, and without them the panel
+queues behind the trailing update's GEMM blocks), events on such streams, kernel launches on
+them, and pinning memory that is not C-contiguous (a Fortran-ordered NumPy matrix) in place.
+Every call's status is checked."""
+from __future__ import annotations
+
+import ctypes
+
+_cuda = ctypes.CDLL("libcuda.so.1")
+_CU_EVENT_DEFAULT = 0
+_CU_STREAM_NON_BLOCKING = 1
+
+
+class CudaDriverError(RuntimeError):
+    pass
+
+
+def _check(status, what):
+    if status != 0:
+        name = ctypes.c_char_p()
+        _cuda.cuGetErrorName(status, ctypes.byref(name))
+        raise CudaDriverError(f"{what} failed: {name.value.decode() if name.value else status}")
+
+
+def stream_priority_range() -> tuple[int, int]:
+    """(least, greatest) priority; numerically lower is more urgent."""
+    least, greatest = ctypes.c_int(), ctypes.c_int()
+    _check(_cuda.cuCtxGetStreamPriorityRange(ctypes.byref(least), ctypes.byref(greatest)),
+           "cuCtxGetStreamPriorityRange")
+    return least.value, greatest.value
+
+
+def stream_create(priority: int) -> int:
+    handle = ctypes.c_void_p()
+    _check(_cuda.cuStreamCreateWithPriority(ctypes.byref(handle), _CU_STREAM_NON_BLOCKING,
+                                            ctypes.c_int(priority)), "cuStreamCreateWithPriority")
+    return handle.value
+
+
+class Event:
+    """A CUDA event recorded on a stream given by its raw handle."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self):
+        handle = ctypes.c_void_p()
+        _check(_cuda.cuEventCreate(ctypes.byref(handle), _CU_EVENT_DEFAULT), "cuEventCreate")
+        self.handle = handle.value
+
+    def record(self, stream: int) -> "Event":
+        _check(_cuda.cuEventRecord(ctypes.c_void_p(self.handle), ctypes.c_void_p(stream)),
+               "cuEventRecord")
+        return self
+
+    def make_wait(self, stream: int) -> None:
+        """Work enqueued on `stream` after this call waits for the event (on the device)."""
+        _check(_cuda.cuStreamWaitEvent(ctypes.c_void_p(stream), ctypes.c_void_p(self.handle), 0),
+               "cuStreamWaitEvent")
+
+    def synchronize(self) -> None:
+        _check(_cuda.cuEventSynchronize(ctypes.c_void_p(self.handle)), "cuEventSynchronize")
+
+    def time_since(self, earlier: "Event") -> float:
+        """Milliseconds from `earlier` to this event (both completed)."""
+        ms = ctypes.c_float()
+        _check(_cuda.cuEventElapsedTime(ctypes.byref(ms), ctypes.c_void_p(earlier.handle),
+                                        ctypes.c_void_p(self.handle)), "cuEventElapsedTime")
+        return ms.value
+
+    def __del__(self):
+        if self.handle and _cuda is not None:
+            _cuda.cuEventDestroy_v2(ctypes.c_void_p(self.handle))
+
+
+class Module:
+    """A compiled CUDA module (cubin from pycuda.compiler.compile) whose kernels launch on raw
+    stream handles."""
+
+    def __init__(self, cubin: bytes):
+        self._image = ctypes.create_string_buffer(cubin)
+        handle = ctypes.c_void_p()
+        _check(_cuda.cuModuleLoadData(ctypes.byref(handle), self._image), "cuModuleLoadData")
+        self.handle = handle.value
+        self._functions = {}
+
+    def function(self, name: str):
+        if name not in self._functions:
+            fn = ctypes.c_void_p()
+            _check(_cuda.cuModuleGetFunction(ctypes.byref(fn), ctypes.c_void_p(self.handle),
+                                             name.encode()), f"cuModuleGetFunction({name})")
+            self._functions[name] = fn.value
+        return self._functions[name]
+
+    def launch(self, name, grid, block, stream: int, *args):
+        """Launch kernel `name`; args are ctypes values (c_void_p, c_int, c_longlong, ...)."""
+        params = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p)
+                                                 for a in args])
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        block = tuple(block) + (1,) * (3 - len(block))
+        _check(_cuda.cuLaunchKernel(ctypes.c_void_p(self.function(name)), *map(ctypes.c_uint, grid),
+                                    *map(ctypes.c_uint, block), ctypes.c_uint(0),
+                                    ctypes.c_void_p(stream), params, None), f"launch {name}")
+
+
+def host_register(pointer: int, nbytes: int) -> None:
+    """Page-lock existing host memory in place (cuMemHostRegister), for true async DMA."""
+    _check(_cuda.cuMemHostRegister_v2(ctypes.c_void_p(pointer), ctypes.c_size_t(nbytes), 0),
+           "cuMemHostRegister")
+
+
+def host_unregister(pointer: int) -> None:
+    _check(_cuda.cuMemHostUnregister(ctypes.c_void_p(pointer)), "cuMemHostUnregister")
