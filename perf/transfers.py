@@ -70,6 +70,40 @@ def main():
     t0 = time.perf_counter()
     _driver.host_unregister(host.ctypes.data)
     print(f"cuMemHostUnregister:                    {(time.perf_counter()-t0)*1e3:8.1f} ms")
+    # Can one copy span two registrations, or a registered and an unregistered range? And does
+    # pinning in parallel threads go faster? (What a chunked, overlapped pinning would need.)
+    half = (host.nbytes // 2) // 4096 * 4096
+    base = host.ctypes.data
+    flat = host.reshape(-1, order="F")
+    for label, ranges in [("two registrations", [(0, half), (half, host.nbytes)]),
+                          ("half registered", [(0, half)])]:
+        for lo, hi in ranges:
+            _driver.host_register(base + lo, hi - lo)
+        for what, fn in [("1-D H2D", lambda: drv.memcpy_htod_async(dev, flat, stream)),
+                         ("2-D D2H", lambda: copy2d(dev, host, n, n, 0, nb, n, False, stream))]:
+            try:
+                t = timed(fn, 1)
+                print(f"copy spanning {label}, {what}: ok, {t*1e3:.1f} ms")
+            except Exception as exc:
+                print(f"copy spanning {label}, {what}: {type(exc).__name__}: {exc}")
+        for lo, hi in ranges:
+            _driver.host_unregister(base + lo)
+    import threading
+    quarter = (host.nbytes // 4) // 4096 * 4096
+    bounds = [0, quarter, 2 * quarter, 3 * quarter, host.nbytes]
+    ctx = pycuda.autoprimaryctx.context
+
+    def pin(i):
+        ctx.push()
+        _driver.host_register(base + bounds[i], bounds[i + 1] - bounds[i])
+        drv.Context.pop()
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=pin, args=(i,)) for i in range(4)]
+    [th.start() for th in threads]
+    [th.join() for th in threads]
+    print(f"cuMemHostRegister in 4 threads:         {(time.perf_counter()-t0)*1e3:8.1f} ms")
+    for i in range(4):
+        _driver.host_unregister(base + bounds[i])
     dev.free()
 
 

@@ -35,6 +35,7 @@ class HostMatrix:
     def __init__(self, a: np.ndarray, nb: int):
         self.a, self.nb = a, nb
         self.streamed = False  # the matrix is where the work happens: nothing to transfer
+        self.pin = False
         self.m, self.n = a.shape
         self.dtype = a.dtype
         self.pivots = np.zeros(min(self.m, self.n), dtype=np.int32)  # global, 0-based

@@ -54,6 +54,10 @@ def record_getrf(A, plan) -> TaskGraph:
         return Region("A", r0, r1, c0, c1)
 
     if streamed:
+        if A.pin:
+            graph.add("pin", -1, "cpu", lambda lane: A.pin_host(),
+                      writes=[Region("copy:h2d", 0, 1), Region("copy:d2h", 0, 1)],
+                      bytes=m * n * bytes_per_element)
         for c0 in range(0, n, nb):
             c1 = min(c0 + nb, n)
             graph.add("upload", -1, "copy:h2d", functools.partial(A.upload_columns, c0=c0, c1=c1),
