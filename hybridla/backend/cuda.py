@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import warnings
 from importlib import resources
 from pathlib import Path
 
@@ -151,27 +152,32 @@ class DeviceMatrix:
         try:
             for allocation in self._allocations:
                 self.backend.free(allocation)
+            for pointer in self._registered:
+                _driver.host_unregister(pointer)
         finally:
             drv.Context.pop()
         self._allocations.clear()
-        self._pinned_panels.clear()
-        for pointer in self._registered:
-            _driver.host_unregister(pointer)
         self._registered.clear()
+        self._pinned_panels.clear()
 
     def pin_host(self):
-        """Pin the host matrix in place (cuMemHostRegister, one range: a copy may not span two),
-        so that its uploads, and its downloads when factoring in place, are asynchronous DMA at
-        full bandwidth (55 GB/s up, 33 down measured, against 8-14 pageable). It costs about
-        25 ms per GB here; memory the driver will not pin is copied the pageable way."""
-        for array in {id(a): a for a in (self.host_source, self.host_result)}.values():
-            if array is self.host_result and array is not self.host_source:
-                continue  # a fresh result array has no pages yet: pinning would fault them all in
-            try:
-                _driver.host_register(array.ctypes.data, array.nbytes)
-                self._registered.append(array.ctypes.data)
-            except _driver.CudaDriverError:
-                pass
+        """Pin the host matrix in place (cuMemHostRegister, one range: a copy may not span two
+        registrations, nor a pinned and an unpinned range), so that its uploads, and its
+        downloads when factoring in place, are asynchronous DMA at full bandwidth (55 GB/s up,
+        33 down measured, against 9 and 13 pageable). It costs about 26 ms per GB to pin and
+        15 to unpin (perf/transfers.py). A matrix the driver will not pin is copied pageable."""
+        array = self.host_source
+        self.backend.context.push()  # this runs in a Dask worker thread
+        try:
+            _driver.host_register(array.ctypes.data, array.nbytes)
+            self._registered.append(array.ctypes.data)
+        except _driver.CudaDriverError as exc:
+            warnings.warn(f"could not pin the host matrix ({exc}); its copies will be slower",
+                          RuntimeWarning, stacklevel=2)
+        finally:
+            drv.Context.pop()
+        # a fresh result array (overwrite_a=False) is not pinned: it has no pages yet, and
+        # pinning would fault all of them in before the first copy
 
     # -- blocks --------------------------------------------------------------------------------
     def block(self, r0, r1, c0, c1):
