@@ -23,6 +23,7 @@ from pycuda.compiler import compile as compile_cuda
 from ..config import get as _config_get
 from . import _driver
 from .host import HostLane
+from .pinning import plan_pieces, split_at_cuts
 
 _PREFIX = {np.dtype(np.float32): "s", np.dtype(np.float64): "d",
            np.dtype(np.complex64): "c", np.dtype(np.complex128): "z"}
@@ -138,7 +139,8 @@ class DeviceMatrix:
         self._pinned_panels = {}
         self._pinned_pivots = None  # allocated with the first CPU panel (pinning costs time)
         self._registered = []  # host page ranges pinned by this store, unpinned by `close`
-        self.pin = False  # pin the host matrix before its first upload (CPU interface)
+        self.pin = False  # pin the host matrix as it uploads (CPU interface)
+        self.pin_ranges, self.pin_cuts = [], []
 
     # -- memory --------------------------------------------------------------------------------
     def _alloc(self, nbytes):
@@ -160,24 +162,27 @@ class DeviceMatrix:
         self._registered.clear()
         self._pinned_panels.clear()
 
-    def pin_host(self):
-        """Pin the host matrix in place (cuMemHostRegister, one range: a copy may not span two
-        registrations, nor a pinned and an unpinned range), so that its uploads, and its
-        downloads when factoring in place, are asynchronous DMA at full bandwidth (55 GB/s up,
-        33 down measured, against 9 and 13 pageable). It costs about 26 ms per GB to pin and
-        15 to unpin (perf/transfers.py). A matrix the driver will not pin is copied pageable."""
-        array = self.host_source
-        self.backend.context.push()  # this runs in a Dask worker thread
+    # -- pinning the host matrix in pieces (see pinning.py) -----------------------------------
+    def plan_pin_pieces(self, pieces: int):
+        """Cut the host source into `pieces` pinned ranges; returns each one's first block column."""
+        first_blocks, self.pin_ranges, self.pin_cuts = plan_pieces(
+            self.host_source.ctypes.data, self.host_source.nbytes, self.m, self.n, self.nb,
+            self.itemsize, pieces)
+        return first_blocks
+
+    def pin_piece(self, piece: int):
+        """Pin one piece (runs in a Dask worker: the context is pushed here). A piece the driver
+        will not pin is copied pageable; the cuts keep every copy on one side of it."""
+        lo, hi = self.pin_ranges[piece]
+        self.backend.context.push()
         try:
-            _driver.host_register(array.ctypes.data, array.nbytes)
-            self._registered.append(array.ctypes.data)
+            _driver.host_register(lo, hi - lo)
+            self._registered.append(lo)
         except _driver.CudaDriverError as exc:
-            warnings.warn(f"could not pin the host matrix ({exc}); its copies will be slower",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(f"could not pin part of the host matrix ({exc}); its copies will be "
+                          f"slower", RuntimeWarning, stacklevel=2)
         finally:
             drv.Context.pop()
-        # a fresh result array (overwrite_a=False) is not pinned: it has no pages yet, and
-        # pinning would fault all of them in before the first copy
 
     # -- blocks --------------------------------------------------------------------------------
     def block(self, r0, r1, c0, c1):
@@ -187,7 +192,15 @@ class DeviceMatrix:
     # -- host <-> device -----------------------------------------------------------------------
     def _copy2d(self, lane, r0, r1, c0, c1, to_device, host_array=None):
         """Rows r0:r1 x columns c0:c1 between the device matrix and a host array: the user's
-        (same coordinates) or a panel buffer (whose element (0, 0) is the block's first)."""
+        (same coordinates; cut where its pinned pieces meet) or a panel buffer (whose element
+        (0, 0) is the block's first)."""
+        if host_array is None and self.pin_cuts:
+            for piece in split_at_cuts(r0, r1, c0, c1, self.m, self.pin_cuts):
+                self._copy2d_piece(lane, *piece, to_device)
+        else:
+            self._copy2d_piece(lane, r0, r1, c0, c1, to_device, host_array)
+
+    def _copy2d_piece(self, lane, r0, r1, c0, c1, to_device, host_array=None):
         copy = drv.Memcpy2D()
         device_ptr = self.ptr + (r0 + c0 * self.ld) * self.itemsize
         if host_array is None:

@@ -41,6 +41,14 @@ class CostModel:
     def gpu_update(self, flops) -> float:
         return self._seconds(flops, "gpu_gemm_gflops")
 
+    def upload_seconds(self, nbytes, pinned) -> float:
+        """Time to bring a host matrix up: pinned, the pinning and the DMA overlap piece by
+        piece, so the slower of the two; pageable, the driver's staged copy."""
+        if not pinned:
+            return nbytes / (self.table.get("h2d_pageable_gbps", self.table["h2d_gbps"]) * 1e9)
+        return nbytes / (min(self.table.get("pin_gbps", self.table["h2d_gbps"]),
+                             self.table["h2d_gbps"]) * 1e9)
+
     def place_panel(self, rows, cols, hiding_update_flops) -> str:
         cpu_delay = max(0.0, self.cpu_panel(rows, cols) - self.gpu_update(hiding_update_flops))
         return "cpu" if cpu_delay < self.gpu_panel(rows, cols) else "gpu"
@@ -61,6 +69,7 @@ class Plan:
     cost: CostModel | None = None
     trace_path: str | None = None
     progress: bool = False  # show a progress bar (tqdm) over the tasks
+    pin_pieces: int = 8  # a host-resident matrix is pinned in this many pieces as it uploads
 
     def panel_placement(self, rows, cols, hiding_update_flops) -> str:
         """Where this step's panel runs: always the CPU on the host backend."""

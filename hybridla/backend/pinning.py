@@ -1,0 +1,60 @@
+"""Pinning a host matrix in pieces, and cutting host copies where the pieces meet.
+
+Copies from pinned memory are asynchronous DMA at full bandwidth (55 GB/s up, 33 down, measured
+on an H200), against 9 and 13 from pageable memory; pinning costs about 26 ms per GB and unpinning
+15 (perf/transfers.py). Pinning in pieces lets the first block columns upload while later pieces
+are still being pinned. The driver refuses a copy that spans two pinned ranges, or a pinned and an
+unpinned one (measured: "invalid argument"), so every host copy is cut at the pieces' boundaries.
+Pure arithmetic on addresses: no CUDA here, so it is tested on any machine.
+"""
+from __future__ import annotations
+
+PAGE = 4096
+
+
+def plan_pieces(base: int, nbytes: int, m: int, n: int, nb: int, itemsize: int, pieces: int):
+    """Cut the column-major m x n array at address `base` into page-aligned ranges starting near
+    block-column boundaries. Returns (first block column of each piece, [(lo, hi) address ranges],
+    cuts: the element offsets from `base` where each piece after the first begins)."""
+    blocks = -(-n // nb)
+    if base % itemsize:  # cuts would fall inside an element: pin in one piece
+        pieces = 1
+    candidates = sorted({round(j * blocks / pieces) for j in range(max(1, min(pieces, blocks)))})
+    first_blocks, starts = [0], [base // PAGE * PAGE]
+    for block in candidates[1:]:
+        start = (base + block * nb * m * itemsize) // PAGE * PAGE
+        if start > starts[-1]:  # pieces smaller than a page merge with the one before
+            first_blocks.append(block)
+            starts.append(start)
+    ranges = list(zip(starts, starts[1:] + [-(-(base + nbytes) // PAGE) * PAGE]))
+    cuts = [(lo - base) // itemsize for lo, _ in ranges[1:]]
+    return first_blocks, ranges, cuts
+
+
+def split_at_cuts(r0, r1, c0, c1, m, cuts):
+    """Cut the copy of rows r0:r1 x columns c0:c1 of a column-major m-row array so that no piece
+    crosses a cut (an element offset where another pinned range begins). Yields (r0, r1, c0, c1)
+    rectangles that together cover the copy exactly once."""
+    column = c0
+    for cut in cuts:
+        c, row = divmod(cut, m)
+        if c < column or c >= c1:
+            continue
+        if c > column:
+            yield r0, r1, column, c
+        if row > r0:
+            yield r0, min(r1, row), c, c + 1
+        if row < r1:
+            yield max(r0, row), r1, c, c + 1
+        column = c + 1
+    if column < c1:
+        yield r0, r1, column, c1
+
+
+def pieces_touched(block: int, first_blocks: list[int]) -> tuple[int, int]:
+    """The pieces (first, last) that the bytes of block column `block` lie in: its own, and the
+    next one too when it is its piece's last block (the next range starts on the page boundary
+    just before the block's end)."""
+    own = max(p for p, start in enumerate(first_blocks) if start <= block)
+    reaches_next = own + 1 < len(first_blocks) and first_blocks[own + 1] == block + 1
+    return own, own + 1 if reaches_next else own
