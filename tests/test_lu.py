@@ -477,3 +477,24 @@ def test_gpu_solve_device_in_device_out(device_kind, rng):
                            backend="cuda", nb=32)
     assert is_on_device(x_dev, device_kind), f"x is {type(x_dev)}, expected {device_kind}"
     assert solve_backward_error(a, to_host(x_dev), b) < THRESH
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("overwrite", [True, False])
+def test_cpu_interface_pinned_streaming(overwrite):
+    """A host matrix large enough to be pinned (device.pin_min_bytes) is pinned in pieces while
+    it uploads and its factors stream back: the result must be LAPACK-accurate and the input
+    untouched unless overwritten."""
+    if "cuda" not in hybridla.backend.available_backends():
+        pytest.skip("needs the cuda backend")
+    n = 2944  # 69 MB in float64: over the 64 MiB pinning threshold
+    a = np.asfortranarray(np.random.default_rng(7).standard_normal((n, n)))
+    saved = a.copy(order="F")
+    lu, piv = hybridla.lu_factor(a, overwrite_a=overwrite, backend="cuda", nb=256)
+    ref_lu, ref_piv = scipy.linalg.lu_factor(saved)
+    assert (piv == ref_piv).all()
+    assert np.abs(lu - ref_lu).max() <= 1e-8 * np.abs(ref_lu).max()
+    assert np.shares_memory(lu, a) == overwrite
+    if not overwrite:
+        assert np.array_equal(a, saved)
+    assert hybridla.backend.get_backend("cuda").allocated_bytes() == 0

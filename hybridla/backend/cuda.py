@@ -441,7 +441,12 @@ class CudaBackend:
         """The device working matrix for a host-resident input (CPU interface): streamed up from
         `source`, the factors streamed down into `result` (F-ordered, possibly the same array)."""
         A = self.matrix(*source.shape, source.dtype, nb, host_source=source, host_result=result)
-        A.pin = bool(_config_get("device.register_host"))
+        # Only matrices of whole pages of their own: a small array lives in the heap, sharing
+        # pages with other objects, and pinning those pages made copies fail ("invalid
+        # argument") in the tests on the H200; below this size the copies take milliseconds
+        # anyway. The allocator maps arrays this large on their own pages.
+        A.pin = bool(_config_get("device.register_host")) and \
+            source.nbytes >= int(_config_get("device.pin_min_bytes"))
         return A
 
     def required_bytes(self, m, n, dtype, nb) -> int:
