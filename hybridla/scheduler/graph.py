@@ -20,14 +20,6 @@ class Region:
     c0: int = 0
     c1: int = 1
 
-    def overlaps(self, other: "Region") -> bool:
-        return (self.resource == other.resource and self.r0 < other.r1 and other.r0 < self.r1
-                and self.c0 < other.c1 and other.c0 < self.c1)
-
-    def covers(self, other: "Region") -> bool:
-        return (self.resource == other.resource and self.r0 <= other.r0 and other.r1 <= self.r1
-                and self.c0 <= other.c0 and other.c1 <= self.c1)
-
     @property
     def empty(self) -> bool:
         return self.r1 <= self.r0 or self.c1 <= self.c0
@@ -55,17 +47,21 @@ class Task:
 class TaskGraph:
     def __init__(self):
         self.tasks: list[Task] = []
-        # per resource: the accesses a new task may conflict with, as (region, task index, write)
-        self._live: dict[str, list[tuple[Region, int, bool]]] = {}
+        # per resource: the accesses a new task may conflict with, as
+        # (r0, r1, c0, c1, task index, is a write)
+        self._live: dict[str, list[tuple]] = {}
 
     def add(self, name, step, lane, fn, *, reads=(), writes=(), flops=0.0, bytes=0.0) -> Task:
         reads = tuple(r for r in reads if not r.empty)
         writes = tuple(w for w in writes if not w.empty)
         task = Task(len(self.tasks), name, step, lane, fn, reads, writes, flops, bytes)
+        accesses = [(r, False) for r in reads] + [(w, True) for w in writes]
         deps = set()
-        for region, is_write in [(r, False) for r in reads] + [(w, True) for w in writes]:
-            for earlier, index, earlier_write in self._live.get(region.resource, ()):
-                if (is_write or earlier_write) and region.overlaps(earlier):
+        for region, is_write in accesses:
+            r0, r1, c0, c1 = region.r0, region.r1, region.c0, region.c1
+            # the hot loop of recording: plain tuple comparisons, no method calls
+            for er0, er1, ec0, ec1, index, earlier_write in self._live.get(region.resource, ()):
+                if (is_write or earlier_write) and er0 < r1 and r0 < er1 and ec0 < c1 and c0 < ec1:
                     deps.add(index)
         # an edge implied by another (d is already a dependency of one of the others) only costs
         # the scheduler time: keep the direct ones
@@ -73,13 +69,15 @@ class TaskGraph:
         for d in deps:
             implied.update(self.tasks[d].deps)
         task.deps = sorted(deps - implied)
-        for region, is_write in [(r, False) for r in reads] + [(w, True) for w in writes]:
+        for region, is_write in accesses:
             live = self._live.setdefault(region.resource, [])
             if is_write:
                 # A later task that touches a region this write covers conflicts with this write
                 # and so is ordered after everything this write was ordered after: forget those.
-                live[:] = [entry for entry in live if not region.covers(entry[0])]
-            live.append((region, task.index, is_write))
+                r0, r1, c0, c1 = region.r0, region.r1, region.c0, region.c1
+                live[:] = [e for e in live if not (r0 <= e[0] and e[1] <= r1 and c0 <= e[2]
+                                                   and e[3] <= c1)]
+            live.append((region.r0, region.r1, region.c0, region.c1, task.index, is_write))
         self.tasks.append(task)
         return task
 
