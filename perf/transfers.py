@@ -52,21 +52,20 @@ def main():
     stream = drv.Stream(flags=1)
     gb = n * n * 8 / 1e9
     print(f"matrix {n} x {n} float64: {gb:.2f} GB")
-    t = timed(lambda: drv.memcpy_htod_async(dev, host.reshape(-1, order="F"), stream), 2)
-    print(f"pageable H2D whole matrix (1-D):        {t*1e3:8.1f} ms  {gb/t:6.1f} GB/s")
-    t = timed(lambda: [copy2d(dev, host, n, n, r, min(r + nb, n), n, False, stream)
-                       for r in range(0, n, nb)], 1)
-    print(f"pageable D2H by row blocks of {nb} (2-D): {t*1e3:8.1f} ms  {gb/t:6.1f} GB/s")
+
+    def both_directions(label, repeat):
+        t = timed(lambda: drv.memcpy_htod_async(dev, host.reshape(-1, order="F"), stream), repeat)
+        print(f"{label} H2D whole matrix (1-D):  {t*1e3:8.1f} ms  {gb/t:6.1f} GB/s")
+        t = timed(lambda: [copy2d(dev, host, n, n, r, min(r + nb, n), n, False, stream)
+                           for r in range(0, n, nb)], repeat)
+        print(f"{label} D2H by row blocks of {nb} (2-D): {t*1e3:8.1f} ms  {gb/t:6.1f} GB/s")
+
+    both_directions("pageable  ", 1)
     t0 = time.perf_counter()
     _driver.host_register(host.ctypes.data, host.nbytes)
-    registered = host
     reg = time.perf_counter() - t0
     print(f"cuMemHostRegister:                      {reg*1e3:8.1f} ms  ({gb/reg:6.1f} GB/s of matrix)")
-    t = timed(lambda: drv.memcpy_htod_async(dev, registered.reshape(-1, order="F"), stream), 2)
-    print(f"registered H2D whole matrix:            {t*1e3:8.1f} ms  {gb/t:6.1f} GB/s")
-    t = timed(lambda: [copy2d(dev, registered, n, n, r, min(r + nb, n), n, False, stream)
-                       for r in range(0, n, nb)], 2)
-    print(f"registered D2H by row blocks (2-D):     {t*1e3:8.1f} ms  {gb/t:6.1f} GB/s")
+    both_directions("registered", 2)
     t0 = time.perf_counter()
     _driver.host_unregister(host.ctypes.data)
     print(f"cuMemHostUnregister:                    {(time.perf_counter()-t0)*1e3:8.1f} ms")

@@ -516,28 +516,6 @@ class CudaBackend:
             drv.Context.pop()
         return bool(result[0])
 
-    def to_host(self, obj) -> np.ndarray:
-        """A copy of a device array in host memory (tests and the CLI use it)."""
-        ptr, (m, n), dtype, strides = device_array_layout(obj)
-        out = DeviceArray(self, (m, n), dtype)
-        lane = self.lane("gpu:update")
-        self.synchronize()
-        if strides[0] == dtype.itemsize or n <= 1:
-            self.copy_device(ptr, max(strides[1] // dtype.itemsize, m, 1), out.ptr, out.ld, m, n,
-                             dtype.itemsize)
-        else:
-            with lane:
-                self.geam_transpose(lane, ptr, strides[0] // dtype.itemsize, out.ptr, out.ld,
-                                    m, n, dtype)
-        self.synchronize()
-        host = np.empty((m, n), dtype, order="F")
-        self.context.push()
-        try:
-            drv.memcpy_dtoh(host, out.ptr)
-        finally:
-            drv.Context.pop()
-        return host
-
     # -- operations on blocks ------------------------------------------------------------------
     def getrf_panel(self, lane, A: DeviceMatrix, step, r0, c0, c1):
         """cuSOLVER getrf on the panel A[r0:, c0:c1]; pivots become global 0-based on the device."""
