@@ -382,7 +382,14 @@ class CudaBackend:
                     drv.Context.pop()
             return self._lanes[name]
 
-    def begin_run(self):
+    @staticmethod
+    def update_tasks(workers: int) -> int:
+        return 1  # one GEMM fills the GPU; more tasks only add launches and scheduling
+
+    def end_run(self):
+        pass
+
+    def begin_run(self, workers: int):
         """Settings read at the start of each run. PyCUDA cannot make priority streams, so the
         critical path (panels, look-ahead columns) would queue behind the trailing GEMM's blocks;
         instead the bulk update's cuBLAS calls leave `device.panel_sms` multiprocessors to it."""

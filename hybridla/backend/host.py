@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.linalg import get_blas_funcs, get_lapack_funcs
+from threadpoolctl import threadpool_limits
 
 
 class HostLane:
@@ -77,8 +78,18 @@ class HostBackend:
     def host_wait(events):
         pass
 
-    def begin_run(self):
-        pass
+    def begin_run(self, workers: int):
+        """Task parallelism instead of BLAS threading: each worker's BLAS runs one thread (several
+        multithreaded BLAS calls at once only fight over the cores), and the trailing update is
+        cut into one task per worker (`update_tasks`)."""
+        self._blas_limits = threadpool_limits(limits=1, user_api="blas")
+
+    def end_run(self):
+        self._blas_limits.restore_original_limits()
+
+    @staticmethod
+    def update_tasks(workers: int) -> int:
+        return workers
 
     def synchronize(self):
         pass

@@ -78,7 +78,9 @@ def record_getrf(A, plan) -> TaskGraph:
         for c0 in lookahead_columns:
             record_update(graph, ops, A, step, k0, k1, c0, min(c0 + nb, n), "gpu:panel")
         previous_update_flops = 0.0
-        for c0, c1 in rest_chunks(rest, n, nb, upload_group if step < split_steps else None):
+        group = upload_group if step < split_steps else \
+            -(-len(rest) // ops.update_tasks(plan.workers)) if rest else None
+        for c0, c1 in rest_chunks(rest, n, nb, group):
             task = record_update(graph, ops, A, step, k0, k1, c0, c1, "gpu:update")
             previous_update_flops += task.flops
 

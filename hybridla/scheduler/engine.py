@@ -91,7 +91,14 @@ def run(graph, backend, *, workers: int = 4, trace: Trace | None = None, progres
     trace = trace if trace is not None else Trace()
     state = _Run(graph, backend, trace)
     state.progress = progress
-    backend.begin_run()
+    backend.begin_run(workers)
+    try:
+        return _run(state, graph, backend, workers, trace)
+    finally:
+        backend.end_run()
+
+
+def _run(state, graph, backend, workers, trace):
     if backend.has_device:
         backend.synchronize()  # a clean origin for the device clock (not inside the run)
         origin_lane = backend.lane("gpu:update")
