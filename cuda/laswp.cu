@@ -68,3 +68,23 @@ __global__ void nonfinite_4(const float* A, long long ld, long long rows, long l
 __global__ void nonfinite_8(const double* A, long long ld, long long rows, long long cols, int* flag)
 { flag_nonfinite<double>(A, ld, rows, cols, flag); }
 }
+
+// cholesky(): the triangle opposite the factor is set to zero (all-zero bytes are 0 in every
+// precision, so the kernel moves words of the element's size). One thread per element of an
+// n x n column-major matrix; bytes moved: the n^2/2 elements written once.
+template <typename Word>
+__device__ void zero_triangle(Word* A, long long ld, int n, int upper)
+{
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    const int col = blockIdx.y;
+    if (row < n && (upper ? row < col : row > col)) A[row + (long long)col * ld] = Word();
+}
+
+extern "C" {
+__global__ void zero_triangle_4(float* A, long long ld, int n, int upper)
+{ zero_triangle<float>(A, ld, n, upper); }
+__global__ void zero_triangle_8(double* A, long long ld, int n, int upper)
+{ zero_triangle<double>(A, ld, n, upper); }
+__global__ void zero_triangle_16(double2* A, long long ld, int n, int upper)
+{ zero_triangle<double2>(A, ld, n, upper); }
+}

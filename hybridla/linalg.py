@@ -16,10 +16,11 @@ from scipy.linalg.blas import find_best_blas_type
 
 from . import backend as _backends
 from . import config as _config
-from .lapack import getrf, getrs
+from .lapack import getrf, getrs, potrf, potrs
 from .scheduler.plan import make_plan
 
-__all__ = ["lu_factor", "lu_solve", "solve", "LinAlgError", "LinAlgWarning"]
+__all__ = ["lu_factor", "lu_solve", "solve", "cho_factor", "cho_solve", "cholesky",
+           "LinAlgError", "LinAlgWarning"]
 
 _TRANS = {0: "N", 1: "T", 2: "C", "N": "N", "T": "T", "C": "C"}
 
@@ -114,35 +115,50 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None,
 
 def _getrf(a, overwrite_a, check_finite, backend, options):
     """Validate, plan and run getrf; returns (lu, piv, info) with lu where a lives."""
-    if is_device_array(a):
+    def driver(A, plan):
+        pivots, info, trace = getrf(A, plan)
+        return info, pivots.copy(), trace
+    lu, info, pivots = _factor(a, overwrite_a, check_finite, backend, options, "lu", driver)
+    return lu, (np.zeros(0, np.int32) if pivots is None else pivots), info
+
+
+def _factor(a, overwrite_a, check_finite, backend, options, routine, driver, square=False,
+            keep_other_triangle=False):
+    """The common path of the factorizations: validate once, pick the backend and the plan,
+    wrap the matrix in a tile store (device array in place or copied; host array streamed from
+    and to where the result goes), run `driver(A, plan) -> (info, extra, trace)`, free the
+    store whatever happens. Returns (result, info, extra); an empty matrix gives extra None."""
+    device = is_device_array(a)
+    if device:
         ops = _device_backend("a", backend)
         (m, n), dtype = _device_matrix_checks("a", a, ops, check_finite)
-        plan = make_plan(ops, m, n, dtype, **options)
-        if m == 0 or n == 0:
-            return a, np.zeros(0, np.int32), 0
-        _check_memory(ops, m, n, dtype, plan.nb)
-        A, result, write_back = ops.device_matrix(a, plan.nb, overwrite_a)
     else:
         array, dtype = _host_matrix("a", a, check_finite)
         ops = _host_backend(backend)
         m, n = array.shape
-        plan = make_plan(ops, m, n, dtype, **options)
-        if m == 0 or n == 0:
-            return np.empty_like(array, dtype=dtype), np.zeros(0, np.int32), 0
-        _check_memory(ops, m, n, dtype, plan.nb)
-        source, result = _host_source_and_result(array, dtype, overwrite_a and array is a,
-                                                 copy_needed=not ops.has_device)
+    if square and m != n:
+        raise ValueError(f"expected a square matrix for a; got shape {(m, n)}")
+    plan = make_plan(ops, m, n, dtype, routine=routine, **options)
+    if m == 0 or n == 0:
+        return (a if device else np.empty_like(array, dtype=dtype)), 0, None
+    _check_memory(ops, m, n, dtype, plan.nb)
+    write_back = None
+    if device:
+        A, result, write_back = ops.device_matrix(a, plan.nb, overwrite_a)
+    else:
+        source, result = _host_source_and_result(
+            array, dtype, overwrite_a and array is a,
+            copy_needed=keep_other_triangle or not ops.has_device)
         A = ops.host_matrix(source, result, plan.nb)
-        write_back = None
     try:
-        pivots, info, run_trace = getrf(A, plan)
+        info, extra, run_trace = driver(A, plan)
     finally:
         A.close()
     if write_back is not None:
         write_back()
     if plan.trace_path:
         run_trace.to_chrome(plan.trace_path)
-    return result, pivots.copy(), info
+    return result, info, extra
 
 
 def _host_source_and_result(array, dtype, may_overwrite, copy_needed):
@@ -159,6 +175,100 @@ def _host_source_and_result(array, dtype, may_overwrite, copy_needed):
         return array, result
     result[...] = array
     return result, result
+
+
+# -- Cholesky ------------------------------------------------------------------------------------
+def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, backend=None, nb=None,
+               lookahead=None, panel=None, trace=None, progress=False):
+    """Cholesky factorization of a Hermitian positive definite matrix, as scipy.linalg.cho_factor.
+
+    Returns (c, lower): the factor in the `lower` (or upper) triangle of c; only that triangle of
+    a is read, and the other triangle of c keeps what a held there (scipy documents it as
+    arbitrary). Not positive definite -> LinAlgError naming the failing leading minor, as scipy.
+    Engine options as lu_factor's (configuration keys under "cho.")."""
+    c, _ = _potrf(a, lower, overwrite_a, check_finite, backend,
+                  dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace, progress=progress))
+    return c, lower
+
+
+def cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, backend=None, nb=None,
+             lookahead=None, panel=None, trace=None):
+    """The Cholesky factor U (A = U^H U) or, with lower=True, L (A = L L^H), as
+    scipy.linalg.cholesky: the other triangle is zero."""
+    c, _ = _potrf(a, lower, overwrite_a, check_finite, backend,
+                  dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace))
+    if is_device_array(c):
+        _backends.get_backend("cuda").zero_triangle(c, upper=bool(lower))
+        return c
+    return np.tril(c) if lower else np.triu(c)
+
+
+def _potrf(a, lower, overwrite_a, check_finite, backend, options):
+    uplo = "L" if lower else "U"
+
+    def driver(A, plan):
+        info, trace = potrf(A, plan, uplo)
+        return info, None, trace
+    c, info, _ = _factor(a, overwrite_a, check_finite, backend, options, "cho", driver,
+                         square=True, keep_other_triangle=True)
+    if info > 0:
+        raise LinAlgError(f"{info}-th leading minor of the array is not positive definite")
+    return c, info
+
+
+def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True, *, backend=None):
+    """Solve A x = b with the factor from cho_factor, as scipy.linalg.cho_solve."""
+    c, lower = c_and_lower
+    _backends.check_name(backend)
+    uplo = "L" if lower else "U"
+    if is_device_array(c) != is_device_array(b):
+        raise ValueError("c and b must both be host arrays or both device arrays")
+    if is_device_array(c):
+        ops = _device_backend("c", backend)
+        c_shape, dtype = _device_matrix_checks("c", c, ops, check_finite=False)
+        b_shape, b_dtype = _device_matrix_checks("b", b, ops, check_finite, ndims=(1, 2))
+        _check_triangular_solve_shapes("c", c_shape, b_shape)
+        if b_dtype != dtype:
+            raise TypeError(f"b must have the dtype of c ({dtype}) on the device; got {b_dtype}")
+        C, _, _ = ops.device_matrix(c, 1, overwrite=_column_major(c))
+        B, x, write_back = ops.device_matrix(b, 1, overwrite_b)
+        try:
+            potrs(ops, C, B, uplo)
+            ops.synchronize()
+        finally:
+            C.close()
+            B.close()
+        if write_back is not None:
+            write_back()
+        return x.reshape(b_shape) if len(b_shape) == 1 else x
+    c, dtype = _host_matrix("c", c, check_finite)
+    b_array, b_dtype = _host_matrix("b", b, check_finite, ndims=(1, 2))
+    n = _check_triangular_solve_shapes("c", c.shape, b_array.shape)
+    dtype = np.promote_types(dtype, b_dtype)
+    ops = _backends.get_backend("host")
+    x = _host_rhs(b_array, n, dtype, overwrite_b)
+    potrs(ops, ops.with_pivots(np.asarray(c, dtype=dtype, order="F"), np.zeros(n, np.int32)),
+          ops.with_pivots(x, np.zeros(n, np.int32)), uplo)
+    return x.reshape(b_array.shape)
+
+
+def _check_triangular_solve_shapes(name, factor_shape, b_shape):
+    if factor_shape[0] != factor_shape[1]:
+        raise ValueError(f"expected a square matrix for {name}; got shape {factor_shape}")
+    n = factor_shape[0]
+    if b_shape[0] != n:
+        raise ValueError(f"b must have {n} rows to match {name} (shape {factor_shape}); "
+                         f"got shape {b_shape}")
+    return n
+
+
+def _host_rhs(b_array, n, dtype, overwrite_b):
+    """The right-hand side as the F-ordered n x nrhs array the solve overwrites: b itself when
+    allowed and already in that form, else a copy."""
+    rhs = b_array.reshape(n, -1) if b_array.ndim == 1 else b_array
+    if overwrite_b and rhs.dtype == dtype and rhs.flags.f_contiguous and rhs.flags.writeable:
+        return rhs
+    return np.array(rhs, dtype=dtype, order="F")
 
 
 def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, backend=None):
@@ -182,21 +292,15 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, ba
     dtype = np.promote_types(dtype, b_dtype)
     ops = _backends.get_backend("host")
     factors = ops.with_pivots(np.asarray(lu, dtype=dtype, order="F"), piv)
-    rhs = b_array.reshape(n, -1) if b_array.ndim == 1 else b_array
-    x = rhs if (overwrite_b and rhs.dtype == dtype and rhs.flags.f_contiguous
-                and rhs.flags.writeable) else np.array(rhs, dtype=dtype, order="F")
+    x = _host_rhs(b_array, n, dtype, overwrite_b)
     getrs(ops, factors, ops.with_pivots(x, piv), _TRANS[trans])
     return x.reshape(b_array.shape)
 
 
 def _check_solve_shapes(lu_shape, piv_shape, b_shape):
-    if lu_shape[0] != lu_shape[1]:
-        raise ValueError(f"expected a square matrix for lu; got shape {lu_shape}")
-    n = lu_shape[0]
+    n = _check_triangular_solve_shapes("lu", lu_shape, b_shape)
     if piv_shape != (n,):
         raise ValueError(f"piv must have shape ({n},) to match lu; got shape {piv_shape}")
-    if b_shape[0] != n:
-        raise ValueError(f"b must have {n} rows to match lu (shape {lu_shape}); got shape {b_shape}")
     return n
 
 
@@ -231,16 +335,22 @@ def _column_major(x):
 def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=True,
           assume_a=None, transposed=False, *, backend=None, nb=None, lookahead=None, panel=None,
           trace=None):
-    """Solve a x = b for a square a, as scipy.linalg.solve with assume_a "gen" (LU: getrf+getrs).
+    """Solve a x = b for a square a, as scipy.linalg.solve: assume_a "gen" (the default) by LU
+    (getrf + getrs), "pos" by Cholesky (potrf + potrs) on the `lower` (or upper) triangle.
 
-    A singular a raises LinAlgError("Matrix is singular."). transposed=True solves a^T x = b.
-    Other assume_a structures come with their factorizations (Cholesky, ...) in later versions.
+    A singular a raises LinAlgError("Matrix is singular."); one that is not positive definite
+    with "pos", LinAlgError naming the failing minor. transposed=True solves a^T x = b ("gen").
     """
-    if assume_a not in (None, "gen", "general"):
-        raise ValueError(f"assume_a={assume_a!r} is not supported yet; use None or 'gen'")
+    if assume_a not in (None, "gen", "general", "pos", "positive definite"):
+        raise ValueError(f"assume_a={assume_a!r} is not supported yet; use None, 'gen' or 'pos'")
     shape = tuple(a.__cuda_array_interface__["shape"]) if is_device_array(a) else np.shape(a)
     if len(shape) != 2 or shape[0] != shape[1]:
         raise ValueError(f"expected a square 2-D matrix for a; got shape {shape}")
+    if assume_a in ("pos", "positive definite"):
+        # A^T = conj(A) for Hermitian A: transposed=True changes nothing a real user would see
+        c, _ = _potrf(a, lower, overwrite_a, check_finite, backend,
+                      dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace))
+        return cho_solve((c, lower), b, overwrite_b=overwrite_b, check_finite=check_finite)
     lu, piv, info = _getrf(a, overwrite_a, check_finite, backend,
                            dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace))
     if info > 0:

@@ -114,6 +114,8 @@ def solve_backward_error(a, x, b, dtype=None) -> float:
     ``a`` is the matrix of the system actually solved (pass A.T or A.conj().T for trans=1, 2);
     ``dtype`` is the working precision (default: that of ``x``). 1-D ``x`` and ``b`` are one column.
     """
+    # the working precision is x's, before the residual is widened to double
+    eps = eps_of(np.asarray(x).dtype if dtype is None else dtype)
     a = wide(a)
     x, b = wide(x), wide(b)
     if x.ndim == 1:
@@ -122,7 +124,6 @@ def solve_backward_error(a, x, b, dtype=None) -> float:
         b = b[:, None]
     n = a.shape[1]
     assert x.shape == (n, b.shape[1]), f"x shape {x.shape} does not fit A {a.shape}, b {b.shape}"
-    eps = eps_of(np.asarray(x).dtype if dtype is None else dtype)
     anorm = norm1(a)
     worst = 0.0
     for j in range(b.shape[1]):

@@ -27,6 +27,10 @@ from .pinning import plan_pieces, split_at_cuts
 
 _PREFIX = {np.dtype(np.float32): "s", np.dtype(np.float64): "d",
            np.dtype(np.complex64): "c", np.dtype(np.complex128): "z"}
+# herk for complex, syrk for real (where ^H is ^T); alpha and beta are real in both
+_HERK = {np.dtype(np.float32): ("ssyrk", np.float32), np.dtype(np.float64): ("dsyrk", np.float64),
+         np.dtype(np.complex64): ("cherk", np.float32),
+         np.dtype(np.complex128): ("zherk", np.float64)}
 _SIDE = {"L": 0, "R": 1}
 _UPLO = {"L": 0, "U": 1}
 _OP = {"N": 0, "T": 1, "C": 2}
@@ -137,6 +141,7 @@ class DeviceMatrix:
             lane.solver, m, min(nb, max(k, 1)), self.ptr, self.ld) if k else 0
         self.workspace = self._alloc(max(self._workspace_elems, 1) * self.itemsize)
         self._pinned_panels = {}
+        self._extra_workspaces = {}
         self._pinned_pivots = None  # allocated with the first CPU panel (pinning costs time)
         self._registered = []  # host page ranges pinned by this store, unpinned by `close`
         self.pin = False  # pin the host matrix as it uploads (CPU interface)
@@ -230,8 +235,20 @@ class DeviceMatrix:
 
     def download_rows(self, lane, r0, r1):
         """Rows r0:r1 of the device matrix, all columns, to the host matrix: they are final."""
-        if r1 > r0 and self.n:
-            self._copy2d(lane, r0, r1, 0, self.n, to_device=False)
+        self.download_block(lane, r0, r1, 0, self.n)
+
+    def download_block(self, lane, r0, r1, c0, c1):
+        """A finished block of the device matrix to the same place in the host matrix."""
+        if r1 > r0 and c1 > c0:
+            self._copy2d(lane, r0, r1, c0, c1, to_device=False)
+
+    def extra_workspace(self, name, nbytes):
+        """A device workspace kept for this store's lifetime (first use allocates it)."""
+        current = self._extra_workspaces.get(name)
+        if current is None or current[1] < nbytes:
+            current = (self._alloc(max(nbytes, 1)), nbytes)
+            self._extra_workspaces[name] = current
+        return int(current[0])
 
     def pinned_panel(self, step, rows, cols):
         """A pinned F-ordered buffer for the CPU panel of `step`; two alternate, so the download
@@ -271,7 +288,8 @@ class DeviceMatrix:
         return self.pinned_panel(step, self.m - r0, c1 - c0)
 
     def set_panel_result(self, step, c0, c1, pivots, info):
-        self.pivots[c0:c1] = pivots  # uploaded with the panel by `panel_to_device`
+        if pivots is not None:
+            self.pivots[c0:c1] = pivots  # uploaded with the panel by `panel_to_device`
         self.info_host[step] = info
         self.info_on_host[step] = True
 
@@ -497,6 +515,19 @@ class CudaBackend:
             self.synchronize()
         return A, obj, write_back
 
+    def zero_triangle(self, obj, upper: bool):
+        """Set the strictly upper (or lower) triangle of a square device array to zero."""
+        ptr, (n, _), dtype, strides = device_array_layout(obj)
+        column_major = strides[0] == dtype.itemsize
+        ld = (strides[1] if column_major else strides[0]) // dtype.itemsize
+        # a row-major array is the transpose in column-major terms: the other triangle
+        lane = self.lane("gpu:update")
+        with lane:
+            self.kernels.launch(f"zero_triangle_{dtype.itemsize}", (-(-n // 256), n), (256,),
+                                lane.handle, ctypes.c_void_p(ptr), ctypes.c_longlong(max(ld, 1)),
+                                ctypes.c_int(n), ctypes.c_int(int(upper == column_major)))
+        self.synchronize()
+
     def has_nonfinite(self, obj) -> bool:
         """check_finite for a device array, on the device (one pass)."""
         ptr, (m, n), dtype, strides = device_array_layout(obj)
@@ -547,6 +578,28 @@ class CudaBackend:
                             ctypes.c_void_p(A.ptr + c0 * A.ld * A.itemsize), ctypes.c_longlong(A.ld),
                             ctypes.c_int(ncols), ctypes.c_void_p(pivots), ctypes.c_int(k0),
                             ctypes.c_int(k1), ctypes.c_int(1 if forward else 0))
+
+    def potrf_panel(self, lane, A: DeviceMatrix, step, uplo, k0, k1):
+        """cuSOLVER potrf on the diagonal block A[k0:k1, k0:k1]; its info (the order of the first
+        non-positive leading minor, within the block) goes to the step's info slot."""
+        block = A.block(k0, k1, k0, k1)
+        prefix = _PREFIX[A.dtype]
+        need = getattr(cusolverDn, prefix + "potrf_buffer_size")(lane.solver, _UPLO[uplo],
+                                                                  block.rows, block.ptr, block.ld)
+        work = A.extra_workspace("potrf", need * A.itemsize)
+        getattr(cusolverDn, prefix + "potrf")(lane.solver, _UPLO[uplo], block.rows, block.ptr,
+                                             block.ld, work, need, int(A.info_dev) + step * 4)
+
+    def herk(self, lane, uplo, trans, alpha, A: DeviceBlock, beta, C: DeviceBlock):
+        """The `uplo` triangle of C := alpha op(A) op(A)^H + beta C, op "N" or "C"."""
+        if C.size == 0:
+            return
+        name, real = _HERK[C.dtype]
+        k = A.cols if trans == "N" else A.rows
+        op = _OP[trans] if C.dtype.kind == "c" else _OP["N" if trans == "N" else "T"]
+        scalars = np.array([alpha, beta], dtype=real)  # real, as herk takes them
+        getattr(cublas, name)(lane.blas, _UPLO[uplo], op, C.rows, k, scalars.ctypes.data,
+                              A.ptr, A.ld, scalars.ctypes.data + scalars.itemsize, C.ptr, C.ld)
 
     def trsm(self, lane, side, uplo, trans, diag, alpha, T: DeviceBlock, B: DeviceBlock):
         if B.size == 0:

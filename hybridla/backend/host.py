@@ -48,7 +48,8 @@ class HostMatrix:
         return self.a[r0:, c0:c1]
 
     def set_panel_result(self, step, c0, c1, pivots, info):
-        self.pivots[c0:c1] = pivots
+        if pivots is not None:
+            self.pivots[c0:c1] = pivots
         self.info[step] = info
 
     def finish(self):
@@ -138,6 +139,14 @@ class HostBackend:
                 C *= beta
             C += product
 
+    def herk(self, lane, uplo, trans, alpha, A, beta, C):
+        """The `uplo` triangle of C := alpha op(A) op(A)^H + beta C (op: "N" or "C"), the other
+        triangle untouched: BLAS herk (syrk for real dtypes, where ^H is ^T)."""
+        if C.size == 0:
+            return
+        herk, = get_blas_funcs((_HERK[C.dtype.char],), dtype=C.dtype)
+        C[...] = herk(alpha, A, beta=beta, c=C, trans="NTC".index(trans), lower=int(uplo == "L"))
+
     # -- matrices ------------------------------------------------------------------------------
     def host_matrix(self, source: np.ndarray, result: np.ndarray, nb: int) -> HostMatrix:
         """The working matrix for a host-resident input: the result array itself (the host
@@ -151,6 +160,9 @@ class HostBackend:
         A = HostMatrix(a, max(1, min(a.shape)))
         A.pivots = pivots.astype(np.int32, copy=False)
         return A
+
+
+_HERK = {"f": "syrk", "d": "syrk", "F": "herk", "D": "herk"}
 
 
 def _op(X, trans):

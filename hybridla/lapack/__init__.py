@@ -2,5 +2,8 @@
 from .getrf import getrf
 from .getrs import getrs
 from .gesv import gesv
+from .posv import posv
+from .potrf import potrf
+from .potrs import potrs
 
-__all__ = ["getrf", "getrs", "gesv"]
+__all__ = ["getrf", "getrs", "gesv", "potrf", "potrs", "posv"]

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import functools
 
-from ..backend.pinning import pieces_touched
 from ..panel.lu import getrf_panel_cpu
 from ..scheduler import Region, TaskGraph, run
 from ..scheduler.plan import panel_flops, progress_bar
 from ..update import lu as lu_update
+from ._blocked import (first_failure, record_cpu_panel, record_download, record_uploads,
+                       rest_chunks, steps_hidden_by_upload)
 
 
 def getrf(A, plan, trace=None):
@@ -33,15 +34,7 @@ def getrf(A, plan, trace=None):
     with progress_bar(plan, len(graph), "getrf") as progress:
         trace = run(graph, plan.backend, workers=plan.workers, trace=trace, progress=progress)
     pivots, step_info = A.finish()
-    return pivots, first_zero_pivot(step_info, plan.nb), trace
-
-
-def first_zero_pivot(step_info, nb) -> int:
-    """LAPACK's info from the panels' infos: the first zero pivot, 1-based and global."""
-    for step, info in enumerate(step_info):
-        if info > 0:
-            return step * nb + int(info)
-    return 0
+    return pivots, first_failure(step_info, plan.nb), trace
 
 
 def record_getrf(A, plan) -> TaskGraph:
@@ -55,7 +48,8 @@ def record_getrf(A, plan) -> TaskGraph:
         return Region("A", r0, r1, c0, c1)
 
     upload_group = record_uploads(graph, A, plan) if streamed else None
-    split_steps = steps_hidden_by_upload(A, plan) if streamed else 0
+    split_steps = steps_hidden_by_upload(
+        A, plan, lambda k0, k1: lu_update.update_flops(m, k0, k1, k1, n)) if streamed else 0
 
     previous_update_flops = 0.0
     for step, k0 in enumerate(range(0, k_end, nb)):
@@ -86,47 +80,8 @@ def record_getrf(A, plan) -> TaskGraph:
 
         # rows k0:k1 are final now (all rows that remain, after the last step): send them home
         if streamed:
-            r1 = k1 if k1 < k_end else m
-            graph.add("download", step, "copy:d2h", functools.partial(A.download_rows, r0=k0, r1=r1),
-                      reads=[region(k0, r1, 0, n), Region("copy:d2h", 0, 1),
-                             Region("pinned", 0, plan.pin_pieces)],
-                      writes=[Region("copy:d2h", 0, 1)], bytes=(r1 - k0) * n * bytes_per_element)
+            record_download(graph, A, plan, step, k0, k1 if k1 < k_end else m, 0, n)
     return graph
-
-
-def record_uploads(graph, A, plan):
-    """The host matrix goes up block column by block column, in order; with pinning, the pieces
-    are pinned one after the other on a CPU worker, each upload waiting only for its own.
-    Returns how many block columns a pinned piece holds (the upload granularity)."""
-    m, n, nb = A.m, A.n, plan.nb
-    piece_starts = A.plan_pin_pieces(plan.pin_pieces) if A.pin else [0]
-    for piece in range(len(piece_starts) if A.pin else 0):
-        graph.add("pin", -1, "cpu", lambda lane, piece=piece: A.pin_piece(piece),
-                  reads=[Region("pin-chain", 0, 1)],
-                  writes=[Region("pinned", piece, piece + 1), Region("pin-chain", 0, 1)])
-    for block, c0 in enumerate(range(0, n, nb)):
-        c1 = min(c0 + nb, n)
-        first, last = pieces_touched(block, piece_starts)
-        graph.add("upload", -1, "copy:h2d", functools.partial(A.upload_columns, c0=c0, c1=c1),
-                  reads=[Region("copy:h2d", 0, 1), Region("pinned", first, last + 1)],
-                  writes=[Region("A", 0, m, c0, c1), Region("copy:h2d", 0, 1)],
-                  bytes=m * (c1 - c0) * A.dtype.itemsize)
-    return max(1, -(-n // nb) // len(piece_starts))
-
-
-def steps_hidden_by_upload(A, plan) -> int:
-    """How many steps' trailing updates to cut into upload-sized column groups, so that the GPU
-    updates the block columns that have arrived while the rest are still on their way: the
-    steps whose updates fit in the time the upload takes, by the cost model."""
-    upload = plan.cost.upload_seconds(A.m * A.n * A.dtype.itemsize, pinned=A.pin)
-    elapsed, steps = 0.0, 0
-    for k0 in range(0, min(A.m, A.n), plan.nb):
-        if elapsed >= upload:
-            break
-        k1 = min(k0 + plan.nb, min(A.m, A.n))
-        elapsed += plan.cost.gpu_update(lu_update.update_flops(A.m, k0, k1, k1, A.n))
-        steps += 1
-    return steps
 
 
 def record_panel(graph, A, plan, step, k0, k1, where, panel, pivots):
@@ -137,20 +92,7 @@ def record_panel(graph, A, plan, step, k0, k1, where, panel, pivots):
                   writes=[panel, pivots], flops=flops)
         return
     factor = functools.partial(_cpu_panel, A=A, step=step, r0=k0, c0=k0, c1=k1)
-    if not getattr(plan.backend, "has_device", False):
-        graph.add("panel", step, "cpu", factor, writes=[panel, pivots], flops=flops)
-        return
-    # on a device backend the CPU panel travels: down to a pinned buffer, LAPACK, and back up
-    buffer = Region(f"pinned-panel-{step % 2}", 0, 1)
-    nbytes = (A.m - k0) * (k1 - k0) * A.dtype.itemsize
-    # the panel's own copy streams: a panel must not queue behind the bulk transfers
-    graph.add("panel_d2h", step, "copy:panel-d2h",
-              functools.partial(A.panel_to_host, step=step, r0=k0, c0=k0, c1=k1),
-              reads=[panel], writes=[buffer], bytes=nbytes)
-    graph.add("panel", step, "cpu", factor, reads=[buffer], writes=[buffer, pivots], flops=flops)
-    graph.add("panel_h2d", step, "copy:panel-h2d",
-              functools.partial(A.panel_to_device, step=step, r0=k0, c0=k0, c1=k1),
-              reads=[buffer], writes=[panel, pivots], bytes=nbytes)
+    record_cpu_panel(graph, A, plan, step, k0, k1, factor, panel, [pivots], flops)
 
 
 def _cpu_panel(lane, A, step, r0, c0, c1):
@@ -170,15 +112,3 @@ def record_update(graph, ops, A, step, k0, k1, c0, c1, lane):
 def _update(lane, ops, A, k0, k1, c0, c1):
     # through the module attribute, so that a test can inject a failure into the update
     lu_update.gemm_update(ops, lane, A, k0, k1, c0, c1)
-
-
-def rest_chunks(rest, n, nb, group):
-    """The trailing columns past the look-ahead as (c0, c1) ranges: one range normally; ranges
-    of `group` block columns while the matrix is still arriving from the host, so that the update
-    follows the uploads instead of waiting for the last one."""
-    if not rest:
-        return []
-    if group is None:
-        return [(rest[0], n)]
-    return [(rest[i], min(rest[min(i + group, len(rest)) - 1] + nb, n))
-            for i in range(0, len(rest), group)]

@@ -1,0 +1,94 @@
+"""Recording pieces that every blocked right-looking factorization shares: streaming a
+host-resident matrix up (pinned in pieces) and its finished blocks down, the CPU panel's round
+trip through a pinned buffer on a device backend, the trailing update cut into tasks, and
+LAPACK's info from the panels' infos."""
+from __future__ import annotations
+
+import functools
+
+from ..backend.pinning import pieces_touched
+from ..scheduler import Region
+
+
+def first_failure(step_info, nb) -> int:
+    """LAPACK's info from the panels' infos: the first failing step's, made global (1-based)."""
+    for step, info in enumerate(step_info):
+        if info > 0:
+            return step * nb + int(info)
+    return 0
+
+
+def record_uploads(graph, A, plan):
+    """The host matrix goes up block column by block column, in order; with pinning, the pieces
+    are pinned one after the other on a CPU worker, each upload waiting only for its own.
+    Returns how many block columns a pinned piece holds (the upload granularity)."""
+    m, n, nb = A.m, A.n, plan.nb
+    piece_starts = A.plan_pin_pieces(plan.pin_pieces) if A.pin else [0]
+    for piece in range(len(piece_starts) if A.pin else 0):
+        graph.add("pin", -1, "cpu", lambda lane, piece=piece: A.pin_piece(piece),
+                  reads=[Region("pin-chain", 0, 1)],
+                  writes=[Region("pinned", piece, piece + 1), Region("pin-chain", 0, 1)])
+    for block, c0 in enumerate(range(0, n, nb)):
+        c1 = min(c0 + nb, n)
+        first, last = pieces_touched(block, piece_starts)
+        graph.add("upload", -1, "copy:h2d", functools.partial(A.upload_columns, c0=c0, c1=c1),
+                  reads=[Region("copy:h2d", 0, 1), Region("pinned", first, last + 1)],
+                  writes=[Region("A", 0, m, c0, c1), Region("copy:h2d", 0, 1)],
+                  bytes=m * (c1 - c0) * A.dtype.itemsize)
+    return max(1, -(-n // nb) // len(piece_starts))
+
+
+def steps_hidden_by_upload(A, plan, step_update_flops) -> int:
+    """How many steps' trailing updates to cut into upload-sized column groups, so that the GPU
+    updates the block columns that have arrived while the rest are still on their way: the
+    steps whose updates (`step_update_flops(k0, k1)`) fit in the time the upload takes, by the
+    cost model."""
+    upload = plan.cost.upload_seconds(A.m * A.n * A.dtype.itemsize, pinned=A.pin)
+    elapsed, steps = 0.0, 0
+    for k0 in range(0, min(A.m, A.n), plan.nb):
+        if elapsed >= upload:
+            break
+        k1 = min(k0 + plan.nb, min(A.m, A.n))
+        elapsed += plan.cost.gpu_update(step_update_flops(k0, k1))
+        steps += 1
+    return steps
+
+
+def record_cpu_panel(graph, A, plan, step, k0, k1, factor, panel, results, flops):
+    """A panel factored on the CPU by `factor(lane)`: in place on the host backend; on a device
+    backend it travels down to a pinned buffer and back up, on its own copy streams, so that it
+    never queues behind the bulk transfers. `results` are the other regions it writes."""
+    if not plan.backend.has_device:
+        graph.add("panel", step, "cpu", factor, writes=[panel, *results], flops=flops)
+        return
+    buffer = Region(f"pinned-panel-{step % 2}", 0, 1)
+    nbytes = (A.m - k0) * (k1 - k0) * A.dtype.itemsize
+    graph.add("panel_d2h", step, "copy:panel-d2h",
+              functools.partial(A.panel_to_host, step=step, r0=k0, c0=k0, c1=k1),
+              reads=[panel], writes=[buffer], bytes=nbytes)
+    graph.add("panel", step, "cpu", factor, reads=[buffer], writes=[buffer, *results],
+              flops=flops)
+    graph.add("panel_h2d", step, "copy:panel-h2d",
+              functools.partial(A.panel_to_device, step=step, r0=k0, c0=k0, c1=k1),
+              reads=[buffer], writes=[panel, *results], bytes=nbytes)
+
+
+def record_download(graph, A, plan, step, r0, r1, c0, c1):
+    """A block that is final now goes back to the host matrix while the factorization goes on."""
+    graph.add("download", step, "copy:d2h",
+              functools.partial(A.download_block, r0=r0, r1=r1, c0=c0, c1=c1),
+              reads=[Region("A", r0, r1, c0, c1), Region("copy:d2h", 0, 1),
+                     Region("pinned", 0, plan.pin_pieces)],
+              writes=[Region("copy:d2h", 0, 1)], bytes=(r1 - r0) * (c1 - c0) * A.dtype.itemsize)
+
+
+def rest_chunks(rest, n, nb, group):
+    """The trailing columns past the look-ahead as (c0, c1) ranges: one range normally; ranges
+    of `group` block columns while the matrix is still arriving from the host, so that the update
+    follows the uploads instead of waiting for the last one."""
+    if not rest:
+        return []
+    if group is None:
+        return [(rest[0], n)]
+    return [(rest[i], min(rest[min(i + group, len(rest)) - 1] + nb, n))
+            for i in range(0, len(rest), group)]

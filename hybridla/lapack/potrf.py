@@ -1,0 +1,104 @@
+"""potrf: blocked right-looking Cholesky with look-ahead, A = L L^H (lower) or U^H U (upper).
+
+For each step k (diagonal block k0:k1, kb = k1 - k0 <= nb), lower shown (upper: transposed):
+
+    A11 = L11 L11^H                     diagonal block: CPU (LAPACK) or GPU (cuSOLVER), per plan
+    A21 := A21 L11^-H                   triangular solve on the GPU (critical path lane)
+    for the next `lookahead` block columns, then all the others in one task:
+        A22 := A22 - A21 A21^H          herk on the diagonal blocks, gemm below them
+
+Only the `uplo` triangle is read and written; the other keeps what it held (LAPACK's contract).
+A host-resident matrix streams as in getrf: block columns up as they are first needed, and each
+step's finished block column (row, for upper) back to the host while the factorization goes on.
+info as LAPACK's: 0, or the order of the first leading minor that is not positive definite.
+"""
+from __future__ import annotations
+
+import functools
+
+from ..panel.chol import potrf_panel_cpu
+from ..scheduler import Region, TaskGraph, run
+from ..scheduler.plan import progress_bar
+from ..update import chol as chol_update
+from ._blocked import (first_failure, record_cpu_panel, record_download, record_uploads,
+                       rest_chunks, steps_hidden_by_upload)
+
+
+def potrf(A, plan, uplo="L", trace=None):
+    """Factor the tile store's square Hermitian matrix A in place. Returns (info, trace)."""
+    graph = record_potrf(A, plan, uplo)
+    with progress_bar(plan, len(graph), "potrf") as progress:
+        trace = run(graph, plan.backend, workers=plan.workers, trace=trace, progress=progress)
+    _, step_info = A.finish()
+    return first_failure(step_info, plan.nb), trace
+
+
+def record_potrf(A, plan, uplo) -> TaskGraph:
+    ops, n, nb = plan.backend, A.n, plan.nb
+    graph = TaskGraph()
+
+    def region(r0, r1, c0, c1):
+        return Region("A", r0, r1, c0, c1)
+
+    upload_group = record_uploads(graph, A, plan) if A.streamed else None
+    split_steps = steps_hidden_by_upload(
+        A, plan, lambda k0, k1: chol_update.herk_flops(n, k0, k1, k1, n)) if A.streamed else 0
+
+    previous_update_flops = 0.0
+    for step, k0 in enumerate(range(0, n, nb)):
+        k1 = min(k0 + nb, n)
+        diagonal, panel = region(k0, k1, k0, k1), region(*chol_update.finished_region(uplo, n,
+                                                                                     k0, k1))
+        # A11 = L11 L11^H
+        where = plan.panel_placement(k1 - k0, k1 - k0, previous_update_flops)
+        flops = (k1 - k0) ** 3 / 3
+        if where == "gpu":
+            graph.add("panel", step, "gpu:panel",
+                      functools.partial(ops.potrf_panel, A=A, step=step, uplo=uplo, k0=k0, k1=k1),
+                      writes=[diagonal], flops=flops)
+        else:
+            factor = functools.partial(_cpu_panel, A=A, step=step, k0=k0, k1=k1, uplo=uplo)
+            record_cpu_panel(graph, A, plan, step, k0, k1, factor, region(k0, n, k0, k1), [],
+                             flops)
+
+        # A21 := A21 L11^-H
+        graph.add("trsm", step, "gpu:panel",
+                  functools.partial(chol_update.solve_off_diagonal, ops, A=A, uplo=uplo, k0=k0,
+                                    k1=k1),
+                  reads=[diagonal], writes=[panel], flops=float((k1 - k0) ** 2 * (n - k1)))
+
+        # the look-ahead block columns, one task each, then the rest of the trailing matrix
+        right = list(range(k1, n, nb))
+        lookahead_columns, rest = right[:plan.lookahead], right[plan.lookahead:]
+        for c0 in lookahead_columns:
+            record_update(graph, ops, A, uplo, step, k0, k1, c0, min(c0 + nb, n), "gpu:panel")
+        previous_update_flops = 0.0
+        group = upload_group if step < split_steps else \
+            -(-len(rest) // ops.update_tasks(plan.workers)) if rest else None
+        for c0, c1 in rest_chunks(rest, n, nb, group):
+            previous_update_flops += record_update(graph, ops, A, uplo, step, k0, k1, c0, c1,
+                                                   "gpu:update").flops
+
+        # this step's block column (row) of the factor is final: send it home
+        if A.streamed:
+            record_download(graph, A, plan, step, *chol_update.finished_region(uplo, n, k0, k1))
+    return graph
+
+
+def _cpu_panel(lane, A, step, k0, k1, uplo):
+    potrf_panel_cpu(A, step, k0, k1, uplo)
+
+
+def record_update(graph, ops, A, uplo, step, k0, k1, c0, c1, lane):
+    """A22 -= A21 A21^H on block columns (rows) c0:c1, from the finished panel k0:k1."""
+    n = A.n
+    reads = (Region("A", c0, n, k0, k1) if uplo == "L" else Region("A", k0, k1, c0, n))
+    return graph.add(
+        "update", step, lane,
+        functools.partial(_update, ops=ops, A=A, uplo=uplo, k0=k0, k1=k1, c0=c0, c1=c1),
+        reads=[reads], writes=[Region("A", *chol_update.update_region(uplo, n, k0, c0, c1))],
+        flops=chol_update.herk_flops(n, k0, k1, c0, c1))
+
+
+def _update(lane, ops, A, uplo, k0, k1, c0, c1):
+    chol_update.herk_update(ops, lane, A, uplo, k0, k1, c0, c1)

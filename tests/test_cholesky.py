@@ -1,0 +1,149 @@
+"""Cholesky (potrf, potrs; cho_factor, cho_solve, cholesky, solve assume_a="pos") on every
+backend, checked the way LAPACK's testers check it: ||A - L L^H||_1 / (n ||A||_1 eps) < 30."""
+import numpy as np
+import pytest
+import scipy.linalg
+
+import hybridla
+from _lapack_checks import (DTYPES, eps_of, norm1, random_matrix, solve_backward_error,
+                            to_device, to_host, wide)
+
+THRESH = 30.0
+
+
+def hpd_matrix(n, dtype, rng, cond=None):
+    """A Hermitian positive definite matrix: X X^H + n I (or prescribed condition number)."""
+    if cond is None:
+        x = random_matrix(n, n, dtype, rng)
+        a = wide(x) @ wide(x).conj().T + n * np.eye(n)
+    else:
+        q, _ = np.linalg.qr(wide(random_matrix(n, n, dtype, rng)))
+        a = (q * np.geomspace(1.0, 1.0 / cond, n)) @ q.conj().T
+    a = (a + a.conj().T) / 2
+    return np.asfortranarray(a.astype(dtype))
+
+
+def potrf_ratio(a, c, lower):
+    """||A - L L^H||_1 / (n ||A||_1 eps) with L = tril(c) (lower) or U = triu(c), A = U^H U."""
+    n = a.shape[0]
+    factor = np.tril(wide(c)) if lower else np.triu(wide(c))
+    product = factor @ factor.conj().T if lower else factor.conj().T @ factor
+    return norm1(wide(a) - product) / (n * norm1(wide(a)) * eps_of(c.dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("n", [1, 31, 173])
+def test_cho_factor_ratio_and_other_triangle_untouched(backend, dtype, lower, n, rng):
+    a = hpd_matrix(n, dtype, rng)
+    # the triangle that is not referenced holds a marker, which must come back unchanged
+    marked = a.copy(order="F")
+    other = np.triu_indices(n, 1) if lower else np.tril_indices(n, -1)
+    marked[other] = 7
+    c, low = hybridla.cho_factor(marked, lower=lower, backend=backend, nb=32)
+    assert low is lower
+    assert potrf_ratio(a, c, lower) < THRESH
+    assert (c[other] == 7).all()
+
+
+@pytest.mark.parametrize("lookahead", [0, 1, 2])
+@pytest.mark.parametrize("panel", ["cpu", "gpu", "auto"])
+def test_cho_factor_lookahead_and_panel_placement(backend, lookahead, panel, rng):
+    a = hpd_matrix(150, np.float64, rng)
+    c, _ = hybridla.cho_factor(a, lower=True, backend=backend, nb=16, lookahead=lookahead,
+                               panel=panel)
+    assert potrf_ratio(a, c, True) < THRESH
+    c_ref, _ = scipy.linalg.cho_factor(a, lower=True)
+    assert np.allclose(np.tril(c), np.tril(c_ref), rtol=0, atol=1e3 * eps_of(a.dtype) * 150)
+
+
+@pytest.mark.parametrize("cond", [1e4, 1e8])
+def test_cho_factor_prescribed_condition(backend, cond, rng):
+    a = hpd_matrix(120, np.float64, rng, cond=cond)
+    c, _ = hybridla.cho_factor(a, backend=backend, nb=16)
+    assert potrf_ratio(a, c, False) < THRESH
+
+
+@pytest.mark.parametrize("failing", [1, 17, 40, 100])
+def test_not_positive_definite_info_matches_lapack(backend, failing, rng):
+    """SPD except for one leading minor: the error names the same minor as LAPACK's potrf."""
+    a = hpd_matrix(100, np.float64, rng)
+    a[failing - 1, failing - 1] = -abs(a[failing - 1, failing - 1])
+    _, info_ref = scipy.linalg.lapack.dpotrf(a, lower=1)
+    assert info_ref == failing
+    saved = a.copy()
+    with pytest.raises(scipy.linalg.LinAlgError, match=f"^{info_ref}-th leading minor"):
+        hybridla.cho_factor(a, lower=True, backend=backend, nb=16)
+    assert np.array_equal(a, saved)  # overwrite_a=False: untouched even on failure
+    info, _ = _driver_potrf(a, backend, nb=16)
+    assert info == info_ref
+
+
+def _driver_potrf(a, backend, nb):
+    from hybridla.lapack import potrf
+    from hybridla.scheduler.plan import make_plan
+    ops = hybridla.backend.get_backend(backend)
+    work = np.array(a, order="F", copy=True)
+    plan = make_plan(ops, *a.shape, a.dtype, routine="cho", nb=nb)
+    A = ops.host_matrix(work, work, plan.nb)
+    try:
+        return potrf(A, plan, "L")
+    finally:
+        A.close()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("nrhs", [None, 3])
+def test_cho_solve_and_solve_pos_backward_error(backend, dtype, nrhs, rng):
+    n = 90
+    a = hpd_matrix(n, dtype, rng)
+    b = random_matrix(n, 1 if nrhs is None else nrhs, dtype, rng)
+    b = b[:, 0] if nrhs is None else b
+    for lower in (True, False):
+        c = hybridla.cho_factor(a, lower=lower, backend=backend, nb=16)
+        x = hybridla.cho_solve(c, b)
+        assert x.shape == b.shape
+        assert solve_backward_error(a, x, b) < THRESH
+        x2 = hybridla.solve(a, b, assume_a="pos", lower=lower, backend=backend, nb=16)
+        assert solve_backward_error(a, x2, b) < THRESH
+
+
+@pytest.mark.parametrize("lower", [True, False])
+def test_cholesky_returns_the_triangular_factor(backend, lower, rng):
+    a = hpd_matrix(60, np.complex128, rng)
+    factor = hybridla.cholesky(a, lower=lower, backend=backend, nb=16)
+    expected = scipy.linalg.cholesky(a, lower=lower)
+    assert np.allclose(factor, expected, atol=1e-12 * np.abs(expected).max())
+
+
+def test_cholesky_errors_name_the_argument():
+    with pytest.raises(ValueError, match="square"):
+        hybridla.cho_factor(np.ones((3, 4)))
+    with pytest.raises(ValueError, match="infs or NaNs"):
+        hybridla.cho_factor(np.full((3, 3), np.nan))
+    c = hybridla.cho_factor(np.eye(3) * 2)
+    with pytest.raises(ValueError, match="b must have 3 rows"):
+        hybridla.cho_solve(c, np.ones(4))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("lower", [True, False])
+def test_gpu_interface_cholesky(device_kind, lower, rng):
+    a = hpd_matrix(130, np.float64, rng)
+    c_dev, _ = hybridla.cho_factor(to_device(a, device_kind), lower=lower, nb=32)
+    assert potrf_ratio(a, to_host(c_dev), lower) < THRESH
+    b = random_matrix(130, 2, np.float64, rng)
+    x = hybridla.cho_solve((c_dev, lower), to_device(b, device_kind))
+    assert solve_backward_error(a, to_host(x), b) < THRESH
+    factor = hybridla.cholesky(to_device(a, device_kind), lower=lower, nb=32)
+    assert np.allclose(to_host(factor), scipy.linalg.cholesky(a, lower=lower), atol=1e-10)
+
+
+@pytest.mark.cuda
+def test_cpu_interface_pinned_cholesky(cuda_backend):
+    """Large enough to be pinned and streamed in pieces (device.pin_min_bytes)."""
+    n = 2944
+    a = hpd_matrix(n, np.float64, np.random.default_rng(3))
+    c, _ = hybridla.cho_factor(a, lower=True, backend="cuda", nb=256)
+    ref, _ = scipy.linalg.cho_factor(a, lower=True)
+    assert np.abs(np.tril(c) - np.tril(ref)).max() <= 1e-10 * np.abs(ref).max()
