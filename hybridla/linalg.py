@@ -224,23 +224,8 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True, *, backend=N
     if is_device_array(c) != is_device_array(b):
         raise ValueError("c and b must both be host arrays or both device arrays")
     if is_device_array(c):
-        ops = _device_backend("c", backend)
-        c_shape, dtype = _device_matrix_checks("c", c, ops, check_finite=False)
-        b_shape, b_dtype = _device_matrix_checks("b", b, ops, check_finite, ndims=(1, 2))
-        _check_triangular_solve_shapes("c", c_shape, b_shape)
-        if b_dtype != dtype:
-            raise TypeError(f"b must have the dtype of c ({dtype}) on the device; got {b_dtype}")
-        C, _, _ = ops.device_matrix(c, 1, overwrite=_column_major(c))
-        B, x, write_back = ops.device_matrix(b, 1, overwrite_b)
-        try:
-            potrs(ops, C, B, uplo)
-            ops.synchronize()
-        finally:
-            C.close()
-            B.close()
-        if write_back is not None:
-            write_back()
-        return x.reshape(b_shape) if len(b_shape) == 1 else x
+        return _device_solve("c", c, b, overwrite_b, check_finite, backend,
+                             lambda ops, C, B: potrs(ops, C, B, uplo))
     c, dtype = _host_matrix("c", c, check_finite)
     b_array, b_dtype = _host_matrix("b", b, check_finite, ndims=(1, 2))
     n = _check_triangular_solve_shapes("c", c.shape, b_array.shape)
@@ -285,7 +270,8 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, ba
         raise ValueError("lu and b must both be host arrays or both device arrays")
     piv = np.asarray(piv)
     if is_device_array(lu):
-        return _lu_solve_device(lu, piv, b, _TRANS[trans], overwrite_b, check_finite, backend)
+        return _device_solve("lu", lu, b, overwrite_b, check_finite, backend,
+                             lambda ops, LU, B: getrs(ops, LU, B, _TRANS[trans]), pivots=piv)
     lu, dtype = _host_matrix("lu", lu, check_finite)
     b_array, b_dtype = _host_matrix("b", b, check_finite, ndims=(1, 2))
     n = _check_solve_shapes(lu.shape, piv.shape, b_array.shape)
@@ -304,22 +290,28 @@ def _check_solve_shapes(lu_shape, piv_shape, b_shape):
     return n
 
 
-def _lu_solve_device(lu, piv, b, trans, overwrite_b, check_finite, backend):
-    ops = _device_backend("lu", backend)
-    lu_shape, dtype = _device_matrix_checks("lu", lu, ops, check_finite=False)
+def _device_solve(name, factors, b, overwrite_b, check_finite, backend, solve, pivots=None):
+    """Triangular solves with factors that live on the device: validate, wrap the factors (in
+    place when column-major: they are only read) and b (copied unless overwrite_b), run
+    `solve(ops, F, B)`, free both stores; x comes back as the same kind of array as b."""
+    ops = _device_backend(name, backend)
+    factor_shape, dtype = _device_matrix_checks(name, factors, ops, check_finite=False)
     b_shape, b_dtype = _device_matrix_checks("b", b, ops, check_finite, ndims=(1, 2))
-    n = _check_solve_shapes(lu_shape, piv.shape, b_shape)
+    if pivots is None:
+        _check_triangular_solve_shapes(name, factor_shape, b_shape)
+    else:
+        _check_solve_shapes(factor_shape, pivots.shape, b_shape)
     if b_dtype != dtype:
-        raise TypeError(f"b must have the dtype of lu ({dtype}) on the device; got {b_dtype}")
-    LU, _, _ = ops.device_matrix(lu, 1, overwrite=True) if _column_major(lu) else \
-        ops.device_matrix(lu, 1, overwrite=False)
+        raise TypeError(f"b must have the dtype of {name} ({dtype}) on the device; got {b_dtype}")
+    F, _, _ = ops.device_matrix(factors, 1, overwrite=_column_major(factors))
     B, x, write_back = ops.device_matrix(b, 1, overwrite_b)
     try:
-        LU.set_pivots(piv)
-        getrs(ops, LU, B, trans)
+        if pivots is not None:
+            F.set_pivots(pivots)
+        solve(ops, F, B)
         ops.synchronize()
     finally:
-        LU.close()
+        F.close()
         B.close()
     if write_back is not None:
         write_back()
