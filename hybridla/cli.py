@@ -69,6 +69,7 @@ def _factor_and_report(a, args, label):
         png = str(Path(trace_path).with_suffix(".png"))
         print(f"\ntrace: {trace_path} (open in https://ui.perfetto.dev), Gantt: {png}")
         print(render(trace_path, png))
+    return lu, piv
 
 
 def cmd_demo(args):
@@ -87,10 +88,8 @@ def cmd_factor(args):
     if a.ndim != 2:
         raise SystemExit(f"hybridla factor: {args.file} holds a {a.ndim}-D array, not a matrix")
     args.compare_scipy = args.scipy
-    _factor_and_report(a, args, args.file)
+    lu, piv = _factor_and_report(a, args, args.file)
     if args.output:
-        lu, piv = lu_factor(a, backend=args.backend, nb=args.nb, lookahead=args.lookahead,
-                            panel=args.panel)
         np.savez(args.output, lu=lu, piv=piv)
         print(f"factors saved to {args.output}")
 
