@@ -232,8 +232,7 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True, *, backend=N
     dtype = np.promote_types(dtype, b_dtype)
     ops = _backends.get_backend("host")
     x = _host_rhs(b_array, n, dtype, overwrite_b)
-    potrs(ops, ops.with_pivots(np.asarray(c, dtype=dtype, order="F"), np.zeros(n, np.int32)),
-          ops.with_pivots(x, np.zeros(n, np.int32)), uplo)
+    potrs(ops, ops.wrap(np.asarray(c, dtype=dtype, order="F")), ops.wrap(x), uplo)
     return x.reshape(b_array.shape)
 
 
@@ -277,9 +276,9 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, ba
     n = _check_solve_shapes(lu.shape, piv.shape, b_array.shape)
     dtype = np.promote_types(dtype, b_dtype)
     ops = _backends.get_backend("host")
-    factors = ops.with_pivots(np.asarray(lu, dtype=dtype, order="F"), piv)
+    factors = ops.wrap(np.asarray(lu, dtype=dtype, order="F"), piv)
     x = _host_rhs(b_array, n, dtype, overwrite_b)
-    getrs(ops, factors, ops.with_pivots(x, piv), _TRANS[trans])
+    getrs(ops, factors, ops.wrap(x), _TRANS[trans])
     return x.reshape(b_array.shape)
 
 

@@ -155,10 +155,12 @@ class HostBackend:
             result[...] = source
         return HostMatrix(result, nb)
 
-    def with_pivots(self, a: np.ndarray, pivots: np.ndarray) -> HostMatrix:
-        """LU factors with their pivots, for getrs."""
+    def wrap(self, a: np.ndarray, pivots: np.ndarray | None = None) -> HostMatrix:
+        """An F-ordered host array as a tile store, for the solves: factors (with their pivots,
+        for getrs) or the right-hand side they overwrite."""
         A = HostMatrix(a, max(1, min(a.shape)))
-        A.pivots = pivots.astype(np.int32, copy=False)
+        if pivots is not None:
+            A.pivots = pivots.astype(np.int32, copy=False)
         return A
 
 

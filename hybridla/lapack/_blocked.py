@@ -82,13 +82,14 @@ def record_download(graph, A, plan, step, r0, r1, c0, c1):
               writes=[Region("copy:d2h", 0, 1)], bytes=(r1 - r0) * (c1 - c0) * A.dtype.itemsize)
 
 
-def rest_chunks(rest, n, nb, group):
-    """The trailing columns past the look-ahead as (c0, c1) ranges: one range normally; ranges
-    of `group` block columns while the matrix is still arriving from the host, so that the update
-    follows the uploads instead of waiting for the last one."""
+def trailing_chunks(rest, n, nb, ops, plan, upload_group, uploading):
+    """The trailing columns past the look-ahead as (c0, c1) ranges, one update task each: as
+    many as the backend runs at once (`update_tasks`: one GEMM fills a GPU; the host backend
+    wants one per worker), or groups of `upload_group` block columns while the matrix is still
+    arriving from the host, so that the update follows the uploads instead of waiting for the
+    last one."""
     if not rest:
         return []
-    if group is None:
-        return [(rest[0], n)]
+    group = upload_group if uploading else -(-len(rest) // ops.update_tasks(plan.workers))
     return [(rest[i], min(rest[min(i + group, len(rest)) - 1] + nb, n))
             for i in range(0, len(rest), group)]

@@ -21,7 +21,7 @@ from ..scheduler import Region, TaskGraph, run
 from ..scheduler.plan import progress_bar
 from ..update import chol as chol_update
 from ._blocked import (first_failure, record_cpu_panel, record_download, record_uploads,
-                       rest_chunks, steps_hidden_by_upload)
+                       steps_hidden_by_upload, trailing_chunks)
 
 
 def potrf(A, plan, uplo="L", trace=None):
@@ -73,9 +73,8 @@ def record_potrf(A, plan, uplo) -> TaskGraph:
         for c0 in lookahead_columns:
             record_update(graph, ops, A, uplo, step, k0, k1, c0, min(c0 + nb, n), "gpu:panel")
         previous_update_flops = 0.0
-        group = upload_group if step < split_steps else \
-            -(-len(rest) // ops.update_tasks(plan.workers)) if rest else None
-        for c0, c1 in rest_chunks(rest, n, nb, group):
+        for c0, c1 in trailing_chunks(rest, n, nb, ops, plan, upload_group,
+                                      uploading=step < split_steps):
             previous_update_flops += record_update(graph, ops, A, uplo, step, k0, k1, c0, c1,
                                                    "gpu:update").flops
 
