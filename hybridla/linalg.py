@@ -16,11 +16,13 @@ from scipy.linalg.blas import find_best_blas_type
 
 from . import backend as _backends
 from . import config as _config
-from .lapack import getrf, getrs, potrf, potrs
+from .lapack import gelqf, gelqs, geqlf, geqrf, geqrs, getrf, getrs, potrf, potrs
+from .lapack._householder import LQ, QL, QR, copy_triangle
+from .lapack.orgqr import form_q
 from .scheduler.plan import make_plan
 
-__all__ = ["lu_factor", "lu_solve", "solve", "cho_factor", "cho_solve", "cholesky",
-           "LinAlgError", "LinAlgWarning"]
+__all__ = ["lu_factor", "lu_solve", "solve", "cho_factor", "cho_solve", "cholesky", "qr", "ql",
+           "lq", "lstsq", "LinAlgError", "LinAlgWarning"]
 
 _TRANS = {0: "N", 1: "T", 2: "C", "N": "N", "T": "T", "C": "C"}
 
@@ -348,3 +350,194 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=
         raise LinAlgError("Matrix is singular.")
     return lu_solve((lu, piv), b, trans=1 if transposed else 0, overwrite_b=overwrite_b,
                     check_finite=check_finite)
+
+
+# -- QR, QL, LQ ----------------------------------------------------------------------------------
+_MODES = ("full", "r", "economic", "raw")
+_FACTORIZATIONS = {"QR": geqrf, "QL": geqlf, "LQ": gelqf}
+
+
+def _householder_driver(form):
+    """`_factor`'s driver for geqrf, geqlf or gelqf: its extra result is tau."""
+    def driver(A, plan):
+        tau, info, trace = _FACTORIZATIONS[form.storage](A, plan)
+        return info, tau.copy(), trace
+    return driver
+
+
+def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_finite=True, *,
+       backend=None, nb=None, lookahead=None, panel=None, trace=None):
+    """QR decomposition A = Q R (Householder, LAPACK geqrf), as scipy.linalg.qr.
+
+    By `mode`, k = min(m, n): "full": (Q m x m, R m x n); "economic": (Q m x k, R k x n);
+    "r": (R,), m x n; "raw": ((factors, tau), R) with R k x n and (factors, tau) LAPACK geqrf's
+    output, which scipy.linalg.lapack's orgqr/ungqr and ormqr/unmqr take. The diagonal of R is
+    real (LAPACK's convention); Q and R agree with scipy's up to rounding.
+    pivoting=True (column pivoting, LAPACK geqp3) is not implemented: NotImplementedError.
+    lwork is accepted for scipy compatibility and ignored (the engine sizes its workspaces).
+    Engine options as lu_factor's (configuration keys under "qr."). A device array gives
+    device arrays (Q formed on the device); tau (raw mode) is a host array either way.
+    """
+    if pivoting:
+        raise NotImplementedError("pivoting=True (QR with column pivoting, LAPACK geqp3) is not "
+                                  "implemented in hybridla.qr; use scipy.linalg.qr")
+    return _householder(a, QR, mode, overwrite_a, check_finite, backend,
+                        dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace))
+
+
+def ql(a, overwrite_a=False, lwork=None, mode="full", check_finite=True, *, backend=None,
+       nb=None, lookahead=None, panel=None, trace=None):
+    """QL decomposition A = Q L (LAPACK geqlf; scipy has none), with qr's modes, k = min(m, n):
+    "full": (Q m x m, L m x n, lower trapezoidal on and below the (n-m)-th superdiagonal);
+    "economic": (Q m x k, Q's last k columns, L k x n, L's last k rows); "r": (L,), m x n;
+    "raw": ((factors, tau), L) with L k x n, in LAPACK geqlf's storage. The panels run on the
+    CPU on every backend (cuSOLVER has no geqlf); options as qr's."""
+    return _householder(a, QL, mode, overwrite_a, check_finite, backend,
+                        dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace))
+
+
+def lq(a, overwrite_a=False, lwork=None, mode="full", check_finite=True, *, backend=None,
+       nb=None, lookahead=None, panel=None, trace=None):
+    """LQ decomposition A = L Q (LAPACK gelqf; scipy has none), with qr's modes, k = min(m, n):
+    "full": (L m x n, Q n x n); "economic": (L m x k, Q k x n, Q's first k rows); "r": (L,),
+    m x n; "raw": ((factors, tau), L) with L m x k, in LAPACK gelqf's storage. The panels run on
+    the CPU on every backend (cuSOLVER has no gelqf); options as qr's."""
+    return _householder(a, LQ, mode, overwrite_a, check_finite, backend,
+                        dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace))
+
+
+def _householder(a, form, mode, overwrite_a, check_finite, backend, options):
+    """Factor with the form's driver (geqrf, geqlf, gelqf) through `_factor`, then build what
+    `mode` asks for where the factors are (the host, or the device for a device array), with
+    the same ops on tile stores on either. Returns (Q, T) ((T, Q) for LQ), (T,) or
+    ((factors, tau), T)."""
+    if mode not in _MODES:
+        raise ValueError(f"mode must be one of {_MODES}; got mode={mode!r}")
+    factors, _, tau = _factor(a, overwrite_a, check_finite, backend, options, "qr",
+                              _householder_driver(form))
+    (m, n), dtype = _shape_and_dtype(factors)
+    k = min(m, n)
+    tau = np.zeros(0, dtype) if tau is None else tau
+    order, cols = form.shape(m, n)
+    economic = mode in ("economic", "raw")
+    ops = _backends.get_backend("cuda" if is_device_array(factors) else "host")
+    plan = make_plan(ops, m, n, dtype, routine="qr", nb=options["nb"],
+                     lookahead=options["lookahead"])
+    stores = [ops.wrap(factors, tau=tau)]
+    try:
+        triangle = ops.empty(form.shape(k, cols) if economic else (m, n), dtype, like=factors)
+        stores.append(ops.wrap(triangle))
+        copy_triangle(ops, stores[0], form, stores[1])
+        if mode in ("r", "raw"):
+            ops.synchronize()
+            return (triangle,) if mode == "r" else ((factors, tau), triangle)
+        q = ops.empty(form.shape(order, k) if economic else (order, order), dtype, like=factors)
+        stores.append(ops.wrap(q))
+        form_q(stores[0], stores[2], plan, form)
+        ops.synchronize()
+    finally:
+        for store in stores:
+            store.close()
+    return (triangle, q) if form.transpose else (q, triangle)
+
+
+def _shape_and_dtype(x):
+    if is_device_array(x):
+        cai = x.__cuda_array_interface__
+        return tuple(cai["shape"]), np.dtype(cai["typestr"])
+    return x.shape, x.dtype
+
+
+# -- least squares -------------------------------------------------------------------------------
+def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=True,
+          lapack_driver=None, *, backend=None, nb=None, lookahead=None, panel=None, trace=None):
+    """The least-squares solution of a x = b for m >= n, the minimum-norm solution for m < n,
+    for a of full rank (LAPACK gels: QR for m >= n, LQ for m < n), as scipy.linalg.lstsq.
+
+    Returns (x, residues, rank, s) as scipy's: x n x nrhs (or (n,) for 1-D b); residues the
+    squared 2-norms of b - a x's columns when m > n (a scalar for 1-D b), else an empty array;
+    rank = min(m, n); s = None (no SVD is computed).
+
+    Full rank is required: when the triangular factor has a diagonal entry with
+    |T(i, i)| <= tol max_j |T(j, j)|, tol = `cond` if given, else max(m, n) eps, lstsq raises
+    LinAlgError naming i (b is not touched). The test sees what QR without pivoting sees: a
+    numerically rank-deficient a whose |T(i, i)| all stay large passes it; for rank-deficient
+    problems use scipy.linalg.lstsq (SVD). lapack_driver must be None (the driver is gels);
+    overwrite_b is accepted and b is never modified; overwrite_a as lu_factor's. Engine options
+    as qr's.
+    """
+    if lapack_driver is not None:
+        raise ValueError(f"lapack_driver must be None (hybridla.lstsq solves by QR or LQ, LAPACK "
+                         f"gels); got lapack_driver={lapack_driver!r}")
+    if cond is not None and not (np.isscalar(cond) and np.real(cond) >= 0):
+        raise ValueError(f"cond must be a number >= 0 or None; got cond={cond!r}")
+    device = is_device_array(a)
+    if device != is_device_array(b):
+        raise ValueError("a and b must both be host arrays or both device arrays")
+    if device:
+        ops = _device_backend("a", backend)
+        (m, n), dtype = _device_matrix_checks("a", a, ops, check_finite)
+        b_shape, b_dtype = _device_matrix_checks("b", b, ops, check_finite, ndims=(1, 2))
+        if b_dtype != dtype:
+            raise TypeError(f"b must have the dtype of a ({dtype}) on the device; got {b_dtype}")
+        a_work, rhs = a, b
+    else:
+        array, a_dtype = _host_matrix("a", a, check_finite)
+        b_array, b_dtype = _host_matrix("b", b, check_finite, ndims=(1, 2))
+        (m, n), b_shape = array.shape, b_array.shape
+    if b_shape[0] != m:
+        raise ValueError(f"b must have {m} rows to match a (shape {(m, n)}); got shape {b_shape}")
+    nrhs = 1 if len(b_shape) == 1 else b_shape[1]
+    if not device:
+        dtype = np.promote_types(a_dtype, b_dtype)
+        # a copy in the common precision is ours to overwrite
+        a_work = array if array.dtype == dtype else array.astype(dtype, order="F")
+        overwrite_a = overwrite_a or a_work is not array
+        rhs = np.asfortranarray(b_array.reshape(m, nrhs), dtype=dtype)
+    form, solve = (QR, geqrs) if m >= n else (LQ, gelqs)
+    options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace)
+    factors, _, tau = _factor(a_work, overwrite_a, False, backend, options, "qr",
+                              _householder_driver(form))
+    ops = _backends.get_backend("cuda" if device else "host")
+    plan = make_plan(ops, m, n, dtype, routine="qr", nb=nb, lookahead=lookahead)
+    rank_tol = max(m, n) * np.finfo(dtype).eps if cond is None else float(np.real(cond))
+    # the right-hand side goes into the max(m, n) x nrhs array the solve overwrites; x is its
+    # first n rows, copied out when there are more (m > n: the rest holds the residuals)
+    work = ops.empty((max(m, n), nrhs), dtype, like=b)
+    x = work if max(m, n) == n else ops.empty((n, nrhs), dtype, like=b)
+    stores = [ops.wrap(rhs), ops.wrap(work), ops.wrap(x)]
+    B, W, X = stores
+    try:
+        lane = ops.lane("gpu:update")
+        with lane:
+            ops.lacpy(lane, "A", B.block(0, m, 0, nrhs), W.block(0, m, 0, nrhs))
+        if m == 0 or n == 0:  # as scipy: x = 0, and b's norms are the residuals when n == 0
+            with lane:
+                ops.laset(lane, "A", 0, 0, X.block(0, n, 0, nrhs))
+            residues = W.read_block(0, m, 0, nrhs) if n == 0 else None
+            info = 0
+        else:
+            F = ops.wrap(factors, tau=tau)
+            stores.append(F)
+            info, _ = solve(F, W, plan, rank_tol)
+            if info == 0 and x is not work:
+                with lane:
+                    ops.lacpy(lane, "A", W.block(0, n, 0, nrhs), X.block(0, n, 0, nrhs))
+            residues = W.read_block(n, m, 0, nrhs) if m > n and info == 0 else None
+        ops.synchronize()
+    finally:
+        for store in stores:
+            store.close()
+    if info > 0:
+        name = "R" if form is QR else "L"
+        raise LinAlgError(
+            f"a is rank deficient, or too close to it for a solve by {form.storage}: "
+            f"|{name}({info}, {info})| <= {rank_tol:.3g} * max_j |{name}(j, j)| "
+            f"(a has shape {(m, n)}); use scipy.linalg.lstsq (SVD) for rank-deficient problems")
+    if residues is None:
+        residues = np.empty(0, dtype=dtype)
+    else:
+        residues = (np.abs(residues) ** 2).sum(axis=0)
+        residues = residues[0] if len(b_shape) == 1 else residues
+    rank = min(m, n) if m and n else 0
+    return (x.reshape(n) if len(b_shape) == 1 else x), residues, rank, None

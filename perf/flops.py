@@ -14,8 +14,8 @@ addition 2 real additions).  These counts are conventions: an implementation tha
 extra work (e.g. recomputation, or an algorithm with a different constant) is still
 credited only with this count, which is what makes GFLOP/s rates comparable.
 
-Leading terms, square real case: getrf 2/3 n^3, potrf 1/3 n^3, geqrf 4/3 n^3,
-gehrd 10/3 n^3, getrs 2 n^2 nrhs.
+Leading terms, square real case: getrf 2/3 n^3, potrf 1/3 n^3, geqrf (geqlf, gelqf)
+4/3 n^3, gehrd 10/3 n^3, getrs 2 n^2 nrhs.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ __all__ = [
     "getrs_flops",
     "potrf_flops",
     "geqrf_flops",
+    "geqlf_flops",
+    "gelqf_flops",
     "gehrd_flops",
     "fmuls_getrf",
     "fadds_getrf",
@@ -37,6 +39,8 @@ __all__ = [
     "fadds_potrf",
     "fmuls_geqrf",
     "fadds_geqrf",
+    "fmuls_gelqf",
+    "fadds_gelqf",
     "fmuls_gehrd",
     "fadds_gehrd",
 ]
@@ -124,6 +128,33 @@ def fadds_geqrf(m: int, n: int) -> float:
 def geqrf_flops(m: int, n: int, dtype=np.float64) -> float:
     """Flops of xGEQRF (LAWN 41): real 2 m n^2 - 2/3 n^3 + ... for m >= n (4/3 n^3 square)."""
     return flops(fmuls_geqrf(m, n), fadds_geqrf(m, n), dtype)
+
+
+def geqlf_flops(m: int, n: int, dtype=np.float64) -> float:
+    """Flops of xGEQLF (LAWN 41 counts QL as QR): the same as geqrf_flops."""
+    return geqrf_flops(m, n, dtype)
+
+
+# --- xGELQF: Householder LQ factorization of an m x n matrix (LAWN 41: as xGERQF) ---
+
+def fmuls_gelqf(m: int, n: int) -> float:
+    m, n = float(m), float(n)
+    if m > n:
+        return n * (n * (0.5 - n / 3.0 + m) + m + 29.0 / 6.0)
+    return m * (m * (-0.5 - m / 3.0 + n) + 2.0 * n + 29.0 / 6.0)
+
+
+def fadds_gelqf(m: int, n: int) -> float:
+    m, n = float(m), float(n)
+    if m > n:
+        return n * (n * (-0.5 - n / 3.0 + m) + m + 5.0 / 6.0)
+    return m * (m * (0.5 - m / 3.0 + n) + 5.0 / 6.0)
+
+
+def gelqf_flops(m: int, n: int, dtype=np.float64) -> float:
+    """Flops of xGELQF (LAWN 41, the xGERQF count): real 4/3 n^3 + 2 n^2 + 17/3 n for
+    m == n; the same leading terms as geqrf."""
+    return flops(fmuls_gelqf(m, n), fadds_gelqf(m, n), dtype)
 
 
 # --- xGEHRD: reduction of an n x n matrix to upper Hessenberg form -------------------

@@ -55,13 +55,15 @@ def main():
     p.add_argument("--lookahead", type=int, nargs="+", default=[1])
     p.add_argument("--panel-sms", type=int, nargs="+", default=[16])
     p.add_argument("--panel", default="gpu")
-    p.add_argument("--register", type=int, nargs="+", default=[0])
+    p.add_argument("--transfer", nargs="+", default=["staged"],
+                   choices=["staged", "register", "pageable"],
+                   help="device.host_transfer values for the CPU interface")
     p.add_argument("--cpu-interface", action="store_true")
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--trace-dir", default=None, help="trace each variant's last run; report idle")
     a = p.parse_args()
     cp = bench._cupy()
-    print("| n | interface | nb | look-ahead | panel SMs | pin host | time s | TFLOP/s | vs cuSOLVER "
+    print("| n | interface | nb | look-ahead | panel SMs | host transfer | time s | TFLOP/s | vs cuSOLVER "
           "| GPU idle share of wall (traced run) |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in a.n:
@@ -72,8 +74,8 @@ def main():
         bench.cusolver_getrf(setup())  # warm-up
         base = median_time(bench.cusolver_getrf, setup, a.repeat)
         print(f"| {n} | cuSOLVER | | | | | {base:.4f} | {flops / base / 1e12:.1f} | 1.00 |", flush=True)
-        for nb, la, sms, reg in itertools.product(a.nb, a.lookahead, a.panel_sms, a.register):
-            with hybridla.config.set({"device.panel_sms": sms, "device.register_host": bool(reg)}):
+        for nb, la, sms, reg in itertools.product(a.nb, a.lookahead, a.panel_sms, a.transfer):
+            with hybridla.config.set({"device.panel_sms": sms, "device.host_transfer": reg}):
                 def run(x, trace=None):
                     return hybridla.lu_factor(x, overwrite_a=True, check_finite=False,
                                               backend="cuda", nb=nb, lookahead=la, panel=a.panel,
@@ -86,7 +88,7 @@ def main():
                     wall, idle = idle_share(run, setup_fn, path)
                     return f"{idle:.1%} of {wall:.3f} s"
 
-                if not reg:
+                if reg == a.transfer[0]:  # the GPU interface does not transfer: once
                     run(setup())
                     t = median_time(run, setup, a.repeat)
                     print(f"| {n} | GPU | {nb} | {la} | {sms} | | {t:.4f} | {flops / t / 1e12:.1f} | "

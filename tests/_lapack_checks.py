@@ -6,6 +6,10 @@ Plain functions (no pytest in here), so that benchmarks and notebooks can use th
 - ``solve_backward_error(a, x, b)``: max over columns of ||b - A x||_1 / (||A||_1 ||x||_1 n eps);
 - ``matrix_with_condition(m, n, cond, dtype, rng)``: U diag(s) V^H with prescribed singular values;
 - ``to_device(a, kind)`` / ``to_host(x)``: move test data to CuPy, PyTorch or PyCUDA arrays and back.
+- ``reflectors_product(factors, tau, storage)``: the Q that LAPACK's xGEQRF / xGEQLF / xGELQF
+  storage represents, one reflector at a time; ``triangle_of(factors, storage)``: its R or L;
+- ``factorization_ratio``, ``orthogonality_ratio``, ``least_squares_ratio``: LAPACK's xQRT01 and
+  xQRT17-style ratios; ``match_phases``: a QR made to agree with another in its column phases.
 
 Residuals are computed in float64/complex128 whatever the working precision; ``eps`` is that of
 the working precision (``np.finfo(dtype).eps``), as in LAPACK's testers.
@@ -239,3 +243,115 @@ def to_host(x) -> np.ndarray:
     if kind == "pycuda":
         return x.get()
     return np.asarray(x)
+
+
+# -- Householder factorizations (QR, QL, LQ) --------------------------------------------
+
+def reflectors_product(factors, tau, storage) -> np.ndarray:
+    """The full orthogonal Q that LAPACK's documentation says (factors, tau) represent, built
+    one elementary reflector H(i) = I - tau_i v_i v_i^H at a time (0-based i, k = len(tau)):
+
+    - "QR" (xGEQRF): Q = H(0) H(1) ... H(k-1), m x m; v_i zero above a unit at row i, below it
+      factors[i+1:, i].
+    - "QL" (xGEQLF): Q = H(k-1) ... H(1) H(0), m x m; v_i zero below a unit at row m-k+i, above
+      it factors[:m-k+i, n-k+i].
+    - "LQ" (xGELQF): Q = H(k-1)^H ... H(0)^H, n x n; v_i zero left of a unit at i, after it
+      conj(factors[i, i+1:]).
+
+    Independent of hybridla's own code (a plain loop in double precision), so it checks that
+    factors and tau are in LAPACK's storage format."""
+    factors, tau = wide(factors), wide(tau)
+    m, n = factors.shape
+    k = len(tau)
+    order = n if storage == "LQ" else m
+    q = np.eye(order, dtype=factors.dtype)
+    for i in range(k):
+        v = np.zeros(order, dtype=factors.dtype)
+        if storage == "QR":
+            v[i], v[i + 1:] = 1, factors[i + 1:, i]
+        elif storage == "QL":
+            v[m - k + i], v[:m - k + i] = 1, factors[:m - k + i, n - k + i]
+        else:
+            v[i], v[i + 1:] = 1, factors[i, i + 1:].conj()
+        h = np.eye(order, dtype=factors.dtype) - tau[i] * np.outer(v, v.conj())
+        if storage == "QR":
+            q = q @ h          # H(0) H(1) ... accumulated on the right
+        elif storage == "QL":
+            q = h @ q          # ... H(1) H(0): each later reflector goes on the left
+        else:
+            q = h.conj().T @ q
+    return q
+
+
+def triangle_of(factors, storage) -> np.ndarray:
+    """The full-size triangular factor LAPACK leaves in `factors` (m x n): R = triu (QR), L on
+    and below the (n-m)-th superdiagonal (QL: lower trapezoid at the bottom right), L = tril
+    (LQ)."""
+    factors = np.asarray(factors)
+    m, n = factors.shape
+    if storage == "QR":
+        return np.triu(factors)
+    if storage == "QL":
+        return np.tril(factors, n - m)
+    return np.tril(factors)
+
+
+def factorization_ratio(a, left, right, dtype=None) -> float:
+    """||A - left right||_1 / (max(m, n) ||A||_1 eps) in double precision, for A = Q R, A = Q L
+    (left = Q) or A = L Q (left = L): LAPACK's xQRT01 first ratio. ``dtype`` is the working
+    precision (default: that of ``left``)."""
+    eps = eps_of(np.asarray(left).dtype if dtype is None else dtype)
+    a = wide(a)
+    m, n = a.shape
+    if a.size == 0:
+        return 0.0
+    resid = norm1(a - wide(left) @ wide(right))
+    return resid / (max(m, n) * max(norm1(a), np.finfo(float).tiny) * eps)
+
+
+def orthogonality_ratio(q, dtype=None) -> float:
+    """||I - Q^H Q||_1 / (m eps) for Q with orthonormal columns (m rows), or ||I - Q Q^H|| /
+    (n eps) for one with more columns than rows (orthonormal rows): LAPACK's xQRT01 second
+    ratio."""
+    eps = eps_of(np.asarray(q).dtype if dtype is None else dtype)
+    q = wide(q)
+    m, n = q.shape
+    if q.size == 0:
+        return 0.0
+    gram = q.conj().T @ q if m >= n else q @ q.conj().T
+    return norm1(np.eye(gram.shape[0]) - gram) / (max(m, n) * eps)
+
+
+def least_squares_ratio(a, x, b, dtype=None) -> float:
+    """Residual orthogonality of a least-squares solution, LAPACK's xQRT17 style:
+    max over columns of ||A^H r||_1 / (||A||_1 ||r||_1 max(m, n) eps) with r = b - A x (0 when
+    r is exactly 0, as for a consistent system solved exactly)."""
+    eps = eps_of(np.asarray(x).dtype if dtype is None else dtype)
+    a, x, b = wide(a), wide(x), wide(b)
+    if x.ndim == 1:
+        x, b = x[:, None], b[:, None]
+    m, n = a.shape
+    worst = 0.0
+    for j in range(b.shape[1]):
+        r = b[:, j] - a @ x[:, j]
+        rnorm = np.abs(r).sum()
+        if rnorm == 0.0:
+            continue
+        worst = max(worst, np.abs(a.conj().T @ r).sum() / (norm1(a) * rnorm * max(m, n) * eps))
+    return worst
+
+
+def match_phases(q, r, q_ref, r_ref):
+    """(q, r) of a QR factorization with each reflector's sign (real) or phase (complex) made that
+    of (q_ref, r_ref): A = Q R is unique only up to a unitary diagonal D, A = (Q D)(D^H R). D is
+    read off the diagonals of R and R_ref; it scales Q's first k columns and R's k rows."""
+    q, r = wide(q).copy(), wide(r).copy()
+    k = min(r.shape)
+    d, d_ref = np.diagonal(r)[:k], np.diagonal(wide(r_ref))[:k]
+    phase = np.ones(k, dtype=np.result_type(q, r_ref))
+    nonzero = d != 0
+    ratio = d_ref[nonzero] / d[nonzero]
+    phase[nonzero] = ratio / np.abs(ratio)
+    q[:, :k] *= phase
+    r[:k, :] *= phase.conj()[:, None]
+    return q, r

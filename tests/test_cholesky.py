@@ -140,10 +140,12 @@ def test_gpu_interface_cholesky(device_kind, lower, rng):
 
 
 @pytest.mark.cuda
-def test_cpu_interface_pinned_cholesky(cuda_backend):
-    """Large enough to be pinned and streamed in pieces (device.pin_min_bytes)."""
+@pytest.mark.parametrize("transfer", ["staged", "register"])
+def test_cpu_interface_pinned_cholesky(cuda_backend, transfer):
+    """Large enough to be staged or pinned while it streams (device.pin_min_bytes)."""
     n = 2944
     a = hpd_matrix(n, np.float64, np.random.default_rng(3))
-    c, _ = hybridla.cho_factor(a, lower=True, backend="cuda", nb=256)
+    with hybridla.config.set({"device.host_transfer": transfer}):
+        c, _ = hybridla.cho_factor(a, lower=True, backend="cuda", nb=256)
     ref, _ = scipy.linalg.cho_factor(a, lower=True)
     assert np.abs(np.tril(c) - np.tril(ref)).max() <= 1e-10 * np.abs(ref).max()

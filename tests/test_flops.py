@@ -65,3 +65,18 @@ def test_other_routines_leading_terms():
     assert flops.fmuls_geqrf(500, 500) == pytest.approx(flops.fmuls_geqrf(500.0 + 1e-9, 500))
     m, nn = 40000, 2000
     assert flops.geqrf_flops(m, nn) == pytest.approx(2 * m * nn**2 - 2 * nn**3 / 3, rel=1e-3)
+
+
+def test_geqlf_and_gelqf():
+    # LAWN 41 counts QL as QR and LQ as RQ: the same leading terms as geqrf.
+    n = 10
+    assert flops.geqlf_flops(n, n) == flops.geqrf_flops(n, n)
+    assert flops.geqrf_flops(n, n) == pytest.approx(4 * n**3 / 3 + 2 * n**2 + 14 * n / 3)
+    assert flops.gelqf_flops(n, n) == pytest.approx(4 * n**3 / 3 + 2 * n**2 + 17 * n / 3)
+    assert flops.fmuls_gelqf(500, 500) == pytest.approx(flops.fmuls_gelqf(500.0 + 1e-9, 500))
+    assert flops.fadds_gelqf(500, 500) == pytest.approx(flops.fadds_gelqf(500.0 + 1e-9, 500))
+    m, nn = 40000, 2000
+    for f in (flops.geqlf_flops, flops.gelqf_flops):
+        assert f(m, nn) == pytest.approx(2 * m * nn**2 - 2 * nn**3 / 3, rel=1e-3)
+        assert f(nn, m) == pytest.approx(2 * m * nn**2 - 2 * nn**3 / 3, rel=1e-3)
+        assert f(3000, 3000, np.complex128) / f(3000, 3000) == pytest.approx(4.0, rel=1e-3)

@@ -480,8 +480,9 @@ def test_gpu_solve_device_in_device_out(device_kind, rng):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("transfer", ["staged", "register"])
 @pytest.mark.parametrize("overwrite", [True, False])
-def test_cpu_interface_pinned_streaming(overwrite):
+def test_cpu_interface_pinned_streaming(overwrite, transfer):
     """A host matrix large enough to be pinned (device.pin_min_bytes) is pinned in pieces while
     it uploads and its factors stream back: the result must be LAPACK-accurate and the input
     untouched unless overwritten."""
@@ -490,7 +491,8 @@ def test_cpu_interface_pinned_streaming(overwrite):
     n = 2944  # 69 MB in float64: over the 64 MiB pinning threshold
     a = np.asfortranarray(np.random.default_rng(7).standard_normal((n, n)))
     saved = a.copy(order="F")
-    lu, piv = hybridla.lu_factor(a, overwrite_a=overwrite, backend="cuda", nb=256)
+    with hybridla.config.set({"device.host_transfer": transfer}):
+        lu, piv = hybridla.lu_factor(a, overwrite_a=overwrite, backend="cuda", nb=256)
     ref_lu, ref_piv = scipy.linalg.lu_factor(saved)
     assert (piv == ref_piv).all()
     assert np.abs(lu - ref_lu).max() <= 1e-8 * np.abs(ref_lu).max()

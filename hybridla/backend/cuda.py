@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from concurrent.futures import ThreadPoolExecutor
 import warnings
 from importlib import resources
 from pathlib import Path
@@ -36,6 +37,8 @@ _UPLO = {"L": 0, "U": 1}
 _OP = {"N": 0, "T": 1, "C": 2}
 _DIAG = {"N": 0, "U": 1}
 _LASWP_THREADS = 128
+_LASET_PART = {"A": 0, "U": 1, "L": 2}  # lapack_aux.cu's uplo codes
+_AUX_BLOCK = (32, 8)
 
 
 def _kernel_source(name: str) -> str:
@@ -139,13 +142,15 @@ class DeviceMatrix:
         lane = backend.lane("gpu:panel")
         self._workspace_elems = getattr(cusolverDn, _PREFIX[self.dtype] + "getrf_buffer_size")(
             lane.solver, m, min(nb, max(k, 1)), self.ptr, self.ld) if k else 0
-        self.workspace = self._alloc(max(self._workspace_elems, 1) * self.itemsize)
+        self.solver_workspace = self._alloc(max(self._workspace_elems, 1) * self.itemsize)
         self._pinned_panels = {}
         self._extra_workspaces = {}
         self._pinned_pivots = None  # allocated with the first CPU panel (pinning costs time)
         self._registered = []  # host page ranges pinned by this store, unpinned by `close`
         self.pin = False  # pin the host matrix as it uploads (CPU interface)
         self.pin_ranges, self.pin_cuts = [], []
+        self.staged = False  # or copy it through the backend's pinned slots (`use_staging`)
+        self._slots = None
 
     # -- memory --------------------------------------------------------------------------------
     def _alloc(self, nbytes):
@@ -166,6 +171,9 @@ class DeviceMatrix:
         self._allocations.clear()
         self._registered.clear()
         self._pinned_panels.clear()
+        if self._slots is not None:
+            self._slots = None
+            self.backend.staging_lock.release()
 
     # -- pinning the host matrix in pieces (see pinning.py) -----------------------------------
     def plan_pin_pieces(self, pieces: int):
@@ -188,6 +196,47 @@ class DeviceMatrix:
                           f"slower", RuntimeWarning, stacklevel=2)
         finally:
             drv.Context.pop()
+
+    # -- staging through pinned slots (see CudaBackend.staging_slots) --------------------------
+    def use_staging(self, up_slots: int, down_slots: int):
+        """Copy this host matrix through the backend's pinned slots: host threads copy between
+        the user's pageable array and a slot, DMA between the slot and the device. A slot holds
+        nb x max(m, n) elements; one factorization at a time uses the slots (the lock is held
+        until `close`)."""
+        self.slot_elements = self.nb * max(self.m, self.n)
+        self.backend.staging_lock.acquire()
+        slots = self.backend.staging_slots(up_slots + down_slots,
+                                           self.slot_elements * self.itemsize)
+        self._slots = {"up": slots[:up_slots], "down": slots[up_slots:]}
+        self.up_slots, self.down_slots = up_slots, down_slots
+        self.staged = True
+
+    @property
+    def transfer(self) -> str:
+        """How the host matrix travels: "staged", "register" or "pageable"."""
+        return "staged" if self.staged else "register" if self.pin else "pageable"
+
+    def _slot(self, direction, slot, rows, cols):
+        raw = self._slots[direction][slot][: rows * cols * self.itemsize]
+        return raw.view(self.dtype).reshape((rows, cols), order="F")
+
+    def stage_columns(self, lane, slot, c0, c1):
+        """Host side of an upload: block columns c0:c1 of the user's array into an up slot."""
+        self.backend.host_copy(self._slot("up", slot, self.m, c1 - c0),
+                               self.host_source[:, c0:c1])
+
+    def upload_staged(self, lane, slot, c0, c1):
+        self._copy2d(lane, 0, self.m, c0, c1, to_device=True,
+                     host_array=self._slot("up", slot, self.m, c1 - c0))
+
+    def download_staged(self, lane, slot, r0, r1, c0, c1):
+        self._copy2d(lane, r0, r1, c0, c1, to_device=False,
+                     host_array=self._slot("down", slot, r1 - r0, c1 - c0))
+
+    def unstage_block(self, lane, slot, r0, r1, c0, c1):
+        """Host side of a download: a down slot into the user's array at its place."""
+        self.backend.host_copy(self.host_result[r0:r1, c0:c1],
+                               self._slot("down", slot, r1 - r0, c1 - c0))
 
     # -- blocks --------------------------------------------------------------------------------
     def block(self, r0, r1, c0, c1):
@@ -250,6 +299,25 @@ class DeviceMatrix:
             self._extra_workspaces[name] = current
         return int(current[0])
 
+    def _buffer(self, name, elements):
+        """A device buffer of at least `elements`, kept under `name` for the store's lifetime."""
+        return self.extra_workspace(name, elements * self.itemsize)
+
+    def workspace(self, name, rows, cols):
+        """A rows x cols block of the workspace `name`, which lives as long as the store: the
+        first use allocates it, later uses share it (algorithms order the reuse through a graph
+        Region of the same name; ask for the largest size first, while recording)."""
+        return DeviceBlock(self._buffer("workspace " + name, rows * cols), rows, cols,
+                           max(rows, 1), self.dtype)
+
+    def scratch(self, lane, rows, cols):
+        """A temporary rows x cols block for one operation of a task on `lane`: one buffer per
+        lane, which the lane's stream orders. Sized once for the largest use (nb x max(m, n)),
+        so that no allocation happens while a run is under way after the first."""
+        need = max(rows * cols, self.nb * max(self.m, self.n))
+        return DeviceBlock(self._buffer("scratch " + lane.name, need), rows, cols, max(rows, 1),
+                           self.dtype)
+
     def pinned_panel(self, step, rows, cols):
         """A pinned F-ordered buffer for the CPU panel of `step`; two alternate, so the download
         of the next panel never waits for the upload of this one to free its buffer."""
@@ -260,13 +328,18 @@ class DeviceMatrix:
             self._pinned_panels[slot] = buffer
         return buffer[: rows * cols].reshape((rows, cols), order="F")
 
-    def panel_to_host(self, lane, step, r0, c0, c1):
-        buffer = self.pinned_panel(step, self.m - r0, c1 - c0)
-        self._copy2d(lane, r0, self.m, c0, c1, to_device=False, host_array=buffer)
+    def panel_to_host(self, lane, step, r0, c0, c1, r1=None):
+        """Rows r0:r1 (r1 None: to the last) of columns c0:c1 into the step's pinned buffer."""
+        r1 = self.m if r1 is None else r1
+        buffer = self.pinned_panel(step, r1 - r0, c1 - c0)
+        self._copy2d(lane, r0, r1, c0, c1, to_device=False, host_array=buffer)
 
-    def panel_to_device(self, lane, step, r0, c0, c1):
-        buffer = self.pinned_panel(step, self.m - r0, c1 - c0)
-        self._copy2d(lane, r0, self.m, c0, c1, to_device=True, host_array=buffer)
+    def panel_to_device(self, lane, step, r0, c0, c1, r1=None):
+        """The factored panel back, with what its factorization produced for entries c0:c1
+        (pivots or tau), which the device needs for the updates."""
+        r1 = self.m if r1 is None else r1
+        buffer = self.pinned_panel(step, r1 - r0, c1 - c0)
+        self._copy2d(lane, r0, r1, c0, c1, to_device=True, host_array=buffer)
         if self._pinned_pivots is None:
             self._pinned_pivots = drv.pagelocked_empty(max(self.pivots.size, 1), np.int32)
         self._pinned_pivots[c0:c1] = self.pivots[c0:c1]
@@ -283,9 +356,9 @@ class DeviceMatrix:
         finally:
             drv.Context.pop()
 
-    def host_panel(self, step, r0, c0, c1):
+    def host_panel(self, step, r0, c0, c1, r1=None):
         """Where a CPU panel is factored: the pinned buffer `panel_to_host` downloaded it to."""
-        return self.pinned_panel(step, self.m - r0, c1 - c0)
+        return self.pinned_panel(step, (self.m if r1 is None else r1) - r0, c1 - c0)
 
     def set_panel_result(self, step, c0, c1, pivots, info):
         if pivots is not None:
@@ -363,6 +436,11 @@ def _like(template, out: DeviceArray):
     return out
 
 
+# How a host-resident matrix travels (device.host_transfer): through pinned slots that host
+# threads fill and empty, by pinning the user's array in place, or by the driver's pageable copies.
+HOST_TRANSFERS = ("staged", "register", "pageable")
+
+
 class CudaBackend:
     name = "cuda"
     has_device = True
@@ -375,8 +453,9 @@ class CudaBackend:
         # compiled once per process (PyCUDA caches the cubin on disk too)
         self.context.push()
         try:
-            self.kernels = _driver.Module(compile_cuda(_kernel_source("laswp.cu"),
-                                                       no_extern_c=True, options=["-O3"]))
+            source = _kernel_source("laswp.cu") + "\n" + _kernel_source("lapack_aux.cu")
+            self.kernels = _driver.Module(compile_cuda(source, no_extern_c=True,
+                                                       options=["-O3"]))
         finally:
             drv.Context.pop()
         self._lanes = {}
@@ -385,6 +464,39 @@ class CudaBackend:
         self._sizes = {}  # pointer -> bytes of the allocations the tile stores hold
         self._alloc_lock = threading.Lock()
         self._scalars = {dt: (np.array(1, dt), np.array(-1, dt), np.array(0, dt)) for dt in _PREFIX}
+        self.staging_lock = threading.Lock()
+        self._staging = []
+        self._copy_pool = None
+
+    # -- pinned staging slots and threaded host copies ---------------------------------------------
+    def staging_slots(self, count: int, nbytes: int):
+        """`count` pinned host buffers of `nbytes` or more, allocated once and kept for the process
+        (like a pinned memory pool: cuMemHostAlloc costs about as much as pinning, so it is paid
+        once, not on every call). The caller holds `staging_lock`."""
+        if len(self._staging) < count or self._staging[0].nbytes < nbytes:
+            self.context.push()
+            try:
+                self._staging = []  # the old buffers go before the larger ones are made
+                self._staging = [drv.pagelocked_empty(nbytes, np.uint8) for _ in range(count)]
+            finally:
+                drv.Context.pop()
+        return self._staging[:count]
+
+    def host_copy(self, dst: np.ndarray, src: np.ndarray):
+        """dst[...] = src, cut by columns over `device.copy_threads` threads: one thread's memcpy
+        reaches a fraction of the host's memory bandwidth (NumPy releases the GIL while copying)."""
+        threads = max(1, int(_config_get("device.copy_threads")))
+        cols = dst.shape[1]
+        if threads == 1 or cols < 2:
+            np.copyto(dst, src)
+            return
+        if self._copy_pool is None:
+            self._copy_pool = ThreadPoolExecutor(threads, thread_name_prefix="hybridla-copy")
+        step = -(-cols // threads)
+        futures = [self._copy_pool.submit(np.copyto, dst[:, j:j + step], src[:, j:j + step])
+                   for j in range(0, cols, step)]
+        for future in futures:
+            future.result()
 
     # -- lanes and synchronization -------------------------------------------------------------
     def lane(self, name: str):
@@ -465,19 +577,30 @@ class CudaBackend:
     def host_matrix(self, source: np.ndarray, result: np.ndarray, nb: int) -> DeviceMatrix:
         """The device working matrix for a host-resident input (CPU interface): streamed up from
         `source`, the factors streamed down into `result` (F-ordered, possibly the same array)."""
+        transfer = _config_get("device.host_transfer")
+        if transfer not in HOST_TRANSFERS:
+            raise ValueError(f"device.host_transfer must be one of {HOST_TRANSFERS}; got "
+                             f"{transfer!r}")
+        # Only matrices of pages of their own are pinned: a small array lives in the heap,
+        # sharing pages with other objects, and pinning those pages made copies fail ("invalid
+        # argument") in the tests on the H200. Below the threshold the pageable copies take
+        # milliseconds anyway, so small matrices are not staged either.
+        large = source.nbytes >= int(_config_get("device.pin_min_bytes"))
         A = self.matrix(*source.shape, source.dtype, nb, host_source=source, host_result=result)
-        # Only matrices of whole pages of their own: a small array lives in the heap, sharing
-        # pages with other objects, and pinning those pages made copies fail ("invalid
-        # argument") in the tests on the H200; below this size the copies take milliseconds
-        # anyway. The allocator maps arrays this large on their own pages.
-        A.pin = bool(_config_get("device.register_host")) and \
-            source.nbytes >= int(_config_get("device.pin_min_bytes"))
+        try:
+            if large and transfer == "staged":
+                A.use_staging(up_slots=4, down_slots=4)
+        except BaseException:
+            A.close()
+            raise
+        A.pin = large and transfer == "register"
         return A
 
     def required_bytes(self, m, n, dtype, nb) -> int:
-        """Device memory a factorization of an m x n matrix will take (matrix, pivots, workspace)."""
+        """Device memory a factorization of an m x n matrix will take, at most."""
         itemsize = np.dtype(dtype).itemsize
-        return (-(-m // 32) * 32) * n * itemsize + 8 * min(m, n) + m * nb * itemsize
+        # the matrix, pivots or tau, the panel workspace and two lanes' scratch blocks
+        return ((-(-m // 32) * 32) * n + 2 * min(m, n) + 3 * nb * max(m, n)) * itemsize
 
     # -- the GPU interface: user device arrays ----------------------------------------------------
     def device_matrix(self, obj, nb, overwrite):
@@ -558,7 +681,7 @@ class CudaBackend:
     def getrf_panel(self, lane, A: DeviceMatrix, step, r0, c0, c1):
         """cuSOLVER getrf on the panel A[r0:, c0:c1]; pivots become global 0-based on the device."""
         panel = A.block(r0, A.m, c0, c1)
-        work = int(A.workspace)
+        work = int(A.solver_workspace)
         getrf = getattr(cusolverDn, _PREFIX[A.dtype] + "getrf")
         piv_ptr = int(A.pivots_dev) + c0 * 4
         getrf(lane.solver, panel.rows, panel.cols, panel.ptr, panel.ld, work, piv_ptr,
@@ -589,6 +712,33 @@ class CudaBackend:
         work = A.extra_workspace("potrf", need * A.itemsize)
         getattr(cusolverDn, prefix + "potrf")(lane.solver, _UPLO[uplo], block.rows, block.ptr,
                                              block.ld, work, need, int(A.info_dev) + step * 4)
+
+    def _aux_grid(self, rows, cols):
+        return (-(-rows // _AUX_BLOCK[0]), -(-cols // _AUX_BLOCK[1]))
+
+    def laset(self, lane, uplo, alpha, beta, B: DeviceBlock):
+        """LAPACK laset: the strictly upper ("U"), strictly lower ("L") or whole ("A") off-
+        diagonal part of B := alpha, its diagonal := beta."""
+        if B.size == 0:
+            return
+        alpha, beta = complex(alpha), complex(beta)
+        self.kernels.launch(f"laset_{_PREFIX[B.dtype]}", self._aux_grid(B.rows, B.cols),
+                            _AUX_BLOCK, lane.handle, ctypes.c_void_p(B.ptr),
+                            ctypes.c_longlong(B.ld), ctypes.c_int(B.rows), ctypes.c_int(B.cols),
+                            ctypes.c_int(_LASET_PART[uplo]), ctypes.c_double(alpha.real),
+                            ctypes.c_double(alpha.imag), ctypes.c_double(beta.real),
+                            ctypes.c_double(beta.imag))
+
+    def lacpy(self, lane, uplo, src: DeviceBlock, dst: DeviceBlock):
+        """LAPACK lacpy: the upper ("U", with the diagonal), lower ("L") or whole ("A") part of
+        src into dst (same shape); the rest of dst is left as it is."""
+        if dst.size == 0:
+            return
+        self.kernels.launch(f"lacpy_{_PREFIX[dst.dtype]}", self._aux_grid(dst.rows, dst.cols),
+                            _AUX_BLOCK, lane.handle, ctypes.c_void_p(src.ptr),
+                            ctypes.c_longlong(src.ld), ctypes.c_void_p(dst.ptr),
+                            ctypes.c_longlong(dst.ld), ctypes.c_int(dst.rows),
+                            ctypes.c_int(dst.cols), ctypes.c_int(_LASET_PART[uplo]))
 
     def herk(self, lane, uplo, trans, alpha, A: DeviceBlock, beta, C: DeviceBlock):
         """The `uplo` triangle of C := alpha op(A) op(A)^H + beta C, op "N" or "C"."""

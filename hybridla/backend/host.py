@@ -31,33 +31,83 @@ class HostLane:
 
 
 class HostMatrix:
-    """The working matrix of one factorization in host memory (an F-ordered NumPy array)."""
+    """The working matrix of one factorization in host memory (an F-ordered NumPy array), with
+    what its panels produce (LU's pivots, the Householder scalars tau of QR, QL and LQ, per-step
+    info) and the workspaces its tasks share."""
 
     def __init__(self, a: np.ndarray, nb: int):
         self.a, self.nb = a, nb
         self.streamed = False  # the matrix is where the work happens: nothing to transfer
         self.pin = False
+        self.staged = False
+        self.transfer = None
         self.m, self.n = a.shape
         self.dtype = a.dtype
         self.pivots = np.zeros(min(self.m, self.n), dtype=np.int32)  # global, 0-based
+        self.tau = np.zeros(min(self.m, self.n), dtype=self.dtype)  # QR, QL, LQ: reflector i's
         self.nsteps = -(-min(self.m, self.n) // nb)
         self.info = np.zeros(max(self.nsteps, 1), dtype=np.int32)  # per step, panel-local
+        self._workspaces = {}
 
-    def host_panel(self, step, r0, c0, c1):
-        """Where a CPU panel is factored: here, the matrix itself."""
-        return self.a[r0:, c0:c1]
+    def host_panel(self, step, r0, c0, c1, r1=None):
+        """Where a CPU panel is factored: here, the matrix itself (rows r0:r1, r1 None for the
+        last row; columns c0:c1)."""
+        return self.a[r0:r1, c0:c1]
 
-    def set_panel_result(self, step, c0, c1, pivots, info):
+    def set_panel_result(self, step, c0, c1, pivots, info, tau=None):
+        """A panel's results: the pivots (global rows) of entries c0:c1, or the Householder
+        scalars of reflectors c0:c1 (`tau`), and the panel's info."""
         if pivots is not None:
             self.pivots[c0:c1] = pivots
+        if tau is not None:
+            self.tau[c0:c1] = tau
         self.info[step] = info
 
     def finish(self):
         """Pivots and per-step info, final once every task has run."""
         return self.pivots, self.info
 
+    def finish_tau(self):
+        """The Householder scalars (length min(m, n)) and per-step info, final once every task
+        has run: what `finish` is to LU, for QR, QL and LQ."""
+        return self.tau, self.info
+
+    def set_tau(self, tau):
+        """The Householder scalars of existing factors (to apply or form their Q)."""
+        self.tau = np.asarray(tau, dtype=self.dtype)
+
+    def tau_block(self, t0, t1):
+        """The scalars of reflectors t0:t1, as `triangular_factor` takes them."""
+        return self.tau[t0:t1]
+
+    def diagonal(self):
+        """The main diagonal (min(m, n) entries), as a host array."""
+        return np.diagonal(self.a).copy()
+
+    def read_block(self, r0, r1, c0, c1):
+        """A host copy of a block (small results the caller needs on the host: residuals)."""
+        return self.a[r0:r1, c0:c1].copy()
+
     def block(self, r0, r1, c0, c1):
         return self.a[r0:r1, c0:c1]
+
+    def workspace(self, name, rows, cols):
+        """A rows x cols block of the workspace `name`, which lives as long as the store: the
+        first use allocates it (ask for the largest size first, while recording: allocating
+        during a run would synchronize a device), later uses share it. Algorithms order the
+        reuse of a workspace through a graph Region of the same name."""
+        buffer = self._workspaces.get(name)
+        if buffer is None or buffer.shape[0] < rows or buffer.shape[1] < cols:
+            # a larger request gets a new buffer; blocks handed out earlier keep the old one
+            buffer = np.empty((rows, cols), dtype=self.dtype, order="F")
+            self._workspaces[name] = buffer
+        return buffer[:rows, :cols]
+
+    def scratch(self, lane, rows, cols):
+        """A temporary rows x cols block for one operation of a task on `lane` (the W of a block
+        reflector). Fresh each call here: host tasks of one lane run concurrently in worker
+        threads."""
+        return np.empty((rows, cols), dtype=self.dtype, order="F")
 
     def close(self):
         pass
@@ -139,6 +189,81 @@ class HostBackend:
                 C *= beta
             C += product
 
+    def trmm(self, lane, side, uplo, trans, diag, alpha, T, B):
+        """B := alpha op(T) B (side "L") or alpha B op(T) (side "R"), in place; T triangular
+        (`uplo` "U" or "L", `diag` "U" for a unit diagonal that is not read), op by `trans`
+        ("N", "T", "C")."""
+        if B.size == 0:
+            return
+        trmm, = get_blas_funcs(("trmm",), dtype=B.dtype)
+        B[...] = trmm(alpha, T, B, side=int(side == "R"), lower=int(uplo == "L"),
+                      trans_a="NTC".index(trans), diag=int(diag == "U"))
+
+    def explicit_reflectors(self, lane, src, dst, storage):
+        """dst := the block reflector's V in explicit column form (unit diagonal, zeros on the
+        other side), from a factored panel `src` as LAPACK stores it:
+          "QR": src rows x kb; column i is v_i below a unit at row i (geqrf).
+          "QL": src rows x kb; column i is v_i above a unit at row rows - kb + i (geqlf).
+          "LQ": src kb x cols; row i is conj(v_i) right of a unit at column i (gelqf); dst is
+                cols x kb, the conjugate transpose of that unit upper-trapezoidal row form.
+        dst's shape is given (rows x kb, or cols x kb for "LQ")."""
+        if storage == "LQ":  # its column form is the QR storage of src^H
+            src, storage = src.conj().T, "QR"
+        rows, kb = dst.shape
+        if storage == "QR":
+            dst[...] = np.tril(src, -1)
+            np.fill_diagonal(dst, 1)
+        elif storage == "QL":
+            dst[...] = np.triu(src, kb - rows + 1)
+            np.fill_diagonal(dst[rows - kb:, :], 1)
+        else:
+            raise ValueError(f"storage must be 'QR', 'QL' or 'LQ'; got storage={storage!r}")
+
+    def triangular_factor(self, lane, V, tau, T, direction):
+        """LAPACK larft for explicit column-form V (rows x kb) and its scalars tau (kb):
+        "forward": T upper triangular with H(1) H(2) ... H(k) = I - V T V^H;
+        "backward": T lower triangular with H(k) ... H(2) H(1) = I - V T V^H;
+        H(i) = I - tau_i v_i v_i^H. A zero tau_i (H(i) = I) gives a zero row and column i, as
+        LAPACK's. The other triangle of T is zero.
+
+        LAPACK's recurrence (forward; backward runs from the last column up):
+            T(0:i, i) = -tau_i T(0:i, 0:i) V(:, 0:i)^H v_i,  T(i, i) = tau_i
+        with the Gram matrix V^H V formed by one GEMM first."""
+        kb = T.shape[0]
+        gram = V.conj().T @ V
+        T[...] = 0
+        for i in range(kb) if direction == "forward" else range(kb - 1, -1, -1):
+            if tau[i] == 0:
+                continue
+            done = slice(0, i) if direction == "forward" else slice(i + 1, kb)
+            T[done, i] = -tau[i] * (T[done, done] @ gram[done, i])
+            T[i, i] = tau[i]
+
+    def laset(self, lane, uplo, alpha, beta, B):
+        """LAPACK laset: the strictly upper ("U"), strictly lower ("L") or whole ("A") off-
+        diagonal part of B := alpha, its main diagonal := beta."""
+        if B.size == 0:
+            return
+        if uplo == "A":
+            B[...] = alpha
+        else:
+            rows, cols = np.triu_indices(B.shape[0], 1, B.shape[1]) if uplo == "U" \
+                else np.tril_indices(B.shape[0], -1, B.shape[1])
+            B[rows, cols] = alpha
+        np.fill_diagonal(B, beta)
+
+    def lacpy(self, lane, uplo, src, dst):
+        """LAPACK lacpy: the upper ("U", with the diagonal), lower ("L") or whole ("A") part of
+        src copied into dst (same shape); the rest of dst is left as it is."""
+        if dst.size == 0:
+            return
+        if uplo == "A":
+            dst[...] = src
+            return
+        keep = np.triu(np.ones(dst.shape, bool)) if uplo == "U" else np.tril(np.ones(dst.shape,
+                                                                                  bool))
+        dst[keep] = src[keep]
+
     def herk(self, lane, uplo, trans, alpha, A, beta, C):
         """The `uplo` triangle of C := alpha op(A) op(A)^H + beta C (op: "N" or "C"), the other
         triangle untouched: BLAS herk (syrk for real dtypes, where ^H is ^T)."""
@@ -155,13 +280,23 @@ class HostBackend:
             result[...] = source
         return HostMatrix(result, nb)
 
-    def wrap(self, a: np.ndarray, pivots: np.ndarray | None = None) -> HostMatrix:
-        """An F-ordered host array as a tile store, for the solves: factors (with their pivots,
-        for getrs) or the right-hand side they overwrite."""
+    def wrap(self, a: np.ndarray, pivots: np.ndarray | None = None,
+             tau: np.ndarray | None = None) -> HostMatrix:
+        """An F-ordered host array as a tile store, in place, for the stages after a
+        factorization: factors (with their pivots, for getrs; with their Householder scalars,
+        for applying or forming Q) or the right-hand side / result they overwrite."""
         A = HostMatrix(a, max(1, min(a.shape)))
         if pivots is not None:
             A.pivots = pivots.astype(np.int32, copy=False)
+        if tau is not None:
+            A.set_tau(tau)
         return A
+
+    @staticmethod
+    def empty(shape, dtype, like=None) -> np.ndarray:
+        """A new F-ordered array for a result, where the interface's data lives: host memory
+        (`like`, the user's input, says where on a device backend)."""
+        return np.empty(shape, dtype=dtype, order="F")
 
 
 _HERK = {"f": "syrk", "d": "syrk", "F": "herk", "D": "herk"}

@@ -19,10 +19,28 @@ def first_failure(step_info, nb) -> int:
 
 
 def record_uploads(graph, A, plan):
-    """The host matrix goes up block column by block column, in order; with pinning, the pieces
-    are pinned one after the other on a CPU worker, each upload waiting only for its own.
-    Returns how many block columns a pinned piece holds (the upload granularity)."""
+    """The host matrix goes up block column by block column, in order. Staged, a CPU task copies
+    each block column into a pinned slot and the DMA follows it; the copies form one chain (each
+    runs on several threads of its own), so the Dask workers stay free to enqueue GPU work.
+    Pinned in place, the pieces are pinned one after the other on a CPU worker, each upload
+    waiting only for its own. Returns how many block columns the trailing update takes at once
+    while the matrix arrives (the upload granularity)."""
     m, n, nb = A.m, A.n, plan.nb
+    blocks = -(-n // nb)
+    if A.staged:
+        for block, c0 in enumerate(range(0, n, nb)):
+            c1, slot = min(c0 + nb, n), block % A.up_slots
+            buffer = Region("stage-up", slot, slot + 1)
+            nbytes = m * (c1 - c0) * A.dtype.itemsize
+            graph.add("stage", -1, "cpu",
+                      functools.partial(A.stage_columns, slot=slot, c0=c0, c1=c1),
+                      reads=[Region("stage-chain", 0, 1)],
+                      writes=[buffer, Region("stage-chain", 0, 1)], bytes=nbytes)
+            graph.add("upload", -1, "copy:h2d",
+                      functools.partial(A.upload_staged, slot=slot, c0=c0, c1=c1),
+                      reads=[Region("copy:h2d", 0, 1), buffer],
+                      writes=[Region("A", 0, m, c0, c1), Region("copy:h2d", 0, 1)], bytes=nbytes)
+        return max(1, blocks // plan.pin_pieces)
     piece_starts = A.plan_pin_pieces(plan.pin_pieces) if A.pin else [0]
     for piece in range(len(piece_starts) if A.pin else 0):
         graph.add("pin", -1, "cpu", lambda lane, piece=piece: A.pin_piece(piece),
@@ -35,7 +53,7 @@ def record_uploads(graph, A, plan):
                   reads=[Region("copy:h2d", 0, 1), Region("pinned", first, last + 1)],
                   writes=[Region("A", 0, m, c0, c1), Region("copy:h2d", 0, 1)],
                   bytes=m * (c1 - c0) * A.dtype.itemsize)
-    return max(1, -(-n // nb) // len(piece_starts))
+    return max(1, blocks // len(piece_starts))
 
 
 def steps_hidden_by_upload(A, plan, step_update_flops) -> int:
@@ -43,7 +61,7 @@ def steps_hidden_by_upload(A, plan, step_update_flops) -> int:
     updates the block columns that have arrived while the rest are still on their way: the
     steps whose updates (`step_update_flops(k0, k1)`) fit in the time the upload takes, by the
     cost model."""
-    upload = plan.cost.upload_seconds(A.m * A.n * A.dtype.itemsize, pinned=A.pin)
+    upload = plan.cost.upload_seconds(A.m * A.n * A.dtype.itemsize, A.transfer)
     elapsed, steps = 0.0, 0
     for k0 in range(0, min(A.m, A.n), plan.nb):
         if elapsed >= upload:
@@ -57,29 +75,51 @@ def steps_hidden_by_upload(A, plan, step_update_flops) -> int:
 def record_cpu_panel(graph, A, plan, step, k0, k1, factor, panel, results, flops):
     """A panel factored on the CPU by `factor(lane)`: in place on the host backend; on a device
     backend it travels down to a pinned buffer and back up, on its own copy streams, so that it
-    never queues behind the bulk transfers. `results` are the other regions it writes."""
+    never queues behind the bulk transfers. What travels is the rectangle of the region `panel`:
+    rows k0:m of the step's columns k0:k1 for LU and Cholesky, another rectangle for the QL and
+    LQ panels (which end above the last row: their `r1` is passed on). `results` are the other
+    regions it writes (pivots, tau: the tile store sends them up with the panel)."""
     if not plan.backend.has_device:
         graph.add("panel", step, "cpu", factor, writes=[panel, *results], flops=flops)
         return
     buffer = Region(f"pinned-panel-{step % 2}", 0, 1)
-    nbytes = (A.m - k0) * (k1 - k0) * A.dtype.itemsize
-    graph.add("panel_d2h", step, "copy:panel-d2h",
-              functools.partial(A.panel_to_host, step=step, r0=k0, c0=k0, c1=k1),
+    rectangle = dict(step=step, r0=panel.r0, c0=panel.c0, c1=panel.c1)
+    if panel.r1 != A.m:
+        rectangle["r1"] = panel.r1
+    nbytes = (panel.r1 - panel.r0) * (panel.c1 - panel.c0) * A.dtype.itemsize
+    graph.add("panel_d2h", step, "copy:panel-d2h", functools.partial(A.panel_to_host, **rectangle),
               reads=[panel], writes=[buffer], bytes=nbytes)
     graph.add("panel", step, "cpu", factor, reads=[buffer], writes=[buffer, *results],
               flops=flops)
     graph.add("panel_h2d", step, "copy:panel-h2d",
-              functools.partial(A.panel_to_device, step=step, r0=k0, c0=k0, c1=k1),
+              functools.partial(A.panel_to_device, **rectangle),
               reads=[buffer], writes=[panel, *results], bytes=nbytes)
 
 
 def record_download(graph, A, plan, step, r0, r1, c0, c1):
-    """A block that is final now goes back to the host matrix while the factorization goes on."""
-    graph.add("download", step, "copy:d2h",
-              functools.partial(A.download_block, r0=r0, r1=r1, c0=c0, c1=c1),
-              reads=[Region("A", r0, r1, c0, c1), Region("copy:d2h", 0, 1),
-                     Region("pinned", 0, plan.pin_pieces)],
-              writes=[Region("copy:d2h", 0, 1)], bytes=(r1 - r0) * (c1 - c0) * A.dtype.itemsize)
+    """A block that is final now goes back to the host matrix while the factorization goes on.
+    Staged, it goes in pieces that fit a slot: DMA into the slot, then a CPU task copies it out
+    (one chain of those, on several threads each: run side by side they took every Dask worker
+    and held up the GPU work, measured)."""
+    chain = Region("copy:d2h", 0, 1)
+    if not A.staged:
+        graph.add("download", step, "copy:d2h",
+                  functools.partial(A.download_block, r0=r0, r1=r1, c0=c0, c1=c1),
+                  reads=[Region("A", r0, r1, c0, c1), chain, Region("pinned", 0, plan.pin_pieces)],
+                  writes=[chain], bytes=(r1 - r0) * (c1 - c0) * A.dtype.itemsize)
+        return
+    width = max(1, A.slot_elements // max(r1 - r0, 1))
+    for j0 in range(c0, c1, width):
+        j1 = min(j0 + width, c1)
+        slot = graph.counter("stage-down") % A.down_slots
+        buffer, nbytes = Region("stage-down", slot, slot + 1), (r1 - r0) * (j1 - j0) * A.dtype.itemsize
+        graph.add("download", step, "copy:d2h",
+                  functools.partial(A.download_staged, slot=slot, r0=r0, r1=r1, c0=j0, c1=j1),
+                  reads=[Region("A", r0, r1, j0, j1), chain], writes=[chain, buffer], bytes=nbytes)
+        graph.add("unstage", step, "cpu",
+                  functools.partial(A.unstage_block, slot=slot, r0=r0, r1=r1, c0=j0, c1=j1),
+                  reads=[buffer, Region("unstage-chain", 0, 1)],
+                  writes=[buffer, Region("unstage-chain", 0, 1)], bytes=nbytes)
 
 
 def trailing_chunks(rest, n, nb, ops, plan, upload_group, uploading):

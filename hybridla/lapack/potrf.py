@@ -3,7 +3,7 @@
 For each step k (diagonal block k0:k1, kb = k1 - k0 <= nb), lower shown (upper: transposed):
 
     A11 = L11 L11^H                     diagonal block: CPU (LAPACK) or GPU (cuSOLVER), per plan
-    A21 := A21 L11^-H                   triangular solve on the GPU (critical path lane)
+    A21 := A21 L11^-H                   on the GPU (critical path lane), a gemm with L11^-1
     for the next `lookahead` block columns, then all the others in one task:
         A22 := A22 - A21 A21^H          herk on the diagonal blocks, gemm below them
 
@@ -50,7 +50,7 @@ def record_potrf(A, plan, uplo) -> TaskGraph:
         diagonal, panel = region(k0, k1, k0, k1), region(*chol_update.finished_region(uplo, n,
                                                                                      k0, k1))
         # A11 = L11 L11^H
-        where = plan.panel_placement(k1 - k0, k1 - k0, previous_update_flops)
+        where = plan.panel_placement(k1 - k0, k1 - k0, previous_update_flops, kind="potrf")
         flops = (k1 - k0) ** 3 / 3
         if where == "gpu":
             graph.add("panel", step, "gpu:panel",
@@ -58,14 +58,14 @@ def record_potrf(A, plan, uplo) -> TaskGraph:
                       writes=[diagonal], flops=flops)
         else:
             factor = functools.partial(_cpu_panel, A=A, step=step, k0=k0, k1=k1, uplo=uplo)
-            record_cpu_panel(graph, A, plan, step, k0, k1, factor, region(k0, n, k0, k1), [],
-                             flops)
+            record_cpu_panel(graph, A, plan, step, k0, k1, factor, diagonal, [], flops)
 
         # A21 := A21 L11^-H
         graph.add("trsm", step, "gpu:panel",
                   functools.partial(chol_update.solve_off_diagonal, ops, A=A, uplo=uplo, k0=k0,
                                     k1=k1),
-                  reads=[diagonal], writes=[panel], flops=float((k1 - k0) ** 2 * (n - k1)))
+                  reads=[diagonal], writes=[panel, Region("diagonal inverse", 0, 1)],
+                  flops=float((k1 - k0) ** 2 * (n - k1)))
 
         # the look-ahead block columns, one task each, then the rest of the trailing matrix
         right = list(range(k1, n, nb))

@@ -50,6 +50,7 @@ class TaskGraph:
         # per resource: the accesses a new task may conflict with, as
         # (r0, r1, c0, c1, task index, is a write)
         self._live: dict[str, list[tuple]] = {}
+        self._counters: dict[str, int] = {}
 
     def add(self, name, step, lane, fn, *, reads=(), writes=(), flops=0.0, bytes=0.0) -> Task:
         reads = tuple(r for r in reads if not r.empty)
@@ -80,6 +81,13 @@ class TaskGraph:
             live.append((region.r0, region.r1, region.c0, region.c1, task.index, is_write))
         self.tasks.append(task)
         return task
+
+    def counter(self, name) -> int:
+        """0, 1, 2, ... on successive calls with the same name: e.g. which of a few buffers the
+        next transfer takes, round robin, in recording order."""
+        value = self._counters.get(name, 0)
+        self._counters[name] = value + 1
+        return value
 
     def __len__(self):
         return len(self.tasks)

@@ -29,34 +29,60 @@ class CostModel:
     def _seconds(self, flops, rate_key):
         return self.flop_scale * flops / (self.table[rate_key] * 1e9)
 
-    def cpu_panel(self, rows, cols) -> float:
+    def _rate_key(self, device, kind):
+        """The table's rate for this kind of panel ("cpu_potrf_gflops"), or the LU panel's
+        ("cpu_panel_gflops") where the table has none."""
+        key = f"{device}_{kind}_gflops"
+        return key if key in self.table else f"{device}_panel_gflops"
+
+    def cpu_panel(self, rows, cols, kind="getrf") -> float:
+        """The CPU panel's time on the critical path: its factorization, its two copies and the
+        round trip's fixed cost (host wait, Dask hand-off, copy launches)."""
         transfers = rows * cols * self.itemsize * (1 / self.table["d2h_gbps"]
                                                    + 1 / self.table["h2d_gbps"]) / 1e9
-        return self._seconds(panel_flops(rows, cols), "cpu_panel_gflops") + transfers
+        return (self._seconds(PANEL_FLOPS[kind](rows, cols), self._rate_key("cpu", kind))
+                + transfers + self.table.get("cpu_roundtrip_us", 0.0) * 1e-6)
 
-    def gpu_panel(self, rows, cols) -> float:
-        return (self._seconds(panel_flops(rows, cols), "gpu_panel_gflops")
+    def gpu_panel(self, rows, cols, kind="getrf") -> float:
+        return (self._seconds(PANEL_FLOPS[kind](rows, cols), self._rate_key("gpu", kind))
                 + self.table["launch_us"] * 1e-6)
 
     def gpu_update(self, flops) -> float:
         return self._seconds(flops, "gpu_gemm_gflops")
 
-    def upload_seconds(self, nbytes, pinned) -> float:
-        """Time to bring a host matrix up: pinned, the pinning and the DMA overlap piece by
-        piece, so the slower of the two; pageable, the driver's staged copy."""
-        if not pinned:
-            return nbytes / (self.table.get("h2d_pageable_gbps", self.table["h2d_gbps"]) * 1e9)
-        return nbytes / (min(self.table.get("pin_gbps", self.table["h2d_gbps"]),
-                             self.table["h2d_gbps"]) * 1e9)
+    def upload_seconds(self, nbytes, transfer) -> float:
+        """Time to bring a host matrix up, by how it travels: staged, the host copies into the
+        slots and the DMA overlap, so the slower of the two; pinned in place, likewise the
+        pinning and the DMA; pageable, the driver's staged copy."""
+        table = self.table
+        if transfer == "staged":
+            return nbytes / (min(table.get("stage_gbps", table["h2d_gbps"]), table["h2d_gbps"]) * 1e9)
+        if transfer == "register":
+            return nbytes / (min(table.get("pin_gbps", table["h2d_gbps"]), table["h2d_gbps"]) * 1e9)
+        return nbytes / (table.get("h2d_pageable_gbps", table["h2d_gbps"]) * 1e9)
 
-    def place_panel(self, rows, cols, hiding_update_flops) -> str:
-        cpu_delay = max(0.0, self.cpu_panel(rows, cols) - self.gpu_update(hiding_update_flops))
-        return "cpu" if cpu_delay < self.gpu_panel(rows, cols) else "gpu"
+    def place_panel(self, rows, cols, hiding_update_flops, kind="getrf") -> str:
+        cpu_delay = max(0.0, self.cpu_panel(rows, cols, kind)
+                        - self.gpu_update(hiding_update_flops))
+        return "cpu" if cpu_delay < self.gpu_panel(rows, cols, kind) else "gpu"
 
 
 def panel_flops(rows: int, cols: int) -> float:
     """Real flops of getrf on a rows x cols panel (rows >= cols): rows cols^2 - cols^3 / 3."""
     return float(rows * cols * cols - cols ** 3 / 3)
+
+
+def _potrf_flops(rows: int, cols: int) -> float:
+    return cols ** 3 / 3
+
+
+def _geqrf_flops(rows: int, cols: int) -> float:
+    return float(2 * rows * cols * cols - 2 * cols ** 3 / 3)
+
+
+# the flops of one panel, by kind: LU's panel (rows x cols), the Cholesky diagonal block
+# (cols x cols), a Householder QR panel
+PANEL_FLOPS = {"getrf": panel_flops, "potrf": _potrf_flops, "geqrf": _geqrf_flops}
 
 
 @dataclass
@@ -71,13 +97,14 @@ class Plan:
     progress: bool = False  # show a progress bar (tqdm) over the tasks
     pin_pieces: int = 8  # a host-resident matrix is pinned in this many pieces as it uploads
 
-    def panel_placement(self, rows, cols, hiding_update_flops) -> str:
-        """Where this step's panel runs: always the CPU on the host backend."""
+    def panel_placement(self, rows, cols, hiding_update_flops, kind="getrf") -> str:
+        """Where this step's panel (of `kind`, see PANEL_FLOPS) runs: always the CPU on the host
+        backend; else as the plan says, or where the cost model finds it costs less."""
         if not getattr(self.backend, "has_device", False):
             return "cpu"
         if self.panel != "auto":
             return self.panel
-        return self.cost.place_panel(rows, cols, hiding_update_flops)
+        return self.cost.place_panel(rows, cols, hiding_update_flops, kind)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,70 @@
+"""gels: the least-squares solution of a full-rank overdetermined A X = B, or the minimum-norm
+solution of an underdetermined one (LAPACK gels, trans "N"):
+
+    m >= n:  A = Q R;   X = R^-1 (Q^H B)[:n]                  geqrf, then geqrs
+    m <  n:  A = L Q;   X = Q^H [L^-1 B; 0]                   gelqf, then gelqs
+
+(the minimum-norm solution: A X = B with X in the row space of A, orthogonal to its null space).
+B is max(m, n) x nrhs: the right-hand side in its first m rows, the solution in its first n; for
+m > n, rows n:m end up holding Q^H B's part that no X reaches, whose norms are the residuals.
+
+Before solving, the triangle's diagonal is checked: info = i > 0 when |T(i, i)| (1-based) is
+<= rank_tol max_j |T(j, j)|, and B is left untouched; rank_tol 0 is LAPACK's test (an exactly
+zero diagonal entry). QR without pivoting can miss a rank deficiency that this test does not see
+(a small |R(i, i)| is sufficient, not necessary): a full-rank matrix is the caller's promise.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .gelqf import gelqf
+from .geqrf import geqrf
+from .ormqr import ormlq, ormqr
+
+
+def gels(A, B, plan, rank_tol=0.0, trace=None):
+    """Factor A in place and overwrite B with the solution unless the triangle fails the rank
+    test. Returns (tau, info, trace)."""
+    factor, solve = (geqrf, geqrs) if A.m >= A.n else (gelqf, gelqs)
+    tau, _, trace = factor(A, plan, trace)
+    info, trace = solve(A, B, plan, rank_tol, trace)
+    return tau, info, trace
+
+
+def geqrs(F, B, plan, rank_tol=0.0, trace=None):
+    """X := R^-1 (Q^H B)[:n] in B's first n rows, with F from geqrf (m >= n). Returns (info,
+    trace)."""
+    n, nrhs = F.n, B.n
+    info = rank_test(F, rank_tol)
+    if info:
+        return info, trace
+    trace = ormqr(F, B, plan, "L", "C", trace)   # B := Q^H B
+    ops = plan.backend
+    lane = ops.lane("gpu:update")
+    with lane:
+        ops.trsm(lane, "L", "U", "N", "N", 1, F.block(0, n, 0, n), B.block(0, n, 0, nrhs))
+    return 0, trace
+
+
+def gelqs(F, B, plan, rank_tol=0.0, trace=None):
+    """X := Q^H [L^-1 B[:m]; 0] in B (n rows), with F from gelqf (m < n). Returns (info, trace)."""
+    m, n, nrhs = F.m, F.n, B.n
+    info = rank_test(F, rank_tol)
+    if info:
+        return info, trace
+    ops = plan.backend
+    lane = ops.lane("gpu:update")
+    with lane:
+        ops.trsm(lane, "L", "L", "N", "N", 1, F.block(0, m, 0, m), B.block(0, m, 0, nrhs))
+        ops.laset(lane, "A", 0, 0, B.block(m, n, 0, nrhs))
+    return 0, ormlq(F, B, plan, "L", "C", trace)  # B := Q^H B
+
+
+def rank_test(F, rank_tol) -> int:
+    """1 + the first i with |T(i, i)| <= rank_tol max_j |T(j, j)|, or 0. Reads the diagonal to
+    the host: on a device backend, a host wait for the factorization's last writes."""
+    diagonal = np.abs(F.diagonal())
+    if diagonal.size == 0:
+        return 0
+    small = np.flatnonzero(diagonal <= rank_tol * diagonal.max())
+    return int(small[0]) + 1 if small.size else 0

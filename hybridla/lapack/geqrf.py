@@ -1,0 +1,126 @@
+"""geqrf: blocked right-looking Householder QR with look-ahead, A = Q R.
+
+For each step k (panel columns k0:k1, kb = k1 - k0 <= nb):
+
+    [A11; A21] = Q1 [R11; 0]        panel: CPU (LAPACK) or GPU (cuSOLVER), per the plan; Q1 is
+                                    H(k0) ... H(k1-1), reflectors below the diagonal, tau[k0:k1]
+    V1 := [A11; A21]'s reflectors, explicitly;  T1 := larft(V1, tau):  Q1 = I - V1 T1 V1^H
+    for the next `lookahead` block columns, then all the others in one task:
+        [A12; A22] := Q1^H [A12; A22]             W = V1^H C;  W := T1^H W;  C -= V1 W
+
+V1 and T1 go to one of lookahead + 2 workspace slots, so the next panels' V and T can be formed
+while this step's updates still read theirs. The look-ahead columns go on the high-priority lane
+with the panels, so panel k+1 starts as soon as its own column is updated.
+
+The same algorithm is geqlf (QL = QR of J A J) and gelqf (LQ = QR of A^H): written here in the
+coordinates of that QR problem, `form.rect` puts each rectangle on the matrix (_householder.py).
+
+CPU interface on a device backend (a host-resident matrix): block columns are uploaded in order,
+each before the first task that touches it; after step k, the panel column block (R11 and the
+reflectors below it) and the row block R12 are final (later steps touch only rows below k1), and
+go back to the host while the factorization goes on: every element exactly once.
+info is 0: a Householder factorization cannot fail.
+"""
+from __future__ import annotations
+
+import functools
+
+from ..panel.qr import householder_panel_cpu
+from ..scheduler import Region, TaskGraph, run
+from ..scheduler.plan import progress_bar
+from ..update.qr import geqrf_panel_flops, larfb_flops
+from ._blocked import (first_failure, record_cpu_panel, record_download, record_uploads,
+                       steps_hidden_by_upload, trailing_chunks)
+from ._householder import QR, record_block_update, record_reflectors, reserve_reflector_slots
+
+
+def geqrf(A, plan, trace=None):
+    """Factor the tile store's matrix A = Q R in place, in LAPACK's storage (R on and above the
+    diagonal, the reflectors below it). Returns (tau, info, trace)."""
+    return householder_factorization(A, plan, QR, "geqrf", trace)
+
+
+def householder_factorization(A, plan, form, name, trace=None):
+    """Record and run the blocked factorization of `form` (QR, QL, LQ) on A; returns (tau,
+    info, trace)."""
+    graph = record_geqrf(A, plan, form)
+    with progress_bar(plan, len(graph), name) as progress:
+        trace = run(graph, plan.backend, workers=plan.workers, trace=trace, progress=progress)
+    tau, step_info = A.finish_tau()
+    return tau, first_failure(step_info, plan.nb), trace
+
+
+def record_geqrf(A, plan, form=QR) -> TaskGraph:
+    ops, nb = plan.backend, plan.nb
+    m, n = form.shape(A.m, A.n)  # the QR problem's
+    k_end = min(m, n)
+    graph = TaskGraph()
+    rect = functools.partial(form.rect, A.m, A.n)
+    side, trans = form.trailing_update()
+    slots = plan.lookahead + 2
+    reserve_reflector_slots(A, slots, m, min(nb, k_end))
+
+    # QR takes the block columns in the order they go up; QL's first panel is the last block
+    # column, LQ's the first block row across all of them: those start once all is up, so
+    # there is nothing to gain from cutting their updates by upload groups
+    upload_group = record_uploads(graph, A, plan) if A.streamed else None
+    split_steps = steps_hidden_by_upload(
+        A, plan, lambda k0, k1: larfb_flops(m - k0, k1 - k0, n - k1)) \
+        if A.streamed and form.uploads_in_order else 0
+
+    previous_update_flops = 0.0
+    for step, k0 in enumerate(range(0, k_end, nb)):
+        k1 = min(k0 + nb, k_end)
+        taus = form.taus(k_end, k0, k1)
+
+        # [A11; A21] = Q1 [R11; 0]
+        where = plan.panel_placement(m - k0, k1 - k0, previous_update_flops) \
+            if form.gpu_panel else "cpu"
+        record_panel(graph, A, plan, form, step, rect(k0, m, k0, k1), taus, where)
+
+        # Q1 = I - V1 T1 V1^H
+        reflectors = record_reflectors(graph, ops, A, "A", form, step, step % slots,
+                                       rect(k0, m, k0, k1), m - k0, k1 - k0, taus)
+
+        # [A12; A22] := Q1^H [A12; A22]: the look-ahead block columns, one task each, then the rest
+        right = list(range(k1, n, nb))
+        lookahead_columns, rest = right[:plan.lookahead], right[plan.lookahead:]
+        chunks = [(c0, min(c0 + nb, n), "gpu:panel") for c0 in lookahead_columns]
+        chunks += [(c0, c1, "gpu:update") for c0, c1 in trailing_chunks(
+            rest, n, nb, ops, plan, upload_group, uploading=step < split_steps)]
+        previous_update_flops = 0.0
+        for c0, c1, lane in chunks:
+            task = record_block_update(graph, ops, A, reflectors, side, trans, form.direction,
+                                       A, "A", rect(k0, m, c0, c1), lane, step,
+                                       larfb_flops(m - k0, k1 - k0, c1 - c0))
+            if lane == "gpu:update":
+                previous_update_flops += task.flops
+
+        # the panel column block and the row block right of it are final: send them home
+        if A.streamed:
+            record_download(graph, A, plan, step, *rect(k0, m, k0, k1))
+            if k1 < n:
+                record_download(graph, A, plan, step, *rect(k0, k1, k1, n))
+    return graph
+
+
+def record_panel(graph, A, plan, form, step, panel, taus, where):
+    """The panel `panel` (r0, r1, c0, c1 on the matrix) factored on the GPU (QR only: cuSOLVER
+    has no geqlf or gelqf) or the CPU; its scalars go to tau[taus]."""
+    r0, r1, c0, c1 = panel
+    writes = [Region("A", *panel), Region("tau", *taus)]
+    rows, cols = form.shape(r1 - r0, c1 - c0)
+    flops = geqrf_panel_flops(rows, cols)
+    if where == "gpu":
+        graph.add("panel", step, "gpu:panel",
+                  functools.partial(plan.backend.geqrf_panel, A=A, step=step, r0=r0, c0=c0,
+                                    c1=c1),
+                  writes=writes, flops=flops)
+        return
+    factor = functools.partial(_cpu_panel, A=A, step=step, storage=form.storage,
+                               rows=(r0, r1), cols=(c0, c1), taus=taus)
+    record_cpu_panel(graph, A, plan, step, c0, c1, factor, writes[0], writes[1:], flops)
+
+
+def _cpu_panel(lane, A, step, storage, rows, cols, taus):
+    householder_panel_cpu(A, step, storage, rows, cols, taus)
