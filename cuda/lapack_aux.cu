@@ -12,6 +12,8 @@
 //                   and column i of U become e_i, so that U^-1 keeps the other entries of the
 //                   product without H(i); larft_finish then sets T(i,i) = 0, as LAPACK's larft.
 //   larft_finish    T(i,i) = 0 where tau_i = 0
+//   flip            dst := src with rows and columns reversed (J src J): QL's panel is the QR
+//                   panel of the reversed block, and its scalars come out in reverse order
 //
 // All are one pass over a small (nb x nb) or block-sized matrix: one thread per element, a 2-D
 // grid of 32 x 8 blocks; bytes moved = one read and/or one write per element.
@@ -83,6 +85,14 @@ __device__ void larft_finish(T* Tm, long long ldt, const T* tau, int kb)
     if (i < kb && Num<T>::zero(tau[i])) Tm[i + i * ldt] = Num<T>::make(0.0, 0.0);
 }
 
+template <typename T>
+__device__ void flip(const T* S, long long lds, T* D, long long ldd, int rows, int cols)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;
+    if (i >= rows || j >= cols) return;
+    D[i + j * ldd] = S[(rows - 1 - i) + (long long)(cols - 1 - j) * lds];
+}
+
 #define AUX(S, T)                                                                              \
 extern "C" __global__ void laset_##S(T* A, long long lda, int rows, int cols, int uplo,         \
     double are, double aim, double bre, double bim)                                            \
@@ -94,7 +104,10 @@ extern "C" __global__ void larft_prepare_##S(T* G, long long ldg, const T* tau, 
     int forward)                                                                               \
 { larft_prepare<T>(G, ldg, tau, kb, forward); }                                                \
 extern "C" __global__ void larft_finish_##S(T* Tm, long long ldt, const T* tau, int kb)         \
-{ larft_finish<T>(Tm, ldt, tau, kb); }
+{ larft_finish<T>(Tm, ldt, tau, kb); }                                                          \
+extern "C" __global__ void flip_##S(const T* S_, long long lds, T* D, long long ldd, int rows,  \
+    int cols)                                                                                  \
+{ flip<T>(S_, lds, D, ldd, rows, cols); }
 
 AUX(s, float)
 AUX(d, double)

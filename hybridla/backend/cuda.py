@@ -104,6 +104,15 @@ class DeviceBlock:
     def size(self):
         return self.rows * self.cols
 
+    @property
+    def shape(self):
+        return (self.rows, self.cols)
+
+    def sub(self, r0, r1, c0, c1):
+        """The rectangle rows r0:r1 x columns c0:c1 of this block."""
+        return DeviceBlock(self.ptr + (r0 + c0 * self.ld) * self.dtype.itemsize, r1 - r0, c1 - c0,
+                           self.ld, self.dtype)
+
 
 class DeviceMatrix:
     """The tile store of one factorization: the device copy of the matrix (ours, or the user's
@@ -134,6 +143,11 @@ class DeviceMatrix:
         self.pivots = np.zeros(k, dtype=np.int32)
         self.pivots_dev = self._alloc(max(k, 1) * 4)
         self.info_dev = self._alloc(max(self.nsteps, 1) * 4)
+        # the Householder scalars of QR, QL and LQ (host copy complete after `finish_tau`)
+        self.tau = np.zeros(k, dtype=self.dtype)
+        self.tau_dev = self._alloc(max(k, 1) * self.itemsize)
+        self._pinned_tau = None
+        self._tau_from_host = {}  # step -> (t0, t1): a CPU panel's tau, to go up with its panel
         drv.memset_d32(self.info_dev, 0, max(self.nsteps, 1))
         self.info_host = np.zeros(max(self.nsteps, 1), dtype=np.int32)
         self.info_on_host = np.zeros(max(self.nsteps, 1), dtype=bool)
@@ -340,6 +354,14 @@ class DeviceMatrix:
         r1 = self.m if r1 is None else r1
         buffer = self.pinned_panel(step, r1 - r0, c1 - c0)
         self._copy2d(lane, r0, r1, c0, c1, to_device=True, host_array=buffer)
+        if step in self._tau_from_host:
+            t0, t1 = self._tau_from_host.pop(step)
+            if self._pinned_tau is None:
+                self._pinned_tau = drv.pagelocked_empty(max(self.tau.size, 1), self.dtype)
+            self._pinned_tau[t0:t1] = self.tau[t0:t1]
+            drv.memcpy_htod_async(int(self.tau_dev) + t0 * self.itemsize,
+                                  self._pinned_tau[t0:t1], lane.stream)
+            return
         if self._pinned_pivots is None:
             self._pinned_pivots = drv.pagelocked_empty(max(self.pivots.size, 1), np.int32)
         self._pinned_pivots[c0:c1] = self.pivots[c0:c1]
@@ -360,11 +382,73 @@ class DeviceMatrix:
         """Where a CPU panel is factored: the pinned buffer `panel_to_host` downloaded it to."""
         return self.pinned_panel(step, (self.m if r1 is None else r1) - r0, c1 - c0)
 
-    def set_panel_result(self, step, c0, c1, pivots, info):
+    def set_panel_result(self, step, c0, c1, pivots, info, tau=None):
+        """A CPU panel's results: pivots of entries c0:c1 or Householder scalars of reflectors
+        c0:c1 (`tau`), uploaded with the panel by `panel_to_device`, and its info."""
+        if tau is not None:
+            self.tau[c0:c1] = tau
+            self._tau_from_host[step] = (c0, c1)
         if pivots is not None:
-            self.pivots[c0:c1] = pivots  # uploaded with the panel by `panel_to_device`
+            self.pivots[c0:c1] = pivots
         self.info_host[step] = info
         self.info_on_host[step] = True
+
+    def finish_tau(self):
+        """The Householder scalars and per-step info on the host (`finish`, for QR, QL, LQ)."""
+        self.backend.context.push()
+        try:
+            if self.tau.size:
+                drv.memcpy_dtoh(self.tau, self.tau_dev)  # CPU panels' tau went up too
+        finally:
+            drv.Context.pop()
+        return self.tau.copy(), self.finish()[1]
+
+    def set_tau(self, tau):
+        """The Householder scalars of existing factors (to apply or form their Q)."""
+        tau = np.ascontiguousarray(tau, dtype=self.dtype)
+        self.tau = tau.copy()
+        if tau.size:
+            self.backend.context.push()
+            try:
+                self.tau_dev = self._alloc(tau.size * self.itemsize)
+                drv.memcpy_htod(self.tau_dev, tau)
+            finally:
+                drv.Context.pop()
+
+    def tau_block(self, t0, t1):
+        """The scalars of reflectors t0:t1 on the device, as `triangular_factor` takes them."""
+        return DeviceBlock(int(self.tau_dev) + t0 * self.itemsize, t1 - t0, 1, max(t1 - t0, 1),
+                           self.dtype)
+
+    def read_block(self, r0, r1, c0, c1):
+        """A copy of a block in host memory (a host wait: for small results after a run)."""
+        out = np.empty((r1 - r0, c1 - c0), dtype=self.dtype, order="F")
+        if out.size:
+            self._sync_copy(self.block(r0, r1, c0, c1), out, self.ld)
+        return out
+
+    def diagonal(self):
+        """The main diagonal (min(m, n) entries), in host memory: one strided copy."""
+        k = min(self.m, self.n)
+        out = np.empty((1, k), dtype=self.dtype, order="F")
+        if k:
+            self._sync_copy(self.block(0, 1, 0, k), out, self.ld + 1)
+        return out[0]
+
+    def _sync_copy(self, block, out, pitch_elements):
+        copy = drv.Memcpy2D()
+        copy.set_src_device(block.ptr)
+        copy.src_pitch = pitch_elements * self.itemsize
+        copy.set_dst_host(out.reshape(-1, order="F"))
+        copy.dst_pitch = out.shape[0] * self.itemsize
+        copy.width_in_bytes = out.shape[0] * self.itemsize
+        copy.height = out.shape[1]
+        self.backend.context.push()
+        try:
+            self.backend.synchronize()
+            copy(aligned=False)
+        finally:
+            drv.Context.pop()
 
     def finish(self):
         """Pivots and per-step info on the host. A host wait, at the one point where the caller
@@ -395,6 +479,11 @@ def device_array_layout(obj):
     if len(shape) == 1:
         shape, strides = (shape[0], 1), (strides[0], shape[0] * dtype.itemsize)
     return int(cai["data"][0]), shape, dtype, tuple(strides)
+
+
+def _is_column_major(obj) -> bool:
+    _, (m, n), dtype, strides = device_array_layout(obj)
+    return strides[0] == dtype.itemsize and (n <= 1 or strides[1] >= m * dtype.itemsize)
 
 
 class DeviceArray:
@@ -638,6 +727,23 @@ class CudaBackend:
             self.synchronize()
         return A, obj, write_back
 
+    def wrap(self, obj, pivots=None, tau=None) -> DeviceMatrix:
+        """A device array as a tile store for the stages after a factorization: in place when
+        column-major (factors, and the results hybridla allocates), else a column-major copy
+        (inputs that are only read, such as a row-major right-hand side)."""
+        A, _, _ = self.device_matrix(obj, 1, overwrite=_is_column_major(obj))
+        if pivots is not None:
+            A.set_pivots(pivots)
+        if tau is not None:
+            A.set_tau(tau)
+        return A
+
+    def empty(self, shape, dtype, like=None):
+        """A new column-major device array for a result, of the same kind as `like` (CuPy,
+        PyTorch, PyCUDA)."""
+        out = DeviceArray(self, shape, dtype)
+        return _like(like, out) if like is not None else out
+
     def zero_triangle(self, obj, upper: bool):
         """Set the strictly upper (or lower) triangle of a square device array to zero."""
         ptr, (n, _), dtype, strides = device_array_layout(obj)
@@ -739,6 +845,103 @@ class CudaBackend:
                             ctypes.c_longlong(src.ld), ctypes.c_void_p(dst.ptr),
                             ctypes.c_longlong(dst.ld), ctypes.c_int(dst.rows),
                             ctypes.c_int(dst.cols), ctypes.c_int(_LASET_PART[uplo]))
+
+    def trmm(self, lane, side, uplo, trans, diag, alpha, T: DeviceBlock, B: DeviceBlock):
+        """B := alpha op(T) B (side "L") or alpha B op(T) (side "R"), in place (cuBLAS's trmm is
+        out of place; C = B gives BLAS's in-place form, as its documentation says)."""
+        if B.size == 0:
+            return
+        trmm = getattr(cublas, _PREFIX[B.dtype] + "trmm")
+        trmm(lane.blas, _SIDE[side], _UPLO[uplo], _OP[trans], _DIAG[diag], B.rows, B.cols,
+             self._scalar(B.dtype, alpha), T.ptr, T.ld, B.ptr, B.ld, B.ptr, B.ld)
+
+    def explicit_reflectors(self, lane, src: DeviceBlock, dst: DeviceBlock, storage):
+        """dst := the block reflector's V in explicit column form from a factored panel, as the
+        host backend's (its docstring has the storages): a copy, then the unit diagonal and the
+        zeros written over the triangle that holds R (or L)."""
+        rows, kb = dst.rows, dst.cols
+        if storage == "LQ":  # the row panel's conjugate transpose is QR's storage
+            self._conj_transpose(lane, src, dst)
+            storage = "QR"
+        else:
+            self.lacpy(lane, "A", src, dst)
+        if storage == "QR":
+            self.laset(lane, "U", 0, 1, dst)
+        elif storage == "QL":
+            self.laset(lane, "L", 0, 1, dst.sub(rows - kb, rows, 0, kb))
+        else:
+            raise ValueError(f"storage must be 'QR', 'QL' or 'LQ'; got storage={storage!r}")
+
+    def triangular_factor(self, lane, V: DeviceBlock, tau: DeviceBlock, T: DeviceBlock,
+                          direction, work: DeviceBlock = None):
+        """LAPACK larft for explicit V and tau (see lapack_aux.cu): T = U^-1 with
+        U = diag(1/tau) + the strictly upper (forward) or lower (backward) part of V^H V: one
+        gemm for the Gram matrix, a kernel, a kb x kb trsm on the identity (in `work`, kb x kb
+        scratch), a copy and a kernel, instead of LAPACK's kb dependent matrix-vector steps."""
+        kb = T.rows
+        if kb == 0:
+            return
+        uplo = "U" if direction == "forward" else "L"
+        prefix = _PREFIX[T.dtype]
+        self.gemm(lane, 1, V, V, 0, T, trans_a="C")
+        self.kernels.launch(f"larft_prepare_{prefix}", self._aux_grid(kb, kb), _AUX_BLOCK,
+                            lane.handle, ctypes.c_void_p(T.ptr), ctypes.c_longlong(T.ld),
+                            ctypes.c_void_p(tau.ptr), ctypes.c_int(kb),
+                            ctypes.c_int(int(direction == "forward")))
+        self.laset(lane, "A", 0, 1, work)
+        self.trsm(lane, "L", uplo, "N", "N", 1, T, work)
+        self.lacpy(lane, "A", work, T)
+        self.kernels.launch(f"larft_finish_{prefix}", (-(-kb // 256),), (256,), lane.handle,
+                            ctypes.c_void_p(T.ptr), ctypes.c_longlong(T.ld),
+                            ctypes.c_void_p(tau.ptr), ctypes.c_int(kb))
+
+    def householder_panel(self, lane, A: DeviceMatrix, step, storage, rows, cols, taus):
+        """The panel rows r0:r1 x columns c0:c1 of A factored on the GPU as `storage` says, its
+        scalars into tau[t0:t1] on the device. cuSOLVER has geqrf only; QL's panel is the QR
+        panel of the reversed block, LQ's that of the conjugate transpose (panel/qr.py proves
+        both): those go to a workspace copy in QR's orientation and back, one pass each way."""
+        (r0, r1), (c0, c1), (t0, t1) = rows, cols, taus
+        panel = A.block(r0, r1, c0, c1)
+        tau_ptr = int(A.tau_dev) + t0 * A.itemsize
+        if storage == "QR":
+            self._geqrf(lane, A, step, panel, tau_ptr)
+            return
+        qr_rows, qr_cols = (panel.cols, panel.rows) if storage == "LQ" else panel.shape
+        problem = A.workspace("panel as QR", qr_rows, qr_cols)
+        if storage == "LQ":
+            self._conj_transpose(lane, panel, problem)
+            self._geqrf(lane, A, step, problem, tau_ptr)
+            self._conj_transpose(lane, problem, panel)
+            return
+        self._flip(lane, panel, problem)
+        reversed_tau = A.workspace("panel tau", t1 - t0, 1)
+        self._geqrf(lane, A, step, problem, reversed_tau.ptr)
+        self._flip(lane, problem, panel)
+        self._flip(lane, reversed_tau, A.tau_block(t0, t1))
+
+    def _geqrf(self, lane, A, step, block: DeviceBlock, tau_ptr):
+        prefix = _PREFIX[A.dtype]
+        need = getattr(cusolverDn, prefix + "geqrf_buffer_size")(lane.solver, block.rows,
+                                                                  block.cols, block.ptr, block.ld)
+        work = A.extra_workspace("geqrf", need * A.itemsize)
+        getattr(cusolverDn, prefix + "geqrf")(lane.solver, block.rows, block.cols, block.ptr,
+                                             block.ld, tau_ptr, work, need,
+                                             int(A.info_dev) + step * 4)
+
+    def _conj_transpose(self, lane, src: DeviceBlock, dst: DeviceBlock):
+        """dst (rows x cols) := src^H (cols x rows)."""
+        geam = getattr(cublas, _PREFIX[dst.dtype] + "geam")
+        one, _, zero = (s.ctypes.data for s in self._scalars[dst.dtype])
+        geam(lane.blas, _OP["C"], _OP["N"], dst.rows, dst.cols, one, src.ptr, src.ld, zero,
+             dst.ptr, dst.ld, dst.ptr, dst.ld)
+
+    def _flip(self, lane, src: DeviceBlock, dst: DeviceBlock):
+        """dst := src with rows and columns reversed (same shape)."""
+        self.kernels.launch(f"flip_{_PREFIX[dst.dtype]}", self._aux_grid(dst.rows, dst.cols),
+                            _AUX_BLOCK, lane.handle, ctypes.c_void_p(src.ptr),
+                            ctypes.c_longlong(src.ld), ctypes.c_void_p(dst.ptr),
+                            ctypes.c_longlong(dst.ld), ctypes.c_int(dst.rows),
+                            ctypes.c_int(dst.cols))
 
     def herk(self, lane, uplo, trans, alpha, A: DeviceBlock, beta, C: DeviceBlock):
         """The `uplo` triangle of C := alpha op(A) op(A)^H + beta C, op "N" or "C"."""

@@ -219,7 +219,7 @@ class HostBackend:
         else:
             raise ValueError(f"storage must be 'QR', 'QL' or 'LQ'; got storage={storage!r}")
 
-    def triangular_factor(self, lane, V, tau, T, direction):
+    def triangular_factor(self, lane, V, tau, T, direction, work=None):
         """LAPACK larft for explicit column-form V (rows x kb) and its scalars tau (kb):
         "forward": T upper triangular with H(1) H(2) ... H(k) = I - V T V^H;
         "backward": T lower triangular with H(k) ... H(2) H(1) = I - V T V^H;
@@ -228,7 +228,8 @@ class HostBackend:
 
         LAPACK's recurrence (forward; backward runs from the last column up):
             T(0:i, i) = -tau_i T(0:i, 0:i) V(:, 0:i)^H v_i,  T(i, i) = tau_i
-        with the Gram matrix V^H V formed by one GEMM first."""
+        with the Gram matrix V^H V formed by one GEMM first. `work` (kb x kb scratch, which the
+        cuda backend's inverse needs) is not used here."""
         kb = T.shape[0]
         gram = V.conj().T @ V
         T[...] = 0
@@ -247,9 +248,9 @@ class HostBackend:
         if uplo == "A":
             B[...] = alpha
         else:
-            rows, cols = np.triu_indices(B.shape[0], 1, B.shape[1]) if uplo == "U" \
-                else np.tril_indices(B.shape[0], -1, B.shape[1])
-            B[rows, cols] = alpha
+            for rectangle, diagonal_block, mask in _triangle_parts(B.shape, uplo, strict=True):
+                B[rectangle] = alpha
+                B[diagonal_block][mask] = alpha
         np.fill_diagonal(B, beta)
 
     def lacpy(self, lane, uplo, src, dst):
@@ -260,9 +261,9 @@ class HostBackend:
         if uplo == "A":
             dst[...] = src
             return
-        keep = np.triu(np.ones(dst.shape, bool)) if uplo == "U" else np.tril(np.ones(dst.shape,
-                                                                                  bool))
-        dst[keep] = src[keep]
+        for rectangle, diagonal_block, mask in _triangle_parts(dst.shape, uplo, strict=False):
+            dst[rectangle] = src[rectangle]
+            dst[diagonal_block][mask] = src[diagonal_block][mask]
 
     def herk(self, lane, uplo, trans, alpha, A, beta, C):
         """The `uplo` triangle of C := alpha op(A) op(A)^H + beta C (op: "N" or "C"), the other
@@ -300,6 +301,23 @@ class HostBackend:
 
 
 _HERK = {"f": "syrk", "d": "syrk", "F": "herk", "D": "herk"}
+
+
+def _triangle_parts(shape, uplo, strict, width=256):
+    """The upper ("U") or lower ("L") triangle of a rows x cols matrix, with its diagonal unless
+    `strict`, block column by block column: (the rectangle wholly inside it, the diagonal block,
+    the diagonal block's mask), as index tuples. Whole rectangles keep the copy at memory speed:
+    a mask over the whole matrix costs far more than the copy."""
+    rows, cols = shape
+    for j0 in range(0, cols, width):
+        j1 = min(j0 + width, cols)
+        top, bottom = min(j0, rows), min(j1, rows)
+        diagonal_block = (slice(top, bottom), slice(j0, j1))
+        ones = np.ones((bottom - top, j1 - j0), dtype=bool)
+        if uplo == "U":
+            yield (slice(0, top), slice(j0, j1)), diagonal_block, np.triu(ones, int(strict))
+        else:
+            yield (slice(bottom, rows), slice(j0, j1)), diagonal_block, np.tril(ones, -int(strict))
 
 
 def _op(X, trans):

@@ -25,7 +25,6 @@ class Form:
     reverse: bool     # canonical = J A J (rows and columns reversed)
     transpose: bool   # canonical = A^H
     direction: str    # T's order: "forward", G = H(k0) ... H(k1-1), or "backward", the reverse
-    gpu_panel: bool   # the cuda backend has a GPU panel for it (cuSOLVER has geqrf only)
     uploads_in_order: bool  # the panels take the block columns left to right, as they go up
 
     def shape(self, m, n):
@@ -58,11 +57,11 @@ class Form:
         return ("R" if self.transpose else "L"), self.on_p("C")
 
 
-QR = Form("QR", reverse=False, transpose=False, direction="forward", gpu_panel=True,
+QR = Form("QR", reverse=False, transpose=False, direction="forward",
           uploads_in_order=True)
-QL = Form("QL", reverse=True, transpose=False, direction="backward", gpu_panel=False,
+QL = Form("QL", reverse=True, transpose=False, direction="backward",
           uploads_in_order=False)
-LQ = Form("LQ", reverse=False, transpose=True, direction="forward", gpu_panel=False,
+LQ = Form("LQ", reverse=False, transpose=True, direction="forward",
           uploads_in_order=False)
 
 
@@ -84,7 +83,8 @@ def record_reflectors(graph, ops, F, resource, form, step, slot, panel, rows, kb
 
     def form_reflectors(lane):
         ops.explicit_reflectors(lane, F.block(*panel), V, form.storage)
-        ops.triangular_factor(lane, V, F.tau_block(*taus), T, form.direction)
+        ops.triangular_factor(lane, V, F.tau_block(*taus), T, form.direction,
+                              work=F.scratch(lane, kb, kb))
 
     graph.add("larft", step, "gpu:panel", form_reflectors,
               reads=[Region(resource, *panel), Region("tau", *taus)], writes=slot_regions,

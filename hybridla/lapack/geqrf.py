@@ -27,8 +27,8 @@ import functools
 
 from ..panel.qr import householder_panel_cpu
 from ..scheduler import Region, TaskGraph, run
-from ..scheduler.plan import progress_bar
-from ..update.qr import geqrf_panel_flops, larfb_flops
+from ..scheduler.plan import PANEL_FLOPS, progress_bar
+from ..update.qr import larfb_flops
 from ._blocked import (first_failure, record_cpu_panel, record_download, record_uploads,
                        steps_hidden_by_upload, trailing_chunks)
 from ._householder import QR, record_block_update, record_reflectors, reserve_reflector_slots
@@ -74,8 +74,7 @@ def record_geqrf(A, plan, form=QR) -> TaskGraph:
         taus = form.taus(k_end, k0, k1)
 
         # [A11; A21] = Q1 [R11; 0]
-        where = plan.panel_placement(m - k0, k1 - k0, previous_update_flops) \
-            if form.gpu_panel else "cpu"
+        where = plan.panel_placement(m - k0, k1 - k0, previous_update_flops, kind="geqrf")
         record_panel(graph, A, plan, form, step, rect(k0, m, k0, k1), taus, where)
 
         # Q1 = I - V1 T1 V1^H
@@ -105,17 +104,18 @@ def record_geqrf(A, plan, form=QR) -> TaskGraph:
 
 
 def record_panel(graph, A, plan, form, step, panel, taus, where):
-    """The panel `panel` (r0, r1, c0, c1 on the matrix) factored on the GPU (QR only: cuSOLVER
-    has no geqlf or gelqf) or the CPU; its scalars go to tau[taus]."""
+    """The panel `panel` (r0, r1, c0, c1 on the matrix) factored on the GPU (cuSOLVER geqrf, on
+    a reversed or conjugate-transposed copy for QL and LQ) or the CPU; its scalars go to
+    tau[taus]."""
     r0, r1, c0, c1 = panel
     writes = [Region("A", *panel), Region("tau", *taus)]
     rows, cols = form.shape(r1 - r0, c1 - c0)
-    flops = geqrf_panel_flops(rows, cols)
+    flops = PANEL_FLOPS["geqrf"](rows, cols)
     if where == "gpu":
         graph.add("panel", step, "gpu:panel",
-                  functools.partial(plan.backend.geqrf_panel, A=A, step=step, r0=r0, c0=c0,
-                                    c1=c1),
-                  writes=writes, flops=flops)
+                  functools.partial(plan.backend.householder_panel, A=A, step=step,
+                                    storage=form.storage, rows=(r0, r1), cols=(c0, c1), taus=taus),
+                  writes=writes + [Region("panel as QR", 0, 1)], flops=flops)
         return
     factor = functools.partial(_cpu_panel, A=A, step=step, storage=form.storage,
                                rows=(r0, r1), cols=(c0, c1), taus=taus)

@@ -46,8 +46,3 @@ def larfb_flops(rows: int, kb: int, width: int) -> float:
 def larft_flops(rows: int, kb: int) -> float:
     """Real flops of forming T from rows x kb V: the Gram matrix V^H V and the recurrence."""
     return float(2 * rows * kb * kb + kb ** 3 / 3)
-
-
-def geqrf_panel_flops(rows: int, cols: int) -> float:
-    """Real flops of LAPACK geqrf on a rows x cols panel (rows >= cols)."""
-    return float(2 * rows * cols * cols - 2 * cols ** 3 / 3)
