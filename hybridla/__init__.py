@@ -7,9 +7,9 @@
 """
 from . import config
 from .backend import available_backends
-from .linalg import (LinAlgError, LinAlgWarning, cho_factor, cho_solve, cholesky, lq, lstsq,
-                     lu_factor, lu_solve, ql, qr, solve)
+from .linalg import (LinAlgError, LinAlgWarning, cho_factor, cho_solve, cholesky, gelqf, geqlf,
+                     geqrf, lq, lstsq, lu_factor, lu_solve, ql, qr, solve)
 
 __version__ = "0.1.0"
 __all__ = ["lu_factor", "lu_solve", "solve", "cho_factor", "cho_solve", "cholesky", "qr", "ql",
-           "lq", "lstsq", "LinAlgError", "LinAlgWarning", "config", "available_backends"]
+           "lq", "lstsq", "geqrf", "geqlf", "gelqf", "LinAlgError", "LinAlgWarning", "config", "available_backends"]

@@ -16,7 +16,8 @@ from scipy.linalg.blas import find_best_blas_type
 
 from . import backend as _backends
 from . import config as _config
-from .lapack import gelqf, gelqs, geqlf, geqrf, geqrs, getrf, getrs, potrf, potrs
+from . import lapack as _lapack
+from .lapack import gelqs, geqrs, getrf, getrs, potrf, potrs
 from .lapack._householder import LQ, QL, QR, copy_triangle
 from .lapack.orgqr import form_q
 from .scheduler.plan import make_plan
@@ -354,7 +355,7 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=
 
 # -- QR, QL, LQ ----------------------------------------------------------------------------------
 _MODES = ("full", "r", "economic", "raw")
-_FACTORIZATIONS = {"QR": geqrf, "QL": geqlf, "LQ": gelqf}
+_FACTORIZATIONS = {"QR": _lapack.geqrf, "QL": _lapack.geqlf, "LQ": _lapack.gelqf}
 
 
 def _householder_driver(form):
@@ -363,6 +364,37 @@ def _householder_driver(form):
         tau, info, trace = _FACTORIZATIONS[form.storage](A, plan)
         return info, tau.copy(), trace
     return driver
+
+
+def geqrf(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, lookahead=None,
+          panel=None, trace=None):
+    """LAPACK geqrf: (factors, tau), R on and above the diagonal of factors and the Householder
+    reflectors below it, as scipy.linalg.lapack's dgeqrf returns its first two outputs; what
+    qr(mode="raw") returns without building R. Options as qr's."""
+    return _householder_factors(a, QR, overwrite_a, check_finite, backend, nb, lookahead,
+                                panel, trace)
+
+
+def geqlf(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, lookahead=None,
+          panel=None, trace=None):
+    """LAPACK geqlf: (factors, tau) of A = Q L in LAPACK's storage (see ql)."""
+    return _householder_factors(a, QL, overwrite_a, check_finite, backend, nb, lookahead,
+                                panel, trace)
+
+
+def gelqf(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, lookahead=None,
+          panel=None, trace=None):
+    """LAPACK gelqf: (factors, tau) of A = L Q in LAPACK's storage (see lq)."""
+    return _householder_factors(a, LQ, overwrite_a, check_finite, backend, nb, lookahead,
+                                panel, trace)
+
+
+def _householder_factors(a, form, overwrite_a, check_finite, backend, nb, lookahead, panel,
+                         trace):
+    factors, _, tau = _factor(a, overwrite_a, check_finite, backend,
+                              dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace), "qr",
+                              _householder_driver(form))
+    return factors, (np.zeros(0, _shape_and_dtype(factors)[1]) if tau is None else tau)
 
 
 def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_finite=True, *,
@@ -390,8 +422,8 @@ def ql(a, overwrite_a=False, lwork=None, mode="full", check_finite=True, *, back
     """QL decomposition A = Q L (LAPACK geqlf; scipy has none), with qr's modes, k = min(m, n):
     "full": (Q m x m, L m x n, lower trapezoidal on and below the (n-m)-th superdiagonal);
     "economic": (Q m x k, Q's last k columns, L k x n, L's last k rows); "r": (L,), m x n;
-    "raw": ((factors, tau), L) with L k x n, in LAPACK geqlf's storage. The panels run on the
-    CPU on every backend (cuSOLVER has no geqlf); options as qr's."""
+    "raw": ((factors, tau), L) with L k x n, in LAPACK geqlf's storage. On the GPU the panels
+    are cuSOLVER geqrf's on the reversed panel; options as qr's."""
     return _householder(a, QL, mode, overwrite_a, check_finite, backend,
                         dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace))
 
@@ -400,8 +432,8 @@ def lq(a, overwrite_a=False, lwork=None, mode="full", check_finite=True, *, back
        nb=None, lookahead=None, panel=None, trace=None):
     """LQ decomposition A = L Q (LAPACK gelqf; scipy has none), with qr's modes, k = min(m, n):
     "full": (L m x n, Q n x n); "economic": (L m x k, Q k x n, Q's first k rows); "r": (L,),
-    m x n; "raw": ((factors, tau), L) with L m x k, in LAPACK gelqf's storage. The panels run on
-    the CPU on every backend (cuSOLVER has no gelqf); options as qr's."""
+    m x n; "raw": ((factors, tau), L) with L m x k, in LAPACK gelqf's storage. On the GPU the
+    panels are cuSOLVER geqrf's on the conjugate-transposed panel; options as qr's."""
     return _householder(a, LQ, mode, overwrite_a, check_finite, backend,
                         dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace))
 

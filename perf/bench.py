@@ -648,7 +648,8 @@ def run_scipy(case: Case, r: Routine) -> Outcome:
     import scipy.linalg
 
     fn = getattr(scipy.linalg, r.scipy_fn)
-    t, factors = measure(lambda a, last: r.call(fn, a), case.host_copy, case.repeat,
+    call = r.scipy_call or r.call
+    t, factors = measure(lambda a, last: call(fn, a), case.host_copy, case.repeat,
                          warmup=case.warmup)
     return Outcome(t, factors)
 
@@ -917,6 +918,12 @@ def _cho_call(fn, a, **kw) -> tuple:
     return (fn(a, lower=True, overwrite_a=True, check_finite=False, **kw)[0],)
 
 
+def _householder_call(fn, a, **kw) -> tuple:
+    """hybridla.geqrf / geqlf / gelqf: (factors, tau), what LAPACK's routine computes (qr's raw
+    mode also builds the triangle, which cuSOLVER's geqrf does not)."""
+    return fn(a, overwrite_a=True, check_finite=False, **kw)
+
+
 def _raw_qr_call(fn, a, **kw) -> tuple:
     (f, tau), _ = fn(a, mode="raw", overwrite_a=True, check_finite=False, **kw)
     return f, tau
@@ -944,7 +951,8 @@ class Routine:
     call: Callable[..., tuple]                       # (fn, a, **engine options) -> factors
     check: Callable[[Case, tuple], tuple[float, bool]]
     error_text: str                                  # what check computes (table header)
-    scipy_fn: Optional[str] = None                   # scipy.linalg.<scipy_fn>, same call
+    scipy_fn: Optional[str] = None                   # scipy.linalg.<scipy_fn>
+    scipy_call: Optional[Callable[..., tuple]] = None  # its call, where not `call`
     cusolver: Optional[Call] = None                  # call(d_a) -> (aux, info), in place
     torch: Optional[Call] = None                     # call(torch, tensor) -> raw
     baseline: Optional[str] = None                   # baselines time this routine instead
@@ -968,23 +976,23 @@ _ROUTINE_LIST = [
                    lambda raw, notes: (as_checkable(raw[0]),
                                        _cusolver_pivots(raw[1], None, notes)))),
     Routine(
-        "geqrf", geqrf_flops, "general", "qr", _raw_qr_call,
+        "geqrf", geqrf_flops, "general", "geqrf", _householder_call,
         functools.partial(qr_error, "qr"),
         f"||A-QR||_1/(n ||A||_1 eps): {_DENSE_QR}; {_ESTIMATE} from R^H R = A^H A: "
         f"{_QR_FORM.format('A^H(Ax)', 'R^H(Rx)')}.",
-        scipy_fn="qr",
+        scipy_fn="qr", scipy_call=_raw_qr_call,
         cusolver=Call(cusolver_geqrf,
                       lambda raw, notes: _checked(raw[:2], raw[2], "unexpected", notes)),
         torch=Call(lambda torch, t: torch.geqrf(t),
                    lambda raw, notes: (as_checkable(raw[0]), raw[1]))),
     Routine(
-        "geqlf", geqlf_flops, "general", "ql", _raw_qr_call,
+        "geqlf", geqlf_flops, "general", "geqlf", _householder_call,
         functools.partial(qr_error, "ql"),
         f"||A-QL||_1/(n ||A||_1 eps): {_DENSE_QR} (as the QR of the reversed matrix); "
         f"{_ESTIMATE} from L^H L = A^H A: {_QR_FORM.format('A^H(Ax)', 'L^H(Lx)')}.",
         baseline="geqrf"),
     Routine(
-        "gelqf", gelqf_flops, "general", "lq", _raw_qr_call,
+        "gelqf", gelqf_flops, "general", "gelqf", _householder_call,
         functools.partial(qr_error, "lq"),
         f"||A-LQ||_1/(n ||A||_1 eps): {_DENSE_QR} (as the QR of A^H); {_ESTIMATE} from "
         f"L L^H = A A^H: {_QR_FORM.format('A(A^H x)', 'L(L^H x)')}.",

@@ -63,12 +63,13 @@ def lapack_raw(kind, a):
 
 
 def fake_hybridla(kind, calls):
-    """A stand-in for hybridla.qr / ql / lq (not written yet) with their signature."""
-    def fn(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_finite=True,
-           *, backend=None, nb=None, lookahead=None, panel=None, trace=None):
-        assert mode == "raw" and overwrite_a and not check_finite
+    """A stand-in for hybridla.geqrf / geqlf / gelqf with their signature, returning LAPACK's
+    own factors (so the checks are tested against a reference), recording the backend asked."""
+    def fn(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, lookahead=None,
+           panel=None, trace=None):
+        assert overwrite_a and not check_finite
         calls.append((kind, backend))
-        return lapack_raw(kind, a)
+        return lapack_raw(kind, a)[0]
     return fn
 
 
@@ -117,8 +118,8 @@ def test_potrf_and_getrf_in_one_run(bench, capsys, tmp_path):
 @pytest.mark.parametrize("dense_max", [8191, 10])     # dense check; random-vector estimate
 def test_qr_family_against_our_geqrf(bench, capsys, monkeypatch, dense_max):
     calls = []
-    for kind in ("qr", "ql", "lq"):
-        monkeypatch.setattr(hybridla, kind, fake_hybridla(kind, calls), raising=False)
+    for kind, name in (("qr", "geqrf"), ("ql", "geqlf"), ("lq", "gelqf")):
+        monkeypatch.setattr(hybridla, name, fake_hybridla(kind, calls), raising=False)
     monkeypatch.setattr(bench, "DENSE_CHECK_MAX_HOST", dense_max)
     bench.main(["--routine", "gelqf,geqrf,geqlf", "--sizes", "50", "--repeat", "1",
                 "--baselines", "scipy", "--dtype", "complex128"])
@@ -137,11 +138,11 @@ def test_qr_family_against_our_geqrf(bench, capsys, monkeypatch, dense_max):
 
 
 def test_geqlf_alone_times_scipys_geqrf_and_skips_what_is_missing(bench, capsys, monkeypatch):
-    monkeypatch.delattr(hybridla, "ql", raising=False)
+    monkeypatch.delattr(hybridla, "geqlf", raising=False)
     bench.main(["--routine", "geqlf", "--sizes", "30", "--repeat", "1", "--baselines", "scipy"])
     header, rows = rows_of(capsys.readouterr().out)
     assert set(rows) == {(30, None, "hybridla CPU iface"), (30, None, "SciPy geqrf (host)")}
-    assert rows[(30, None, "hybridla CPU iface")]["note"] == "skipped: hybridla.ql not available"
+    assert rows[(30, None, "hybridla CPU iface")]["note"] == "skipped: hybridla.geqlf not available"
     assert berr(rows[(30, None, "SciPy geqrf (host)")]) < 30
 
 

@@ -452,3 +452,16 @@ def test_trmm_laset_lacpy_match_numpy(rng):
     dst = np.zeros((4, 6))
     ops.lacpy(None, "L", b, dst)
     np.testing.assert_array_equal(dst, np.tril(b))
+
+
+@pytest.mark.parametrize("name, mode_fn", [("geqrf", "qr"), ("geqlf", "ql"), ("gelqf", "lq")])
+def test_lapack_level_factors_are_raw_mode(backend, name, mode_fn):
+    """geqrf / geqlf / gelqf return exactly what the raw mode of qr / ql / lq returns as its
+    (factors, tau), without the triangle."""
+    a = np.random.default_rng(11).standard_normal((70, 45))
+    factors, tau = getattr(hybridla, name)(a, backend=backend, nb=16)
+    (raw_factors, raw_tau), _ = getattr(hybridla, mode_fn)(a, mode="raw", backend=backend, nb=16)
+    factors, raw_factors = to_host(factors), to_host(raw_factors)
+    assert factors.shape == a.shape and tau.shape == (45,)
+    np.testing.assert_array_equal(factors, raw_factors)
+    np.testing.assert_array_equal(tau, raw_tau)
