@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 
+_BUCKET = 512  # columns per bucket of live accesses (see TaskGraph)
+
+
 @dataclass(frozen=True)
 class Region:
     resource: str
@@ -47,9 +50,11 @@ class Task:
 class TaskGraph:
     def __init__(self):
         self.tasks: list[Task] = []
-        # per resource: the accesses a new task may conflict with, as
-        # (r0, r1, c0, c1, task index, is a write)
-        self._live: dict[str, list[tuple]] = {}
+        # per resource, per bucket of _BUCKET columns: the accesses a new task may conflict
+        # with, as (r0, r1, c0, c1, task index, is a write), listed in every bucket they touch.
+        # Reads of finished blocks stay live for good (nothing writes there again), so one
+        # flat list made recording quadratic in the tasks: buckets keep each scan local.
+        self._live: dict[str, dict[int, list[tuple]]] = {}
         self._counters: dict[str, int] = {}
 
     def add(self, name, step, lane, fn, *, reads=(), writes=(), flops=0.0, bytes=0.0) -> Task:
@@ -60,10 +65,15 @@ class TaskGraph:
         deps = set()
         for region, is_write in accesses:
             r0, r1, c0, c1 = region.r0, region.r1, region.c0, region.c1
+            buckets = self._live.get(region.resource)
+            if buckets is None:
+                continue
             # the hot loop of recording: plain tuple comparisons, no method calls
-            for er0, er1, ec0, ec1, index, earlier_write in self._live.get(region.resource, ()):
-                if (is_write or earlier_write) and er0 < r1 and r0 < er1 and ec0 < c1 and c0 < ec1:
-                    deps.add(index)
+            for bucket in range(c0 // _BUCKET, (c1 - 1) // _BUCKET + 1):
+                for er0, er1, ec0, ec1, index, earlier_write in buckets.get(bucket, ()):
+                    if (is_write or earlier_write) and er0 < r1 and r0 < er1 and ec0 < c1 \
+                            and c0 < ec1:
+                        deps.add(index)
         # an edge implied by another (d is already a dependency of one of the others) only costs
         # the scheduler time: keep the direct ones
         implied = set()
@@ -71,14 +81,18 @@ class TaskGraph:
             implied.update(self.tasks[d].deps)
         task.deps = sorted(deps - implied)
         for region, is_write in accesses:
-            live = self._live.setdefault(region.resource, [])
-            if is_write:
-                # A later task that touches a region this write covers conflicts with this write
-                # and so is ordered after everything this write was ordered after: forget those.
-                r0, r1, c0, c1 = region.r0, region.r1, region.c0, region.c1
-                live[:] = [e for e in live if not (r0 <= e[0] and e[1] <= r1 and c0 <= e[2]
-                                                   and e[3] <= c1)]
-            live.append((region.r0, region.r1, region.c0, region.c1, task.index, is_write))
+            buckets = self._live.setdefault(region.resource, {})
+            r0, r1, c0, c1 = region.r0, region.r1, region.c0, region.c1
+            entry = (r0, r1, c0, c1, task.index, is_write)
+            for bucket in range(c0 // _BUCKET, (c1 - 1) // _BUCKET + 1):
+                live = buckets.setdefault(bucket, [])
+                if is_write:
+                    # A later task that touches a region this write covers conflicts with this
+                    # write and so is ordered after everything this write was ordered after:
+                    # forget those.
+                    live[:] = [e for e in live if not (r0 <= e[0] and e[1] <= r1 and c0 <= e[2]
+                                                       and e[3] <= c1)]
+                live.append(entry)
         self.tasks.append(task)
         return task
 

@@ -96,6 +96,7 @@ class Plan:
     trace_path: str | None = None
     progress: bool = False  # show a progress bar (tqdm) over the tasks
     pin_pieces: int = 8  # a host-resident matrix is pinned in this many pieces as it uploads
+    #                      (config device.pin_pieces)
 
     def panel_placement(self, rows, cols, hiding_update_flops, kind="getrf") -> str:
         """Where this step's panel (of `kind`, see PANEL_FLOPS) runs: always the CPU on the host
@@ -136,11 +137,14 @@ def make_plan(backend, m, n, dtype, *, routine="lu", nb=None, lookahead=None, pa
     trace = cfg.get("trace") if trace is None else trace
     table = _config.device_table(backend.device_name)
     if isinstance(nb, str) and nb == "auto":
-        nb = table["nb_small"] if min(m, n) < table["nb_switch"] else table["nb_large"]
+        # a routine's own large block size where the table has one ("cho_nb_large")
+        large = table.get(f"{routine}_nb_large", table["nb_large"])
+        nb = table["nb_small"] if min(m, n) < table["nb_switch"] else large
     nb = _positive_int("nb", nb, 1)
     lookahead = _positive_int("lookahead", lookahead, 0)
     if panel not in PANEL_CHOICES:
         raise ValueError(f"panel must be one of {PANEL_CHOICES}; got panel={panel!r}")
     workers = _positive_int("scheduler.workers", cfg.get("scheduler.workers"), 1)
+    pin_pieces = _positive_int("device.pin_pieces", cfg.get("device.pin_pieces"), 1)
     return Plan(backend, nb, lookahead, panel, workers, CostModel(table, dtype),
-                str(trace) if trace else None, bool(progress))
+                str(trace) if trace else None, bool(progress), pin_pieces)
