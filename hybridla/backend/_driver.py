@@ -38,6 +38,11 @@ def stream_create(priority: int) -> int:
     return handle.value
 
 
+def stream_synchronize(stream: int) -> None:
+    """Wait on the host until everything enqueued on `stream` has finished."""
+    _check(_cuda.cuStreamSynchronize(ctypes.c_void_p(stream)), "cuStreamSynchronize")
+
+
 class Event:
     """A CUDA event recorded on a stream given by its raw handle."""
 

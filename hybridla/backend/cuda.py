@@ -943,6 +943,33 @@ class CudaBackend:
                             ctypes.c_longlong(dst.ld), ctypes.c_int(dst.rows),
                             ctypes.c_int(dst.cols))
 
+    def hessenberg_matvec(self, lane, A_block: DeviceBlock, v: np.ndarray, work: DeviceBlock):
+        """y = A_block v for a host vector v, returned as a new host vector: v up, cuBLAS gemv,
+        y down, and a wait, on the critical-path stream (the panel's column loop runs on the
+        host and needs y before its next column). `work` holds x and y on the device (at least
+        rows + cols elements). One pass over the block: rows x cols x itemsize bytes read from
+        device memory, plus the two vectors over PCIe."""
+        rows, cols = A_block.shape
+        y = np.empty(rows, dtype=A_block.dtype)
+        if rows == 0:
+            return y
+        if cols == 0:
+            y[:] = 0
+            return y
+        itemsize = A_block.dtype.itemsize
+        x_ptr, y_ptr = work.ptr, work.ptr + cols * itemsize
+        v = np.ascontiguousarray(v, dtype=A_block.dtype)
+        one, _, zero = (s.ctypes.data for s in self._scalars[A_block.dtype])
+        gpu = self.lane("gpu:panel")
+        with gpu:
+            cublas.set_vector_async(cols, itemsize, v.ctypes.data, 1, x_ptr, 1, gpu.handle)
+            getattr(cublas, _PREFIX[A_block.dtype] + "gemv")(
+                gpu.blas, _OP["N"], rows, cols, one, A_block.ptr, A_block.ld, x_ptr, 1, zero,
+                y_ptr, 1)
+            cublas.get_vector_async(rows, itemsize, y_ptr, 1, y.ctypes.data, 1, gpu.handle)
+            _driver.stream_synchronize(gpu.handle)
+        return y
+
     def herk(self, lane, uplo, trans, alpha, A: DeviceBlock, beta, C: DeviceBlock):
         """The `uplo` triangle of C := alpha op(A) op(A)^H + beta C, op "N" or "C"."""
         if C.size == 0:
