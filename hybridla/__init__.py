@@ -7,9 +7,10 @@
 """
 from . import config
 from .backend import available_backends
-from .linalg import (LinAlgError, LinAlgWarning, cho_factor, cho_solve, cholesky, gelqf, geqlf,
-                     geqrf, lq, lstsq, lu_factor, lu_solve, ql, qr, solve)
+from .linalg import (LinAlgError, LinAlgWarning, cho_factor, cho_solve, cholesky, gehrd, gelqf,
+                     geqlf, geqrf, hessenberg, lq, lstsq, lu_factor, lu_solve, ql, qr, solve)
 
 __version__ = "0.1.0"
 __all__ = ["lu_factor", "lu_solve", "solve", "cho_factor", "cho_solve", "cholesky", "qr", "ql",
-           "lq", "lstsq", "geqrf", "geqlf", "gelqf", "LinAlgError", "LinAlgWarning", "config", "available_backends"]
+           "lq", "lstsq", "hessenberg", "geqrf", "geqlf", "gelqf", "gehrd", "LinAlgError",
+           "LinAlgWarning", "config", "available_backends"]

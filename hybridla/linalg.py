@@ -19,11 +19,14 @@ from . import config as _config
 from . import lapack as _lapack
 from .lapack import gelqs, geqrs, getrf, getrs, potrf, potrs
 from .lapack._householder import LQ, QL, QR, copy_triangle
+from .lapack.gehrd import check_lo_hi
+from .lapack.orghr import orghr
 from .lapack.orgqr import form_q
 from .scheduler.plan import make_plan
 
 __all__ = ["lu_factor", "lu_solve", "solve", "cho_factor", "cho_solve", "cholesky", "qr", "ql",
-           "lq", "lstsq", "LinAlgError", "LinAlgWarning"]
+           "lq", "lstsq", "hessenberg", "geqrf", "geqlf", "gelqf", "gehrd", "LinAlgError",
+           "LinAlgWarning"]
 
 _TRANS = {0: "N", 1: "T", 2: "C", "N": "N", "T": "T", "C": "C"}
 
@@ -478,6 +481,95 @@ def _shape_and_dtype(x):
         cai = x.__cuda_array_interface__
         return tuple(cai["shape"]), np.dtype(cai["typestr"])
     return x.shape, x.dtype
+
+
+# -- Hessenberg ----------------------------------------------------------------------------------
+def gehrd(a, lo=0, hi=None, overwrite_a=False, check_finite=True, *, backend=None, nb=None,
+          trace=None, stats=None):
+    """LAPACK gehrd: (factors, tau) of the reduction to upper Hessenberg form Q^H A Q = H, as
+    scipy.linalg.lapack's dgehrd / zgehrd return their first two outputs: H on and above the
+    first subdiagonal of factors, reflector j below it (v_j[j+2:] in column j, its unit in row
+    j + 1 implied), tau of n - 1 entries (0 outside lo..hi-1).
+
+    lo and hi are 0-based and inclusive, scipy's convention (LAPACK's ILO - 1 and IHI - 1;
+    default 0 and n - 1): only rows and columns lo..hi are reduced, a being upper triangular
+    outside them already (as gebal leaves it). scipy.linalg.lapack's orghr / unghr with the same
+    lo and hi form Q from the result. Bad lo or hi raise ValueError naming them (LAPACK's
+    ranges: 0 <= lo <= max(0, n - 1), min(lo, n - 1) <= hi <= n - 1).
+    Engine options: backend, nb (panel width; configuration "hrd.nb"), trace (a path for the
+    run's Chrome trace), stats (a hybridla.lapack.gehrd.HessenbergStats that receives the
+    calls, time and bytes of the matrix-vector phase). A device array is reduced on the device
+    and stays there; tau is a host array either way."""
+    return _gehrd(a, lo, hi, overwrite_a, check_finite, backend, nb, trace, stats)
+
+
+def _gehrd(a, lo, hi, overwrite_a, check_finite, backend, nb, trace, stats):
+    """Validate lo and hi against a's order (before anything is written), then gehrd through
+    `_factor`; returns (factors, tau)."""
+    n = _square_order(a)
+    if n is not None:  # else `_factor` raises for the shape
+        lo, hi = check_lo_hi(n, lo, n - 1 if hi is None else hi)
+
+    def driver(A, plan):
+        tau, info, run_trace = _lapack.gehrd(A, plan, lo, hi, stats=stats)
+        return info, tau, run_trace
+    # no look-ahead and the panels on the CPU: gehrd.py says why
+    factors, _, tau = _factor(a, overwrite_a, check_finite, backend,
+                              dict(nb=nb, lookahead=0, panel="cpu", trace=trace), "hrd", driver,
+                              square=True)
+    if tau is None:  # an empty matrix
+        tau = np.zeros(0, _shape_and_dtype(factors)[1])
+    return factors, tau
+
+
+def _square_order(a):
+    """n for an n x n matrix (host or device), else None."""
+    shape = _shape_and_dtype(a)[0] if is_device_array(a) else np.shape(a)
+    return shape[0] if len(shape) == 2 and shape[0] == shape[1] else None
+
+
+def hessenberg(a, calc_q=False, overwrite_a=False, check_finite=True, *, backend=None, nb=None,
+               trace=None, stats=None):
+    """Hessenberg form of a square matrix, A = Q H Q^H, as scipy.linalg.hessenberg: H (zero
+    below the first subdiagonal), and with calc_q=True (H, Q), Q unitary (LAPACK gehrd, then
+    orghr / unghr). The same results as scipy's: scipy's shortcut included, a matrix of order 1
+    or 2 comes back as it is (a copy, in its own dtype, with Q = the float64 identity), where
+    gehrd would make a complex subdiagonal entry real; empty input gives empty results.
+
+    Engine options as gehrd's (configuration "hrd.nb"); Q is formed by the QR family's orgqr
+    with nb, or "qr.nb" when nb is None. A device array gives device arrays (H reduced, Q formed
+    and H's lower part cleared on the device)."""
+    n = _square_order(a)
+    if n is not None and n <= 2 and not is_device_array(a):
+        _backends.check_name(backend)
+        array, dtype = _host_matrix("a", a, check_finite)
+        if n == 0:  # scipy: empty results in the LAPACK dtype
+            return (np.empty((0, 0), dtype), np.empty((0, 0), dtype)) if calc_q \
+                else np.empty((0, 0), dtype)
+        return (array.copy(), np.eye(n)) if calc_q else array.copy()
+    # device arrays of order <= 2: no reflector at all (hi = lo), so again H = A and Q = I
+    hi = None if n is None or n > 2 else min(n - 1, 0)
+    factors, tau = _gehrd(a, 0, hi, overwrite_a, check_finite, backend, nb, trace, stats)
+    (n, _), dtype = _shape_and_dtype(factors)
+    ops = _backends.get_backend("cuda" if is_device_array(factors) else "host")
+    if n == 0:  # an empty device array
+        return (factors, ops.empty((0, 0), dtype, like=factors)) if calc_q else factors
+    stores = [ops.wrap(factors, tau=tau)]
+    try:
+        if calc_q:
+            q = ops.empty((n, n), dtype, like=factors)
+            stores.append(ops.wrap(q))
+            plan = make_plan(ops, n, n, dtype, routine="qr", nb=nb, lookahead=0, panel="cpu")
+            orghr(stores[0], stores[1], plan, 0, n - 1 if hi is None else hi)
+        if n > 2:  # H: zeros below the first subdiagonal, where the reflectors were
+            lane = ops.lane("gpu:update")
+            with lane:
+                ops.laset(lane, "L", 0, 0, stores[0].block(2, n, 0, n - 2))
+        ops.synchronize()
+    finally:
+        for store in stores:
+            store.close()
+    return (factors, q) if calc_q else factors
 
 
 # -- least squares -------------------------------------------------------------------------------

@@ -943,6 +943,38 @@ class CudaBackend:
                             ctypes.c_longlong(dst.ld), ctypes.c_int(dst.rows),
                             ctypes.c_int(dst.cols))
 
+    @staticmethod
+    def sub_block(B: DeviceBlock, r0, r1, c0, c1) -> DeviceBlock:
+        """Rows r0:r1 x columns c0:c1 of the block B: pointer arithmetic, no device work."""
+        return B.sub(r0, r1, c0, c1)
+
+    # -- host-driven loops on store blocks (gehrd's panel): each call is complete on return, as
+    # a CPU task that calls them leaves no device event behind for later tasks to wait on
+    def to_host(self, lane, B: DeviceBlock) -> np.ndarray:
+        """A new F-ordered host array holding the block B: one 2-D copy down on the
+        critical-path stream, and a wait."""
+        out = np.empty(B.shape, dtype=B.dtype, order="F")
+        if out.size:
+            gpu = self.lane("gpu:panel")
+            with gpu:
+                cublas.get_matrix_async(B.rows, B.cols, B.dtype.itemsize, B.ptr, B.ld,
+                                        out.ctypes.data, B.rows, gpu.handle)
+                _driver.stream_synchronize(gpu.handle)
+        return out
+
+    def from_host(self, lane, x: np.ndarray, B: DeviceBlock):
+        """The block B := the host array x (B's shape): one 2-D copy up and a wait, so that x
+        may be reused as soon as this returns."""
+        if x.shape != B.shape:
+            raise ValueError(f"from_host: a {x.shape} array for a {B.shape} block")
+        x = np.asfortranarray(x, dtype=B.dtype)
+        if x.size:
+            gpu = self.lane("gpu:panel")
+            with gpu:
+                cublas.set_matrix_async(B.rows, B.cols, B.dtype.itemsize, x.ctypes.data,
+                                        B.rows, B.ptr, B.ld, gpu.handle)
+                _driver.stream_synchronize(gpu.handle)
+
     def hessenberg_matvec(self, lane, A_block: DeviceBlock, v: np.ndarray, work: DeviceBlock):
         """y = A_block v for a host vector v, returned as a new host vector: v up, cuBLAS gemv,
         y down, and a wait, on the critical-path stream (the panel's column loop runs on the

@@ -273,6 +273,35 @@ class HostBackend:
         herk, = get_blas_funcs((_HERK[C.dtype.char],), dtype=C.dtype)
         C[...] = herk(alpha, A, beta=beta, c=C, trans="NTC".index(trans), lower=int(uplo == "L"))
 
+    @staticmethod
+    def sub_block(B, r0, r1, c0, c1):
+        """Rows r0:r1 x columns c0:c1 of the block B, as a block of its own: a view, no copy and
+        no device work (callable while recording or inside a task)."""
+        return B[r0:r1, c0:c1]
+
+    # -- host-driven loops on store blocks (gehrd's panel) -------------------------------------
+    # A CPU task that calls these leaves no device event behind (engine.py), so each one is
+    # complete when it returns: the device tasks after the CPU task start on the data being there.
+    def to_host(self, lane, B) -> np.ndarray:
+        """A new F-ordered host array holding the block B, complete on return (on a device
+        backend: a copy down and a wait). `lane` is the calling CPU task's lane."""
+        return np.array(B, order="F", copy=True)
+
+    def from_host(self, lane, x, B):
+        """The block B := the host array x (B's shape, B's dtype), complete on return (on a
+        device backend: a copy up and a wait); x may be reused or freed afterwards."""
+        B[...] = x
+
+    def hessenberg_matvec(self, lane, A, v, work=None) -> np.ndarray:
+        """y = A v, A a rows x cols block of a tile store (the trailing matrix, where it lives)
+        and v a 1-D host vector of cols entries, A's dtype. Returns y as a new 1-D host array of
+        rows entries, A's dtype, complete on return: gehrd's panel loop needs it for its next
+        step. `work` is a block of the store with at least rows + cols elements, where a device
+        backend keeps v and y (unused here). On a device backend: v up, GEMV where A lives, y
+        down, wait. It reads A once: rows * cols elements, the memory-bound pass that dominates
+        the Hessenberg reduction. rows or cols may be 0 (y is then zeros, or empty)."""
+        return np.matmul(A, v)  # BLAS on A in place (np.dot copies a strided block first)
+
     # -- matrices ------------------------------------------------------------------------------
     def host_matrix(self, source: np.ndarray, result: np.ndarray, nb: int) -> HostMatrix:
         """The working matrix for a host-resident input: the result array itself (the host

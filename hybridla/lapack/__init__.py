@@ -1,11 +1,13 @@
 """Driver layer: LAPACK names, one file per routine; info returned as LAPACK does."""
 from .gelqf import gelqf
+from .gehrd import gehrd
 from .gels import gels, gelqs, geqrs
 from .geqlf import geqlf
 from .geqrf import geqrf
 from .getrf import getrf
 from .getrs import getrs
 from .gesv import gesv
+from .orghr import orghr, ormhr
 from .orgqr import orglq, orgql, orgqr
 from .ormqr import ormlq, ormql, ormqr
 from .posv import posv
@@ -13,4 +15,5 @@ from .potrf import potrf
 from .potrs import potrs
 
 __all__ = ["getrf", "getrs", "gesv", "potrf", "potrs", "posv", "geqrf", "geqlf", "gelqf",
-           "ormqr", "ormql", "ormlq", "orgqr", "orgql", "orglq", "gels", "geqrs", "gelqs"]
+           "ormqr", "ormql", "ormlq", "orgqr", "orgql", "orglq", "gels", "geqrs", "gelqs",
+           "gehrd", "orghr", "ormhr"]

@@ -1,0 +1,269 @@
+"""gehrd: blocked reduction of an n x n matrix to upper Hessenberg form by a unitary similarity,
+Q^H A Q = H, as MAGMA's dgehrd does it (Tomov and Dongarra, LAPACK Working Note 219): LAPACK's
+dgehrd with dlahr2's panel (Quintana-Orti and van de Geijn), the panel's loop on the CPU, its
+matrix-vector products with the trailing matrix and the blocked updates where the matrix lives.
+
+Only rows and columns lo..hi are reduced (0-based and inclusive: scipy.linalg.lapack's lo, hi;
+LAPACK's ILO - 1, IHI - 1), A being upper triangular outside them already (as gebal leaves it).
+With e = hi + 1: Q = H(lo) H(lo+1) ... H(hi-1), H(j) = I - tau_j v_j v_j^H, v_j zero in rows
+0..j, 1 in row j+1, v_j[j+2:e] stored in A[j+2:e, j]; tau_j = 0 outside lo <= j < hi.
+
+For each panel, reflectors k0:k1 (kb = k1 - k0 <= nb), with r = e - k0 - 1 rows below row k0:
+
+    [panel]  CPU, lahr2's column loop on a host copy of P = A[k0+1:e, k0:k1]: V (r x kb) and
+             T (kb x kb), H(k0) ... H(k1-1) = I - V T V^H, and Z = A[k0+1:e, k0+1:e] V; column
+             i needs z_i = A[k0+1:e, k0+i+1:e] v_i, one GEMV where the matrix lives
+    [top]    V explicit;  Y = A[0:e, k0+1:e] V T = [A[0:k0+1, k0+1:e] V; Z] T;
+             the panel's own columns:  A[0:k0+1, k0+1:k1] -= Y[0:k0+1] V[0:kb-1]^H
+    [right]  A[0:e, k1:e] -= Y V[kb-1:]^H                        A := A (I - V T V^H)
+    [left]   A[k0+1:e, k1:n] := (I - V T V^H)^H A[k0+1:e, k1:n]   (larfb)
+
+The last panel is as short as what is left. LAPACK switches to the unblocked dgehd2 for the last
+columns; a short panel is that (dgehd2's column is lahr2's loop with the update not deferred),
+so one code path serves both.
+
+No look-ahead: the next panel's matrix-vector products read the whole trailing matrix, which
+they need after this panel's updates, so nothing of the next panel can start earlier (MAGMA's
+dgehrd has none either). The GPU's edge is its memory bandwidth in those products.
+
+Passes over the trailing matrix (t = e - k0 - 1 its order, s the element size in bytes):
+  [panel]  kb GEMVs, the i-th reading t (t - i) elements: ~kb t^2 s bytes per panel, over the
+           whole reduction ~(e - lo)^3 s / 3 (1.5 TB for n = 8192 in float64): the
+           matrix-vector phase, memory-bound; the panel task counts these bytes exactly
+  [top]    one GEMM reading A[0:k0+1, k0+1:e] once: k0 t s
+  [right]  one GEMM reading and writing A[0:e, k1:e] once: 2 e t s
+  [left]   W = V^H C reads A[k0+1:e, k1:n] once, C -= V W reads and writes it once: 3 t n s
+so the GEMMs move about 6 n t s bytes per panel against the GEMVs' kb t^2 s: the matrix-vector
+products set the device's pace. The panel's host work is about four passes over r x i arrays for
+column i (its share of the right and left updates, V^H v for T): O(r nb) per column against the
+GEMV's O(r^2) on the device, but at host speed; on an H200 with 16 host cores at n = 8192 and
+nb = 32 the GEMV calls took a third of the time, most of the rest being this host loop. A
+smaller nb moves work from the host loop to the device's updates (perf/gehrd.py --nb).
+
+CPU interface on a device backend (a host-resident matrix): it goes up in block columns before
+the first panel (which reads all of it); panel columns k0:k1 are final after their step (later
+steps touch columns k1 on) and go back to the host while the reduction goes on, the columns
+left of lo and right of the last panel at the end: every element once. The panel travels down
+and up inside its task (to_host, from_host) with Z and T; each GEMV moves only v and y.
+info is 0: the reduction cannot fail.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.linalg import get_lapack_funcs
+
+from ..scheduler import Region, TaskGraph, run
+from ..scheduler.plan import progress_bar
+from ..update.qr import apply_block_reflector, larfb_flops
+from ._blocked import record_download, record_uploads, trailing_chunks
+
+# the reduction's workspaces in the tile store, and the graph Regions that order their reuse:
+# V, Y, T of the current panel, and the device's copy of v and y for the GEMVs
+_V, _Y, _T, _W = "hrd V", "hrd Y", "hrd T", "hrd matvec"
+
+
+@dataclass
+class HessenbergStats:
+    """The matrix-vector phase of a reduction, summed by the panel tasks: `calls` of
+    hessenberg_matvec, the wall time inside them (`seconds`: on a device backend the upload of v,
+    the GEMV, the download of y and the wait), the `bytes` of the matrix they read, and the
+    panel tasks' whole time (`panel_seconds`, the host work of the loop included)."""
+    calls: int = 0
+    seconds: float = 0.0
+    bytes: float = 0.0
+    panel_seconds: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, calls, seconds, nbytes, panel_seconds):
+        with self._lock:
+            self.calls += calls
+            self.seconds += seconds
+            self.bytes += nbytes
+            self.panel_seconds += panel_seconds
+
+    @property
+    def bandwidth(self) -> float:
+        """Bytes of the matrix read per second of matrix-vector time (0 before any)."""
+        return self.bytes / self.seconds if self.seconds > 0 else 0.0
+
+
+def check_lo_hi(n, lo, hi):
+    """LAPACK's test of ILO and IHI, 0-based: 0 <= lo <= max(0, n - 1) and
+    min(lo, n - 1) <= hi <= n - 1. Returns (lo, hi) as ints; ValueError naming the argument."""
+    for name, value in (("lo", lo), ("hi", hi)):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise ValueError(f"{name} must be an integer; got {name}={value!r}")
+    if not 0 <= lo <= max(0, n - 1):
+        raise ValueError(f"lo must satisfy 0 <= lo <= {max(0, n - 1)} for a matrix of order "
+                         f"{n}; got lo={lo}")
+    if not min(lo, n - 1) <= hi <= n - 1:
+        raise ValueError(f"hi must satisfy {min(lo, n - 1)} <= hi <= {n - 1} for a matrix of "
+                         f"order {n} and lo={lo}; got hi={hi}")
+    return int(lo), int(hi)
+
+
+def gehrd(A, plan, lo=0, hi=None, trace=None, stats=None):
+    """Reduce the tile store's square matrix to upper Hessenberg form in place, in LAPACK's
+    storage, over rows and columns lo..hi (0-based, inclusive; default all). Returns
+    (tau, info, trace): tau the n - 1 scalars (host array, zero outside lo..hi-1), info 0.
+    `stats` (a HessenbergStats) receives the matrix-vector phase's calls, time and bytes."""
+    if A.m != A.n:
+        raise ValueError(f"gehrd needs a square matrix; got {A.m} x {A.n}")
+    lo, hi = check_lo_hi(A.n, lo, A.n - 1 if hi is None else hi)
+    tau = np.zeros(max(A.n - 1, 0), dtype=A.dtype)
+    graph = record_gehrd(A, plan, lo, hi, tau, HessenbergStats() if stats is None else stats)
+    with progress_bar(plan, len(graph), "gehrd") as progress:
+        trace = run(graph, plan.backend, workers=plan.workers, trace=trace, progress=progress)
+    return tau, 0, trace
+
+
+def record_gehrd(A, plan, lo, hi, tau, stats) -> TaskGraph:
+    ops, nb = plan.backend, plan.nb
+    n, e = A.n, hi + 1
+    graph = TaskGraph()
+    if A.streamed:
+        record_uploads(graph, A, plan)
+    panels = list(range(lo, e - 1, nb))  # each panel's first reflector
+    if panels:  # the workspaces at their largest, now: allocating in a run could synchronize
+        width = min(nb, e - 1 - lo)
+        A.workspace(_V, e - lo - 1, width)
+        A.workspace(_Y, e, width)
+        A.workspace(_T, width, width)
+        A.workspace(_W, 2 * (e - lo - 1), 1)
+    V, Y, T = (Region(name, 0, 1) for name in (_V, _Y, _T))
+    itemsize = np.dtype(A.dtype).itemsize
+    k1 = lo
+    for step, k0 in enumerate(panels):
+        k1 = min(k0 + nb, e - 1)
+        kb, r = k1 - k0, e - k0 - 1
+        where = dict(ops=ops, A=A, k0=k0, k1=k1, e=e)
+
+        # [panel] the reduced columns, V, T and Z = A V on the CPU, the GEMVs where A is
+        graph.add("panel", step, "cpu", functools.partial(_panel, **where, tau=tau, stats=stats),
+                  reads=[Region("A", k0 + 1, e, k1, e)],
+                  writes=[Region("A", k0 + 1, e, k0, k1), Y, T, Region(_W, 0, 1),
+                          Region("tau", k0, k1)],
+                  flops=lahr2_flops(r, kb), bytes=matvec_bytes(r, kb, itemsize))
+
+        # [top] V explicit, Y = A V T, the right update of the panel columns' top rows
+        graph.add("top", step, "gpu:update", functools.partial(_top, **where),
+                  reads=[Region("A", 0, k0 + 1, k1, e), Region("A", k0 + 1, e, k0, k1), T],
+                  writes=[Region("A", 0, k0 + 1, k0 + 1, k1), V, Y],
+                  flops=float(2 * (k0 + 1) * r * kb + e * kb * kb + 2 * (k0 + 1) * kb * kb))
+
+        # [right] and [left] on the columns right of the panel, cut into tasks by columns
+        for c0, c1 in trailing_chunks(list(range(k1, n, nb)), n, nb, ops, plan, None, False):
+            right = max(0, min(c1, e) - c0)
+            graph.add("update", step, "gpu:update",
+                      functools.partial(_update, **where, c0=c0, c1=c1),
+                      reads=[V, Y, T],
+                      writes=[Region("A", 0, e, c0, c0 + right),
+                              Region("A", k0 + 1, e, c0 + right, c1)],
+                      flops=float(2 * e * right * kb) + larfb_flops(r, kb, c1 - c0))
+
+        # the panel columns are final: send them home
+        if A.streamed:
+            record_download(graph, A, plan, step, 0, n, k0, k1)
+    if A.streamed:  # what no panel sent: the columns left of lo, and from the last panel's end
+        for c0, c1 in ((0, lo), (k1, n)):
+            if c1 > c0:
+                record_download(graph, A, plan, len(panels), 0, n, c0, c1)
+    return graph
+
+
+def _panel(lane, ops, A, k0, k1, e, tau, stats):
+    """LAPACK lahr2's column loop (the complex form: ^H where real LAPACK has ^T) on a host copy
+    of the panel A[k0+1:e, k0:k1], with explicit V (unit diagonal, zeros above) beside it instead
+    of lahr2's ones written into the panel. Writes back the reduced panel (H's entries and the
+    reflectors below the first subdiagonal), T, and Z = A V, the GEMVs' results, into Y's rows
+    k0+1:e (the [top] task makes them Y = Z T); tau[k0:k1].
+
+    lahr2 keeps Y = A V T up to date column by column, Y[:, i] = tau_i (y_i - Y[:, :i] t_i); as
+    Y[:, :i] = Z[:, :i] T[:i, :i] with T triangular, that is column i of Z T. Keeping Z instead
+    saves the host two of its five passes over r x i arrays per column, and the product by T
+    becomes one TRMM where the matrix is."""
+    started = time.perf_counter()
+    kb, r = k1 - k0, e - k0 - 1
+    P = ops.to_host(lane, A.block(k0 + 1, e, k0, k1))  # the panel, down
+    dtype = P.dtype
+    V = np.zeros((r, kb), dtype, order="F")
+    Z = np.zeros((r, kb), dtype, order="F")
+    T = np.zeros((kb, kb), dtype, order="F")
+    larfg, = get_lapack_funcs(("larfg",), dtype=dtype)
+    none = np.zeros(1, dtype)  # larfg's x for a reflector of order 1 (nothing to annihilate)
+    work = A.workspace(_W, 2 * r, 1)  # v and y on a device
+    seconds = 0.0
+    for i in range(kb):
+        b = P[:, i]
+        if i > 0:
+            # b -= Y V[i-1, :]^H, Y = Z T: this column's share of the right update A - Y V^H
+            b -= Z[:, :i] @ (T[:i, :i] @ V[i - 1, :i].conj())
+            # b := (I - V T V^H)^H b: the left update by this panel's reflectors so far
+            b -= V[:, :i] @ (T[:i, :i].conj().T @ _adjoint_times(V[:, :i], b))
+        # H(k0+i) annihilates b[i+1:]: b[i] := beta, v = (1, x)
+        beta, x, tau_i = larfg(r - i, b[i], b[i + 1:] if i + 1 < r else none)
+        b[i], b[i + 1:] = beta, x[:r - i - 1]
+        V[i, i], V[i + 1:, i] = 1, b[i + 1:]
+        v = V[i:, i]
+        # Z[:, i] = A[k0+1:e, k0+i+1:e] v: the pass over the trailing matrix, where it lives
+        # (r (r - i) elements read; the GEMVs are all the bytes of the reduction but the GEMMs')
+        t = time.perf_counter()
+        Z[:, i] = ops.hessenberg_matvec(lane, A.block(k0 + 1, e, k0 + i + 1, e), v, work)
+        seconds += time.perf_counter() - t
+        # T[:i, i] = -tau T[:i, :i] V^H v, T[i, i] = tau (larft's recurrence)
+        T[:i, i] = -tau_i * (T[:i, :i] @ _adjoint_times(V[i:, :i], v))
+        T[i, i] = tau_i
+        tau[k0 + i] = tau_i
+    ops.from_host(lane, P, A.block(k0 + 1, e, k0, k1))  # the reduced panel, up
+    ops.from_host(lane, Z, ops.sub_block(A.workspace(_Y, e, kb), k0 + 1, e, 0, kb))
+    ops.from_host(lane, T, A.workspace(_T, kb, kb))
+    stats.add(kb, seconds, matvec_bytes(r, kb, P.itemsize), time.perf_counter() - started)
+
+
+def _adjoint_times(X, x):
+    """X^H x, as (x^H X)^H: one GEMV on X as it is stored (X.conj().T would copy X)."""
+    return (x.conj() @ X).conj()
+
+
+def _top(lane, ops, A, k0, k1, e):
+    kb, r = k1 - k0, e - k0 - 1
+    V, T = A.workspace(_V, r, kb), A.workspace(_T, kb, kb)
+    Y = A.workspace(_Y, e, kb)
+    top = ops.sub_block(Y, 0, k0 + 1, 0, kb)
+    # V := the panel's reflectors, explicit: QR storage, one row below the diagonal
+    ops.explicit_reflectors(lane, A.block(k0 + 1, e, k0, k1), V, "QR")
+    # Y = A[0:e, k0+1:e] V T: its top rows' A V here, the panel's Z = A V below them
+    ops.gemm(lane, 1, A.block(0, k0 + 1, k0 + 1, e), V, 0, top)
+    ops.trmm(lane, "R", "U", "N", "N", 1, T, Y)
+    # A[0:k0+1, k0+1:k1] -= Y[0:k0+1] V[0:kb-1]^H (rows k0+1:e of these columns: the panel's)
+    if kb > 1:
+        ops.gemm(lane, -1, top, ops.sub_block(V, 0, kb - 1, 0, kb), 1,
+                 A.block(0, k0 + 1, k0 + 1, k1), trans_b="C")
+
+
+def _update(lane, ops, A, k0, k1, e, c0, c1):
+    kb, r = k1 - k0, e - k0 - 1
+    V, T, Y = A.workspace(_V, r, kb), A.workspace(_T, kb, kb), A.workspace(_Y, e, kb)
+    if c0 < e:
+        # A[0:e, c0:c] -= Y V[c0-k0-1 : c-k0-1]^H  (V's row j belongs to column k0 + 1 + j)
+        c = min(c1, e)
+        ops.gemm(lane, -1, Y, ops.sub_block(V, c0 - k0 - 1, c - k0 - 1, 0, kb), 1,
+                 A.block(0, e, c0, c), trans_b="C")
+    # A[k0+1:e, c0:c1] := (I - V T V^H)^H A[k0+1:e, c0:c1]
+    apply_block_reflector(ops, lane, A, "L", "C", V, T, A.block(k0 + 1, e, c0, c1), "forward")
+
+
+def matvec_bytes(r, kb, itemsize) -> float:
+    """Bytes of the matrix a panel's GEMVs read: sum over i < kb of r (r - i) elements."""
+    return float(itemsize * (kb * r * r - r * kb * (kb - 1) // 2))
+
+
+def lahr2_flops(r, kb) -> float:
+    """Real flops of a panel: the GEMVs (2 r (r - i) each) and the loop's own products with
+    V, Y and T (about 10 r i for column i)."""
+    return float(2 * (kb * r * r - r * kb * (kb - 1) // 2) + 5 * r * kb * (kb - 1))
