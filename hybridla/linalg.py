@@ -8,6 +8,7 @@ them from `hybridla.config`.
 """
 from __future__ import annotations
 
+import time
 import warnings
 
 import numpy as np
@@ -25,8 +26,8 @@ from .lapack.orgqr import form_q
 from .scheduler.plan import make_plan
 
 __all__ = ["lu_factor", "lu_solve", "solve", "cho_factor", "cho_solve", "cholesky", "qr", "ql",
-           "lq", "lstsq", "hessenberg", "geqrf", "geqlf", "gelqf", "gehrd", "LinAlgError",
-           "LinAlgWarning"]
+           "lq", "lstsq", "hessenberg", "geqrf", "geqlf", "gelqf", "gehrd", "solve_mixed",
+           "lstsq_mixed", "LinAlgError", "LinAlgWarning"]
 
 _TRANS = {0: "N", 1: "T", 2: "C", "N": "N", "T": "T", "C": "C"}
 
@@ -80,11 +81,13 @@ def _host_backend(backend):
     return _backends.get_backend(_config.get("backend") if backend is None else backend)
 
 
-def _check_memory(backend, m, n, dtype, nb):
-    """Refuse before any work starts a matrix that does not fit the device-memory budget."""
+def _check_memory(backend, m, n, dtype, nb, extra_bytes=0):
+    """Refuse before any work starts a matrix that does not fit the device-memory budget
+    (`extra_bytes`: what else the call keeps on the device, such as the working-precision copy
+    of a mixed solve)."""
     if not backend.has_device:
         return
-    need = backend.required_bytes(m, n, dtype, nb)
+    need = backend.required_bytes(m, n, dtype, nb) + extra_bytes
     budget = _config.get("device.memory_budget")
     budget = int(0.9 * backend.free_memory()) if budget is None else int(budget)
     if need > budget:
@@ -665,3 +668,187 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
         residues = residues[0] if len(b_shape) == 1 else residues
     rank = min(m, n) if m and n else 0
     return (x.reshape(n) if len(b_shape) == 1 else x), residues, rank, None
+
+
+# -- mixed precision -----------------------------------------------------------------------------
+def solve_mixed(a, b, assume_a="gen", lower=False, overwrite_a=False, overwrite_b=False,
+                check_finite=True, *, lowest=None, refinement=None, tol=None, max_iter=None,
+                inner_tol=None, max_inner=None, fallback=True, equilibrate=True, backend=None,
+                nb=None, lookahead=None, panel=None, trace=None):
+    """Solve a x = b to working precision (a's dtype: float64, complex128, or float32) with the
+    O(n^3) factorization in a lower precision and iterative refinement: MAGMA's and cuSOLVER's
+    mixed-precision solvers, with GMRES refinement and tensor cores.
+
+    assume_a "gen": LU (lapack/gesv_mixed.py); "pos": Cholesky of the Hermitian positive
+    definite a, of which only the `lower` (or upper) triangle is read (lapack/posv_mixed.py).
+
+    lowest      the factorization's GEMM precision: "half" (IEEE fp16 operands, fp32 sums; the
+                default for real a), "bfloat16", "tf32" (the default for complex a: cuBLAS has
+                no complex 16-bit tensor-core GEMM), "single" (no tensor cores). Panels and
+                triangular solves are float32 (complex64) in every case.
+    refinement  "classical-gmres" (default; GMRES-IR), "gmres", "classical", "none"
+    tol         the stopping test ||r||_inf <= tol ||x||_inf ||a||_inf per column; default
+                sqrt(n) eps (MAGMA's, cuSOLVER's)
+    max_iter, inner_tol, max_inner   refinement iterations, GMRES's relative tolerance and
+                iterations per correction or cycle (defaults from config "mixed.*")
+    fallback    when the code is negative (not converged, overflow on narrowing, the
+                low-precision factorization failed), solve in the working precision instead
+                (hybridla.solve); the answer is then as solve's
+    equilibrate scale a by powers of two before rounding (rows and columns; symmetric for
+                "pos"), so that half precision neither overflows nor underflows on it
+
+    Returns (x, info): x as solve's (shape of b, where a lives: the GPU interface returns the
+    same kind of device array as b), info a MixedInfo (iterations code, residual history,
+    fell_back, time per phase, ...). a and b are never modified (overwrite_a, overwrite_b are
+    accepted for scipy's signature). A singular a raises LinAlgError("Matrix is singular."),
+    one that is not positive definite with "pos" LinAlgError naming the minor, when the
+    working-precision solve decides it (fallback) or the low-precision one fails without
+    fallback.
+    """
+    if assume_a not in ("gen", "general", "pos", "positive definite"):
+        raise ValueError(f"assume_a must be 'gen' or 'pos'; got assume_a={assume_a!r}")
+    hermitian = assume_a in ("pos", "positive definite")
+    solver = _lapack.posv_mixed if hermitian else _lapack.gesv_mixed
+    uplo = "L" if lower else "U"
+    extra = dict(uplo=uplo) if hermitian else {}
+
+    def full_precision():
+        return solve(a, b, lower=lower, check_finite=False, assume_a=assume_a,
+                     backend=backend)
+    return _mixed("a", a, b, True, solver, extra, full_precision, check_finite, fallback,
+                  dict(lowest=lowest, refinement=refinement, tol=tol, max_iter=max_iter,
+                       inner_tol=inner_tol, max_inner=max_inner, equilibrate=equilibrate),
+                  dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace), backend,
+                  "Matrix is singular." if not hermitian else None)
+
+
+def lstsq_mixed(a, b, check_finite=True, *, lowest=None, refinement=None, tol=None,
+                max_iter=None, inner_tol=None, max_inner=None, fallback=True, equilibrate=True,
+                backend=None, nb=None, lookahead=None, panel=None, trace=None):
+    """The least-squares solution of a x = b (m >= n, full rank) to working precision, the QR
+    factorization in a lower precision and refinement of the normal equations preconditioned by
+    its R (lapack/gels_mixed.py). Options and result as solve_mixed's (equilibrate scales
+    columns only; tol is the normal equations' ||a^H r||_inf <= tol ||x||_inf ||a||_1 ||a||_inf);
+    the fallback is hybridla.lstsq. Returns (x, info), x of n rows.
+    """
+    def full_precision():
+        return lstsq(a, b, check_finite=False, backend=backend)[0]
+    return _mixed("a", a, b, False, _lapack.gels_mixed, {}, full_precision, check_finite,
+                  fallback, dict(lowest=lowest, refinement=refinement, tol=tol,
+                                 max_iter=max_iter, inner_tol=inner_tol, max_inner=max_inner,
+                                 equilibrate=equilibrate),
+                  dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace), backend,
+                  "the matrix is rank deficient in the low precision")
+
+
+def _mixed(name, a, b, square, solver, extra, full_precision, check_finite, fallback,
+           refinement_options, engine_options, backend, failure_message):
+    """The user-level path of the mixed solvers: validate, put A where the work happens (a
+    device array in place; a host array uploaded once on a device backend, as is), run the
+    driver, fall back, and return x where a lives."""
+    from .lapack._mixed import LOW_DTYPE, MixedInfo, check_options
+    device = is_device_array(a)
+    if device != is_device_array(b):
+        raise ValueError("a and b must both be host arrays or both device arrays")
+    if device:
+        ops = _device_backend(name, backend)
+        (m, n), dtype = _device_matrix_checks(name, a, ops, check_finite)
+        b_shape, b_dtype = _device_matrix_checks("b", b, ops, check_finite, ndims=(1, 2))
+        if b_dtype != dtype:
+            raise TypeError(f"b must have the dtype of a ({dtype}) on the device; got {b_dtype}")
+    else:
+        array, a_dtype = _host_matrix(name, a, check_finite)
+        b_array, b_dtype = _host_matrix("b", b, check_finite, ndims=(1, 2))
+        ops = _host_backend(backend)
+        (m, n), b_shape = array.shape, b_array.shape
+        dtype = np.promote_types(a_dtype, b_dtype)
+    if square and m != n:
+        raise ValueError(f"expected a square matrix for {name}; got shape {(m, n)}")
+    if not square and m < n:
+        raise ValueError(f"lstsq_mixed needs m >= n (a tall or square {name}); got shape "
+                         f"{(m, n)}: use hybridla.lstsq for the minimum-norm solution")
+    if b_shape[0] != m:
+        raise ValueError(f"b must have {m} rows to match {name} (shape {(m, n)}); got shape "
+                         f"{b_shape}")
+    cfg = _config.config
+    given = {key: (cfg.get(f"mixed.{key}") if value is None else value)
+             for key, value in refinement_options.items()}
+    if given["lowest"] == "auto":
+        given["lowest"] = "tf32" if np.dtype(dtype).kind == "c" else "half"
+    options = check_options(dtype, **given)
+    plan = make_plan(ops, m, n, LOW_DTYPE[np.dtype(dtype)], routine="mixed", **engine_options)
+    nrhs = 1 if len(b_shape) == 1 else b_shape[1]
+    if m == 0 or n == 0 or nrhs == 0:
+        x = np.zeros((n,) + tuple(b_shape[1:]), dtype=dtype)
+        return (_to_device(ops, x, b) if device else x), MixedInfo(
+            lowest=options.lowest, refinement=options.refinement)
+    _check_memory(ops, m, n, LOW_DTYPE[np.dtype(dtype)], plan.nb,
+                  extra_bytes=0 if device else m * n * np.dtype(dtype).itemsize)
+    if device:
+        B_store = ops.wrap(b)
+        try:
+            B = B_store.read_block(0, m, 0, nrhs)
+        finally:
+            B_store.close()
+        A = ops.wrap(a)  # in place when column-major: only read
+    else:
+        A = _upload_once(ops, np.asfortranarray(array, dtype=dtype), plan)
+        B = np.asfortranarray(b_array.reshape(m, nrhs), dtype=dtype)
+    try:
+        X, info = solver(ops, A, B, options, plan, **extra)
+    finally:
+        A.close()
+    if info.iterations < 0 and fallback:
+        started = time.perf_counter()
+        x = full_precision()
+        info.fell_back = True
+        info.seconds["fallback"] = time.perf_counter() - started
+        info.seconds["total"] += info.seconds["fallback"]
+        return x, info
+    if X is None:
+        error = LinAlgError(f"{failure_message or _not_positive_definite(info.info)} (the "
+                            f"{options.lowest} factorization failed with info={info.info}, "
+                            f"code {info.iterations}; fallback=False)" if info.iterations == -3
+                            else f"the matrix overflows {options.lowest} precision after "
+                                 f"scaling (code -2; fallback=False)")
+        error.info = info
+        raise error
+    x = X.reshape((n,) if len(b_shape) == 1 else (n, nrhs))
+    return (_to_device(ops, x, b) if device else x), info
+
+
+def _not_positive_definite(info):
+    return f"{info}-th leading minor of the array is not positive definite"
+
+
+def _upload_once(ops, array, plan):
+    """A host matrix as a tile store where the work happens: itself on the host backend; on a
+    device one uploaded in block columns (pinned in pieces, as the factorizations stream it),
+    once, and kept there: refinement reads it every iteration."""
+    if not ops.has_device:
+        return ops.wrap(array)
+    from .lapack._blocked import record_uploads
+    from .scheduler import TaskGraph, run
+    A = ops.host_matrix(array, None, plan.nb)
+    try:
+        graph = TaskGraph()
+        record_uploads(graph, A, plan)
+        run(graph, ops, workers=plan.workers)
+        ops.synchronize()
+    except BaseException:
+        A.close()
+        raise
+    return A
+
+
+def _to_device(ops, x, like):
+    """The host array x as a new device array of the kind of `like`."""
+    shape = x.shape
+    out = ops.empty((shape[0], 1 if x.ndim == 1 else shape[1]), x.dtype, like=like)
+    X = ops.wrap(out)
+    try:
+        lane = ops.lane("gpu:update")
+        ops.from_host(lane, x.reshape(shape[0], -1), X.block(0, shape[0], 0, X.n))
+    finally:
+        X.close()
+    return out.reshape(shape) if x.ndim == 1 else out

@@ -39,6 +39,13 @@ _DIAG = {"N": 0, "U": 1}
 _LASWP_THREADS = 128
 _LASET_PART = {"A": 0, "U": 1, "L": 2}  # lapack_aux.cu's uplo codes
 _AUX_BLOCK = (32, 8)
+# cudaDataType and cublasComputeType_t values (library_types.h, cublas_api.h) for cublasGemmEx
+_CUDA_R_32F, _CUDA_R_16F, _CUDA_C_32F, _CUDA_R_16BF = 0, 2, 4, 14
+_COMPUTE_32F, _COMPUTE_32F_FAST_TF32 = 68, 77
+_GEMM_DEFAULT = -1
+_OPERAND_TYPE = {"half": (_CUDA_R_16F, "round_half"), "bfloat16": (_CUDA_R_16BF, "round_bf16")}
+_STATS_THREADS, _STATS_STRIP = 256, 64
+_STATS_PART = {"A": 0, "U": 1, "L": 2}  # convert.cu's row_stats/col_stats launch shape and STRIP
 
 
 def _kernel_source(name: str) -> str:
@@ -542,7 +549,8 @@ class CudaBackend:
         # compiled once per process (PyCUDA caches the cubin on disk too)
         self.context.push()
         try:
-            source = _kernel_source("laswp.cu") + "\n" + _kernel_source("lapack_aux.cu")
+            source = "\n".join(_kernel_source(name) for name in ("laswp.cu", "lapack_aux.cu",
+                                                                   "convert.cu"))
             self.kernels = _driver.Module(compile_cuda(source, no_extern_c=True,
                                                        options=["-O3"]))
         finally:
@@ -976,31 +984,191 @@ class CudaBackend:
                 _driver.stream_synchronize(gpu.handle)
 
     def hessenberg_matvec(self, lane, A_block: DeviceBlock, v: np.ndarray, work: DeviceBlock):
-        """y = A_block v for a host vector v, returned as a new host vector: v up, cuBLAS gemv,
-        y down, and a wait, on the critical-path stream (the panel's column loop runs on the
-        host and needs y before its next column). `work` holds x and y on the device (at least
-        rows + cols elements). One pass over the block: rows x cols x itemsize bytes read from
-        device memory, plus the two vectors over PCIe."""
-        rows, cols = A_block.shape
-        y = np.empty(rows, dtype=A_block.dtype)
-        if rows == 0:
-            return y
+        """y = A_block v for a host vector v, returned as a new host vector (`apply_to_host`
+        with one column): gehrd's panel loop needs y before its next column. One pass over the
+        block: rows x cols x itemsize bytes read from device memory, plus the two vectors over
+        PCIe."""
+        return self.apply_to_host(lane, A_block, np.reshape(v, (-1, 1)), work=work)[:, 0]
+
+    def apply_to_host(self, lane, A: DeviceBlock, X: np.ndarray, trans="N", uplo=None,
+                      work: DeviceBlock = None) -> np.ndarray:
+        """op(A) X for a host array X (op "N" or "C"; with `uplo` "L" or "U", A is Hermitian
+        and only that triangle is read: hemm, symm when real), as a new host array: X up, one
+        cuBLAS call, the product down and a wait, on the critical-path stream whatever lane
+        calls (a host loop needs the product next). `work` holds X and the product on the
+        device: at least (rows + cols) x k elements of A's dtype. One pass over A."""
+        X = np.asfortranarray(X, dtype=A.dtype)
+        rows, cols = (A.rows, A.cols) if trans == "N" else (A.cols, A.rows)
+        k = X.shape[1]
+        Y = np.empty((rows, k), dtype=A.dtype, order="F")
+        if Y.size == 0:
+            return Y
         if cols == 0:
-            y[:] = 0
-            return y
-        itemsize = A_block.dtype.itemsize
-        x_ptr, y_ptr = work.ptr, work.ptr + cols * itemsize
-        v = np.ascontiguousarray(v, dtype=A_block.dtype)
-        one, _, zero = (s.ctypes.data for s in self._scalars[A_block.dtype])
+            Y[...] = 0
+            return Y
+        itemsize = A.dtype.itemsize
+        x_ptr, y_ptr = work.ptr, work.ptr + cols * k * itemsize
+        one, _, zero = (s.ctypes.data for s in self._scalars[A.dtype])
+        prefix = _PREFIX[A.dtype]
         gpu = self.lane("gpu:panel")
         with gpu:
-            cublas.set_vector_async(cols, itemsize, v.ctypes.data, 1, x_ptr, 1, gpu.handle)
-            getattr(cublas, _PREFIX[A_block.dtype] + "gemv")(
-                gpu.blas, _OP["N"], rows, cols, one, A_block.ptr, A_block.ld, x_ptr, 1, zero,
-                y_ptr, 1)
-            cublas.get_vector_async(rows, itemsize, y_ptr, 1, y.ctypes.data, 1, gpu.handle)
+            cublas.set_matrix_async(cols, k, itemsize, X.ctypes.data, cols, x_ptr, cols,
+                                    gpu.handle)
+            if uplo is not None:
+                hemm = getattr(cublas, prefix + ("hemm" if A.dtype.kind == "c" else "symm"))
+                hemm(gpu.blas, _SIDE["L"], _UPLO[uplo], rows, k, one, A.ptr, A.ld, x_ptr, cols,
+                     zero, y_ptr, rows)
+            elif k == 1:
+                getattr(cublas, prefix + "gemv")(gpu.blas, _OP[trans], A.rows, A.cols, one,
+                                                 A.ptr, A.ld, x_ptr, 1, zero, y_ptr, 1)
+            else:
+                getattr(cublas, prefix + "gemm")(gpu.blas, _OP[trans], _OP["N"], rows, k, cols,
+                                                 one, A.ptr, A.ld, x_ptr, cols, zero, y_ptr,
+                                                 rows)
+            cublas.get_matrix_async(rows, k, itemsize, y_ptr, rows, Y.ctypes.data, rows,
+                                    gpu.handle)
             _driver.stream_synchronize(gpu.handle)
-        return y
+        return Y
+
+    # -- mixed precision (lapack/_mixed.py, backend/reduced.py, cuda/convert.cu) ----------------
+    # These run before or after a factorization's task graph, on the update stream, and wait:
+    # their results (scales, flags) decide what the host does next.
+    def row_stats(self, lane, owner: DeviceMatrix, A: DeviceBlock, part="A"):
+        """Per row of the block A: (max |a_ij|, sum |a_ij|), float64 host arrays, over `part`
+        of A ("A" all, "U" or "L" the triangle with the diagonal). One pass."""
+        return self._stats("row_stats", owner, A, A.rows, None, part)
+
+    def col_stats(self, lane, owner: DeviceMatrix, A: DeviceBlock, row_scale, part="A"):
+        """Per column of the block A: (max r_i |a_ij|, sum |a_ij|), r = row_scale. One pass."""
+        return self._stats("col_stats", owner, A, A.cols, row_scale, part)
+
+    def _stats(self, kernel, owner, A, length, row_scale, part):
+        out = np.zeros((length, 2), dtype=np.float64, order="F")  # the maxima, the sums
+        if A.size == 0:
+            return out[:, 0], out[:, 1]
+        buffer = owner.extra_workspace("stats", (2 * length + A.rows) * 8)
+        scale_ptr = buffer + 2 * length * 8
+        grid = (-(-A.rows // _STATS_THREADS), -(-A.cols // _STATS_STRIP))
+        gpu = self.lane("gpu:update")
+        with gpu:
+            cublas.set_vector_async(2 * length, 8, out.ctypes.data, 1, buffer, 1, gpu.handle)
+            args = [ctypes.c_void_p(A.ptr), ctypes.c_longlong(A.ld), ctypes.c_int(A.rows),
+                    ctypes.c_int(A.cols), ctypes.c_int(_STATS_PART[part])]
+            if row_scale is not None:
+                scale = np.ascontiguousarray(row_scale, dtype=np.float64)
+                cublas.set_vector_async(A.rows, 8, scale.ctypes.data, 1, scale_ptr, 1,
+                                        gpu.handle)
+                args.append(ctypes.c_void_p(scale_ptr))
+            args += [ctypes.c_void_p(buffer), ctypes.c_void_p(buffer + length * 8)]
+            self.kernels.launch(f"{kernel}_{_PREFIX[A.dtype]}", grid, (_STATS_THREADS,),
+                                gpu.handle, *args)
+            cublas.get_vector_async(2 * length, 8, buffer, 1, out.ctypes.data, 1, gpu.handle)
+            _driver.stream_synchronize(gpu.handle)
+        return out[:, 0].copy(), out[:, 1].copy()
+
+    def narrow(self, lane, owner: DeviceMatrix, src: DeviceBlock, dst: DeviceBlock, row_scale,
+               col_scale, limit) -> bool:
+        """dst := (r_i c_j src_ij) rounded to dst's precision (float or complex float). Returns
+        whether a scaled entry's real or imaginary part exceeds `limit`. One read of src, one
+        write of dst."""
+        if dst.size == 0:
+            return False
+        scales = np.concatenate([np.asarray(row_scale, np.float64),
+                                 np.asarray(col_scale, np.float64), np.zeros(1)])
+        buffer = owner.extra_workspace("narrow scales", scales.nbytes)
+        flag = buffer + (dst.rows + dst.cols) * 8
+        result = np.zeros(1, dtype=np.float64)
+        gpu = self.lane("gpu:update")
+        with gpu:
+            cublas.set_vector_async(scales.size, 8, scales.ctypes.data, 1, buffer, 1, gpu.handle)
+            self.kernels.launch(f"narrow_{_PREFIX[src.dtype]}", self._aux_grid(dst.rows, dst.cols),
+                                _AUX_BLOCK, gpu.handle, ctypes.c_void_p(src.ptr),
+                                ctypes.c_longlong(src.ld), ctypes.c_int(dst.rows),
+                                ctypes.c_int(dst.cols), ctypes.c_void_p(buffer),
+                                ctypes.c_void_p(buffer + dst.rows * 8), ctypes.c_void_p(dst.ptr),
+                                ctypes.c_longlong(dst.ld), ctypes.c_double(limit),
+                                ctypes.c_void_p(flag))
+            cublas.get_vector_async(1, 8, flag, 1, result.ctypes.data, 1, gpu.handle)
+            _driver.stream_synchronize(gpu.handle)
+        return bool(result.view(np.int32)[0])
+
+    def add_to_diagonal(self, lane, owner: DeviceMatrix, B: DeviceBlock, sigma):
+        """B's diagonal += sigma: one axpy with stride ld + 1 (a shifted low-precision
+        Cholesky)."""
+        k = min(B.rows, B.cols)
+        if k == 0:
+            return
+        shift = owner.workspace("diagonal shift", k, 1)
+        self.from_host(lane, np.full((k, 1), sigma, dtype=B.dtype), shift)
+        gpu = self.lane("gpu:update")
+        with gpu:
+            one = self._scalars[B.dtype][0].ctypes.data
+            getattr(cublas, _PREFIX[B.dtype] + "axpy")(gpu.blas, k, one, shift.ptr, 1, B.ptr,
+                                                       B.ld + 1)
+            _driver.stream_synchronize(gpu.handle)
+
+    def prepare_reduced(self, owner: DeviceMatrix, compute):
+        """Before a reduced-precision factorization: the overflow flag zeroed, and for half and
+        bfloat16 each compute lane's operand buffers allocated at their largest (an allocation
+        during the run could synchronize the device)."""
+        flag = owner.extra_workspace("overflow flag", 4)
+        zero = np.zeros(1, np.int32)
+        gpu = self.lane("gpu:update")
+        with gpu:
+            cublas.set_vector_async(1, 4, zero.ctypes.data, 1, flag, 1, gpu.handle)
+            _driver.stream_synchronize(gpu.handle)
+        if compute in _OPERAND_TYPE:
+            largest = owner.nb * max(owner.m, owner.n) * 2
+            for name in ("gpu:update", "gpu:panel"):
+                for operand in "ab":
+                    owner.extra_workspace(f"{compute} {operand} {name}", largest)
+
+    def overflowed(self, owner: DeviceMatrix) -> bool:
+        """Whether an operand rounding overflowed (a host wait: after the factorization)."""
+        flag = np.zeros(1, np.int32)
+        gpu = self.lane("gpu:update")
+        with gpu:
+            self.synchronize()
+            cublas.get_vector_async(1, 4, owner.extra_workspace("overflow flag", 4), 1,
+                                    flag.ctypes.data, 1, gpu.handle)
+            _driver.stream_synchronize(gpu.handle)
+        return bool(flag[0])
+
+    def gemm_reduced(self, lane, owner: DeviceMatrix, compute, alpha, A: DeviceBlock,
+                     B: DeviceBlock, beta, C: DeviceBlock, trans_a="N", trans_b="N"):
+        """`gemm` on the tensor cores (backend/reduced.py): "single" is sgemm/cgemm; "tf32" the
+        same operands with TF32 multiplications; "half" and "bfloat16" round A and B into this
+        lane's operand buffers first (convert.cu: one read of 4 bytes, one write of 2 per
+        element, overflow flagged) and multiply them with float32 sums."""
+        if C.size == 0:
+            return
+        if compute == "single":
+            self.gemm(lane, alpha, A, B, beta, C, trans_a, trans_b)
+            return
+        k = A.cols if trans_a == "N" else A.rows
+        scalars = np.array([alpha, beta], dtype=C.dtype)  # compute type 32F: float scalars
+        alpha_ptr, beta_ptr = scalars.ctypes.data, scalars.ctypes.data + scalars.itemsize
+        if compute == "tf32":
+            ctype = _CUDA_C_32F if C.dtype.kind == "c" else _CUDA_R_32F
+            cublas.gemm_ex(lane.blas, _OP[trans_a], _OP[trans_b], C.rows, C.cols, k, alpha_ptr,
+                           A.ptr, ctype, A.ld, B.ptr, ctype, B.ld, beta_ptr, C.ptr, ctype, C.ld,
+                           _COMPUTE_32F_FAST_TF32, _GEMM_DEFAULT)
+            return
+        operand_type, kernel = _OPERAND_TYPE[compute]
+        flag = owner.extra_workspace("overflow flag", 4)
+        rounded = []
+        for name, X in (("a", A), ("b", B)):
+            buffer = owner.extra_workspace(f"{compute} {name} {lane.name}", max(X.size, 1) * 2)
+            self.kernels.launch(kernel, self._aux_grid(X.rows, X.cols), _AUX_BLOCK, lane.handle,
+                                ctypes.c_void_p(X.ptr), ctypes.c_longlong(X.ld),
+                                ctypes.c_int(X.rows), ctypes.c_int(X.cols),
+                                ctypes.c_void_p(buffer), ctypes.c_longlong(max(X.rows, 1)),
+                                ctypes.c_void_p(flag))
+            rounded.append((buffer, max(X.rows, 1)))
+        (a_ptr, lda), (b_ptr, ldb) = rounded
+        cublas.gemm_ex(lane.blas, _OP[trans_a], _OP[trans_b], C.rows, C.cols, k, alpha_ptr,
+                       a_ptr, operand_type, lda, b_ptr, operand_type, ldb, beta_ptr, C.ptr,
+                       _CUDA_R_32F, C.ld, _COMPUTE_32F, _GEMM_DEFAULT)
 
     def herk(self, lane, uplo, trans, alpha, A: DeviceBlock, beta, C: DeviceBlock):
         """The `uplo` triangle of C := alpha op(A) op(A)^H + beta C, op "N" or "C"."""

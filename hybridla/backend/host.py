@@ -10,6 +10,8 @@ import numpy as np
 from scipy.linalg import get_blas_funcs, get_lapack_funcs
 from threadpoolctl import threadpool_limits
 
+from .reduced import round_to
+
 
 class HostLane:
     """Stands where a CUDA stream stands on the cuda backend: nothing to wait for, nothing to record."""
@@ -302,6 +304,71 @@ class HostBackend:
         the Hessenberg reduction. rows or cols may be 0 (y is then zeros, or empty)."""
         return np.matmul(A, v)  # BLAS on A in place (np.dot copies a strided block first)
 
+    def apply_to_host(self, lane, A, X, trans="N", uplo=None, work=None) -> np.ndarray:
+        """op(A) X for a host array X (op "N" or "C"), as a new host array, complete on return;
+        with `uplo` ("L" or "U") A is Hermitian (symmetric when real) and only that triangle is
+        read. `work`: a store block of at least (rows + cols) x k elements, where a device
+        backend keeps X and the product (unused here). One pass over A."""
+        X = np.asarray(X, dtype=A.dtype)
+        if uplo is not None:
+            hemm, = get_blas_funcs(("hemm" if A.dtype.kind == "c" else "symm",), dtype=A.dtype)
+            return hemm(1, A, X, lower=int(uplo == "L"))
+        return np.matmul(_op(A, trans), X)
+
+    # -- mixed precision (lapack/_mixed.py, backend/reduced.py) ---------------------------------
+    @staticmethod
+    def row_stats(lane, owner, A, part="A"):
+        """Per row of the block A: (max |a_ij|, sum |a_ij|), float64 host arrays, over `part`
+        of A ("A" all, "U" or "L" the triangle with the diagonal)."""
+        modulus = _part(np.abs(A).astype(np.float64), part)
+        return modulus.max(axis=1, initial=0.0), modulus.sum(axis=1)
+
+    @staticmethod
+    def col_stats(lane, owner, A, row_scale, part="A"):
+        """Per column of the block A: (max r_i |a_ij|, sum |a_ij|), r = row_scale."""
+        modulus = _part(np.abs(A).astype(np.float64), part)
+        return (modulus * row_scale[:, None]).max(axis=0, initial=0.0), modulus.sum(axis=0)
+
+    @staticmethod
+    def narrow(lane, owner, src, dst, row_scale, col_scale, limit) -> bool:
+        """dst := (r_i c_j src_ij) rounded to dst's precision (cuda/convert.cu's narrow).
+        Returns whether a scaled entry's real or imaginary part exceeds `limit`."""
+        scaled = src * (row_scale[:, None] * col_scale[None, :])
+        with np.errstate(over="ignore", invalid="ignore"):
+            dst[...] = scaled
+        largest = np.maximum(np.abs(dst.real), np.abs(dst.imag))
+        return not bool(np.all(largest <= limit))
+
+    @staticmethod
+    def add_to_diagonal(lane, owner, B, sigma):
+        """B's diagonal += sigma (a shifted low-precision Cholesky)."""
+        k = np.arange(min(B.shape))
+        B[k, k] += sigma
+
+    @staticmethod
+    def prepare_reduced(owner, compute):
+        owner.narrowing_overflow = False
+
+    @staticmethod
+    def overflowed(owner) -> bool:
+        return bool(getattr(owner, "narrowing_overflow", False))
+
+    def gemm_reduced(self, lane, owner, compute, alpha, A, B, beta, C, trans_a="N",
+                     trans_b="N"):
+        """`gemm` with the operands rounded to `compute` and float32 sums (the emulation of the
+        tensor cores: backend/reduced.py)."""
+        if C.size == 0:
+            return
+        rounded_a, rounded_b = round_to(A, compute), round_to(B, compute)
+        if not (np.isfinite(rounded_a).all() and np.isfinite(rounded_b).all()):
+            owner.narrowing_overflow = True
+        self.gemm(lane, alpha, rounded_a, rounded_b, beta, C, trans_a, trans_b)
+
+    @staticmethod
+    def matrix(m, n, dtype, nb) -> HostMatrix:
+        """A new m x n working matrix of its own (the low-precision copy of a mixed solve)."""
+        return HostMatrix(np.zeros((m, n), dtype=dtype, order="F"), nb)
+
     # -- matrices ------------------------------------------------------------------------------
     def host_matrix(self, source: np.ndarray, result: np.ndarray, nb: int) -> HostMatrix:
         """The working matrix for a host-resident input: the result array itself (the host
@@ -327,6 +394,11 @@ class HostBackend:
         """A new F-ordered array for a result, where the interface's data lives: host memory
         (`like`, the user's input, says where on a device backend)."""
         return np.empty(shape, dtype=dtype, order="F")
+
+
+def _part(X, part):
+    """X with the entries outside `part` ("A", or the triangle "U" / "L") set to zero."""
+    return X if part == "A" else (np.triu(X) if part == "U" else np.tril(X))
 
 
 _HERK = {"f": "syrk", "d": "syrk", "F": "herk", "D": "herk"}

@@ -2,18 +2,21 @@
 from .gelqf import gelqf
 from .gehrd import gehrd
 from .gels import gels, gelqs, geqrs
+from .gels_mixed import gels_mixed
 from .geqlf import geqlf
 from .geqrf import geqrf
 from .getrf import getrf
 from .getrs import getrs
 from .gesv import gesv
+from .gesv_mixed import gesv_mixed
 from .orghr import orghr, ormhr
 from .orgqr import orglq, orgql, orgqr
 from .ormqr import ormlq, ormql, ormqr
 from .posv import posv
+from .posv_mixed import posv_mixed
 from .potrf import potrf
 from .potrs import potrs
 
 __all__ = ["getrf", "getrs", "gesv", "potrf", "potrs", "posv", "geqrf", "geqlf", "gelqf",
            "ormqr", "ormql", "ormlq", "orgqr", "orgql", "orglq", "gels", "geqrs", "gelqs",
-           "gehrd", "orghr", "ormhr"]
+           "gehrd", "orghr", "ormhr", "gesv_mixed", "posv_mixed", "gels_mixed"]

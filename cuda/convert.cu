@@ -1,0 +1,151 @@
+// Precision conversions of the mixed-precision solvers, and the matrix statistics that choose
+// their scaling (lapack/_mixed.py):
+//
+//   row_stats     per row i:    max_j |a_ij| and sum_j |a_ij|      (STRIP-column strips per
+//                               thread, merged with atomics: one read of A)
+//   col_stats     per column j: max_i r_i |a_ij| and sum_i |a_ij|  (r the row scaling; one read)
+//                 both over a part of A: all of it (part 0), the upper (1) or lower (2) triangle
+//                 with the diagonal, for a Hermitian matrix stored in one triangle
+//   narrow        out_ij = (low) (r_i c_j a_ij), the working matrix scaled and rounded to the
+//                 factorization's storage precision (float or complex float); sets *overflow when
+//                 a scaled entry exceeds `limit` (the largest finite value of the precision the
+//                 tensor cores will see: 65504 for half), so that the caller can fall back
+//                 (one read of A, one write of the copy)
+//   round_half    out = (__half) a for a float block, a GEMM operand for the tensor cores;
+//   round_bf16    the same to bfloat16; both set *overflow on a result that is not finite
+//                 (one read of 4 bytes and one write of 2 per element)
+//
+// |a| is the modulus for complex entries (as LAPACK's lange). The maxima are merged with
+// atomicMax on the bit patterns: for non-negative IEEE doubles, integer order is numeric order.
+// All grids are 2-D over (rows, columns); rows vary fastest within a warp, so reads of the
+// column-major matrix are coalesced.
+
+#include <cuComplex.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+__device__ inline double modulus(float x) { return fabs((double)x); }
+__device__ inline double modulus(double x) { return fabs(x); }
+__device__ inline double modulus(cuFloatComplex x) { return hypot((double)x.x, (double)x.y); }
+__device__ inline double modulus(cuDoubleComplex x) { return hypot(x.x, x.y); }
+
+__device__ inline void atomic_max_nonnegative(double* address, double value)
+{
+    atomicMax((unsigned long long*)address, (unsigned long long)__double_as_longlong(value));
+}
+
+#define STRIP 64   // columns per thread in row_stats, rows per thread-block row in col_stats
+
+__device__ inline bool in_stored_part(int i, int j, int part)
+{
+    return part == 0 || (part == 1 && i <= j) || (part == 2 && i >= j);
+}
+
+template <typename T>
+__device__ void row_stats(const T* A, long long lda, int m, int n, int part, double* rmax,
+                          double* rsum)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int j0 = blockIdx.y * STRIP, j1 = min(j0 + STRIP, n);
+    if (i >= m) return;
+    double largest = 0.0, total = 0.0;
+    for (int j = j0; j < j1; ++j) {
+        if (!in_stored_part(i, j, part)) continue;
+        const double a = modulus(A[i + (long long)j * lda]);
+        largest = fmax(largest, a);
+        total += a;
+    }
+    atomic_max_nonnegative(rmax + i, largest);
+    atomicAdd(rsum + i, total);
+}
+
+// one warp per column strip of 32 rows x STRIP columns: lanes take rows, shuffles reduce
+template <typename T>
+__device__ void col_stats(const T* A, long long lda, int m, int n, int part, const double* r,
+                          double* cmax, double* csum)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int j0 = blockIdx.y * STRIP, j1 = min(j0 + STRIP, n);
+    const bool inside = i < m;
+    const double scale = inside ? r[i] : 0.0;
+    for (int j = j0; j < j1; ++j) {
+        const double a = inside && in_stored_part(i, j, part) ?
+                         modulus(A[i + (long long)j * lda]) : 0.0;
+        double largest = scale * a, total = a;
+        for (int offset = 16; offset > 0; offset /= 2) {
+            largest = fmax(largest, __shfl_xor_sync(0xffffffff, largest, offset));
+            total += __shfl_xor_sync(0xffffffff, total, offset);
+        }
+        if ((threadIdx.x & 31) == 0) {
+            atomic_max_nonnegative(cmax + j, largest);
+            atomicAdd(csum + j, total);
+        }
+    }
+}
+
+__device__ inline float scaled_to_low(double a, double s) { return (float)(a * s); }
+__device__ inline float scaled_to_low(float a, double s) { return (float)((double)a * s); }
+__device__ inline cuFloatComplex scaled_to_low(cuDoubleComplex a, double s)
+{ return make_cuFloatComplex((float)(a.x * s), (float)(a.y * s)); }
+__device__ inline cuFloatComplex scaled_to_low(cuFloatComplex a, double s)
+{ return make_cuFloatComplex((float)((double)a.x * s), (float)((double)a.y * s)); }
+
+__device__ inline double largest_part(float x) { return fabs((double)x); }
+__device__ inline double largest_part(cuFloatComplex x) { return fmax(fabs((double)x.x), fabs((double)x.y)); }
+
+template <typename T, typename L>
+__device__ void narrow(const T* A, long long lda, int m, int n, const double* r, const double* c,
+                       L* out, long long ldo, double limit, int* overflow)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;
+    if (i >= m || j >= n) return;
+    const L low = scaled_to_low(A[i + (long long)j * lda], r[i] * c[j]);
+    out[i + (long long)j * ldo] = low;
+    const double size = largest_part(low);
+    if (!(size <= limit)) atomicOr(overflow, 1);  // beyond the limit, infinite or NaN
+}
+
+template <typename L, typename F>
+__device__ void round_to(const float* A, long long lda, int rows, int cols, L* out, long long ldo,
+                         int* overflow, F convert)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;
+    if (i >= rows || j >= cols) return;
+    const float a = A[i + (long long)j * lda];
+    const L low = convert(a);
+    out[i + (long long)j * ldo] = low;
+    if (isfinite(a) && !isfinite((float)low)) atomicOr(overflow, 1);
+}
+
+#define STATS(S, T)                                                                            \
+extern "C" __global__ void row_stats_##S(const T* A, long long lda, int m, int n, int part,     \
+    double* rmax, double* rsum) { row_stats<T>(A, lda, m, n, part, rmax, rsum); }              \
+extern "C" __global__ void col_stats_##S(const T* A, long long lda, int m, int n, int part,     \
+    const double* r, double* cmax, double* csum)                                               \
+{ col_stats<T>(A, lda, m, n, part, r, cmax, csum); }
+
+STATS(s, float)
+STATS(d, double)
+STATS(c, cuFloatComplex)
+STATS(z, cuDoubleComplex)
+
+#define NARROW(S, T, L)                                                                        \
+extern "C" __global__ void narrow_##S(const T* A, long long lda, int m, int n, const double* r, \
+    const double* c, L* out, long long ldo, double limit, int* overflow)                       \
+{ narrow<T, L>(A, lda, m, n, r, c, out, ldo, limit, overflow); }
+
+NARROW(s, float, float)
+NARROW(d, double, float)
+NARROW(c, cuFloatComplex, cuFloatComplex)
+NARROW(z, cuDoubleComplex, cuFloatComplex)
+
+struct ToHalf { __device__ __half operator()(float a) const { return __float2half_rn(a); } };
+struct ToBf16 { __device__ __nv_bfloat16 operator()(float a) const { return __float2bfloat16_rn(a); } };
+
+extern "C" __global__ void round_half(const float* A, long long lda, int rows, int cols,
+                                      __half* out, long long ldo, int* overflow)
+{ round_to<__half>(A, lda, rows, cols, out, ldo, overflow, ToHalf()); }
+
+extern "C" __global__ void round_bf16(const float* A, long long lda, int rows, int cols,
+                                      __nv_bfloat16* out, long long ldo, int* overflow)
+{ round_to<__nv_bfloat16>(A, lda, rows, cols, out, ldo, overflow, ToBf16()); }

@@ -1,0 +1,85 @@
+"""A backend whose GEMMs run in a reduced precision: the engine of the mixed-precision solvers.
+
+The low-precision LU, Cholesky and QR of lapack/_mixed.py are the ordinary getrf, potrf and
+geqrf run on a float32 (complex64) copy of the matrix, with a backend in which `gemm` (and the
+`herk` of the Cholesky update) multiply on the tensor cores:
+
+    "single"     float32 GEMM (no tensor cores)
+    "tf32"       float32 operands, TensorFloat-32 multiplications (10-bit mantissa), float32 sums
+    "half"       operands rounded to IEEE half by our kernel (cuda/convert.cu), float32 sums
+    "bfloat16"   operands rounded to bfloat16 by our kernel, float32 sums
+
+Panels, triangular solves and everything else stay in float32: MAGMA's recipe (Haidar et al.,
+SC18), where only the O(n^3) trailing products see the low precision. A rounding that overflows
+sets a flag in the store (`overflowed`), read once the factorization is done.
+
+The host backend emulates the roundings with NumPy (half: numpy.float16; bfloat16 and TF32: the
+float32 mantissa rounded to 8 and 11 significant bits, to nearest with ties to even) and sums in
+float32; cuBLAS's TF32 kernels may round differently (truncation on some paths), which changes
+the last bit of a TF32 product, not the error analysis.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+COMPUTE = ("single", "tf32", "half", "bfloat16")
+# significant bits (with the implicit one) and largest finite value of each operand precision
+SIGNIFICANT_BITS = {"single": 24, "tf32": 11, "half": 11, "bfloat16": 8}
+LARGEST = {"single": float(np.finfo(np.float32).max), "tf32": float(np.finfo(np.float32).max),
+           "half": 65504.0, "bfloat16": float.fromhex("0x1.fep127")}
+UNIT_ROUNDOFF = {name: 2.0 ** -bits for name, bits in SIGNIFICANT_BITS.items()}
+REAL_ONLY = ("half", "bfloat16")  # cuBLAS's tensor-core GEMMs with complex 16-bit operands: none
+
+
+class ReducedPrecisionOps:
+    """The backend `ops`, but for its GEMMs (see the module docstring). `owner` is the tile store
+    of the low-precision matrix: it owns the operand buffers and the overflow flag."""
+
+    def __init__(self, ops, compute: str, owner):
+        if compute not in COMPUTE:
+            raise ValueError(f"compute must be one of {COMPUTE}; got {compute!r}")
+        self._ops, self.compute, self.owner = ops, compute, owner
+        ops.prepare_reduced(owner, compute)
+
+    def __getattr__(self, name):
+        return getattr(self._ops, name)
+
+    def gemm(self, lane, alpha, A, B, beta, C, trans_a="N", trans_b="N"):
+        self._ops.gemm_reduced(lane, self.owner, self.compute, alpha, A, B, beta, C,
+                               trans_a, trans_b)
+
+    def herk(self, lane, uplo, trans, alpha, A, beta, C):
+        """C := alpha op(A) op(A)^H + beta C as one GEMM, both triangles (no tensor-core HERK
+        exists): the low-precision copy's other triangle is never read, so writing it costs
+        nothing but the flops of a square instead of a triangle."""
+        if trans == "N":
+            self.gemm(lane, alpha, A, A, beta, C, trans_b="C")
+        else:
+            self.gemm(lane, alpha, A, A, beta, C, trans_a="C")
+
+    def overflowed(self) -> bool:
+        """Whether a rounding of this factorization overflowed (a host wait on a device)."""
+        return self._ops.overflowed(self.owner)
+
+
+def round_to(x: np.ndarray, compute: str) -> np.ndarray:
+    """The host emulation of the operand rounding: a float32 (complex64) copy of x whose every
+    real number carries `compute`'s significant bits (nearest, ties to even); numbers beyond its
+    range become infinite."""
+    x = np.asarray(x)
+    if compute in ("single",):
+        return x.copy()
+    real = np.ascontiguousarray(x).view(np.float32) if x.dtype.kind == "c" else \
+        np.ascontiguousarray(x, dtype=np.float32)
+    if compute == "half":
+        with np.errstate(over="ignore"):
+            rounded = real.astype(np.float16).astype(np.float32)
+    else:
+        dropped = 24 - SIGNIFICANT_BITS[compute]
+        bits = real.view(np.uint32).astype(np.uint64)
+        half_ulp = np.uint64((1 << (dropped - 1)) - 1)
+        bits = (bits + half_ulp + ((bits >> np.uint64(dropped)) & np.uint64(1))) \
+            & np.uint64(0xFFFFFFFF & ~((1 << dropped) - 1))
+        rounded = bits.astype(np.uint32).view(np.float32)
+    out = rounded.view(x.dtype) if x.dtype.kind == "c" else rounded
+    return out.reshape(x.shape)

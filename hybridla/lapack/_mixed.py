@@ -1,0 +1,309 @@
+"""What the mixed-precision solvers share (gesv_mixed, posv_mixed, gels_mixed): the four phases
+
+    [convert]  scale A exactly (powers of two) so that its entries are about 1, and round the
+               scaled copy to float32 (complex64): the storage of the low-precision factors
+    [factor]   the ordinary blocked factorization of that copy on the engine, its GEMMs on the
+               tensor cores (backend/reduced.py)
+    [refine]   iterative refinement in the working precision with the true A (lapack/_refine.py),
+               preconditioned by the low-precision factors
+    [fallback] the caller's: a working-precision solve when refinement did not converge
+
+and the result's `MixedInfo`. Scaling is what makes half precision usable: IEEE half overflows
+above 65504 and loses everything below 6e-8, while a matrix scaled to entries of about 1 keeps
+its LU factors (|l_ij| <= 1, |u_ij| bounded by the growth factor) well inside that range. The
+scales are powers of two, so scaling changes no digit of A and the refinement can work with the
+unscaled A: M^-1 r = C (LU)^-1 R r for the factors of R A C.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace as dataclass_replace
+
+import numpy as np
+
+from ..backend.reduced import COMPUTE, LARGEST, REAL_ONLY, ReducedPrecisionOps
+from ._refine import refine
+
+LOW_DTYPE = {np.dtype(np.float64): np.dtype(np.float32), np.dtype(np.float32): np.dtype(np.float32),
+             np.dtype(np.complex128): np.dtype(np.complex64),
+             np.dtype(np.complex64): np.dtype(np.complex64)}
+REFINEMENTS = ("classical-gmres", "gmres", "classical", "none")
+OVERFLOW, FACTORIZATION_FAILED = -2, -3  # MAGMA's and cuSOLVER's codes (refine returns the rest)
+
+
+@dataclass
+class MixedInfo:
+    """How a mixed-precision solve went.
+
+    iterations  MAGMA's and cuSOLVER's code: k >= 0 converged after k refinement iterations
+                (0: the low-precision solution already passed the stopping test); -1 refinement
+                stopped early (stagnating, diverging, or "none" not accurate enough); -2 the
+                scaled matrix overflowed the low precision; -3 the low-precision factorization
+                failed (a zero pivot, a non-positive minor); -max_iter not converged
+    fell_back   the answer came from a working-precision solve (any code < 0, fallback on)
+    residuals   backward errors ||b - A x||_inf / (||A||_inf ||x||_inf) (worst column): of the
+                low-precision solution, then after each refinement iteration
+    inner_iterations  GMRES iterations in all
+    info        LAPACK's info of the low-precision factorization (0, or where it failed)
+    shift       the diagonal shift the low-precision Cholesky needed (posv_mixed), else 0
+    seconds     wall time of each phase: convert, factor, refine, fallback, total
+    """
+    iterations: int = 0
+    fell_back: bool = False
+    residuals: list = field(default_factory=list)
+    inner_iterations: int = 0
+    lowest: str = "half"
+    refinement: str = "classical-gmres"
+    info: int = 0
+    shift: float = 0.0
+    seconds: dict = field(default_factory=dict)
+
+    @property
+    def converged(self) -> bool:
+        return self.iterations >= 0
+
+
+@dataclass
+class MixedOptions:
+    """The refinement's parameters, checked (see linalg.solve_mixed)."""
+    lowest: str
+    refinement: str
+    tol: float | None
+    max_iter: int
+    inner_tol: float
+    max_inner: int
+    equilibrate: bool
+
+
+def check_options(dtype, lowest, refinement, tol, max_iter, inner_tol, max_inner, equilibrate):
+    """ValueError naming the argument for a bad option; returns MixedOptions."""
+    if lowest not in COMPUTE:
+        raise ValueError(f"lowest must be one of {COMPUTE}; got lowest={lowest!r}")
+    if np.dtype(dtype).kind == "c" and lowest in REAL_ONLY:
+        raise ValueError(f"lowest={lowest!r} is for real matrices (cuBLAS has no tensor-core "
+                         f"GEMM with complex 16-bit operands); use 'tf32' or 'single' for "
+                         f"{np.dtype(dtype).name}")
+    if refinement not in REFINEMENTS:
+        raise ValueError(f"refinement must be one of {REFINEMENTS}; got "
+                         f"refinement={refinement!r}")
+    if tol is not None and not (np.isfinite(tol) and tol > 0):
+        raise ValueError(f"tol must be a positive number (or None); got tol={tol!r}")
+    for name, value in (("max_iter", max_iter), ("max_inner", max_inner)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1; got {name}={value!r}")
+    if not 0 < inner_tol < 1:
+        raise ValueError(f"inner_tol must be in (0, 1); got inner_tol={inner_tol!r}")
+    return MixedOptions(lowest, refinement, tol, int(max_iter), float(inner_tol),
+                        int(max_inner), bool(equilibrate))
+
+
+class Phases:
+    """Wall-clock seconds per phase (`with phases("factor"): ...`)."""
+
+    def __init__(self):
+        self.seconds, self._start = {}, time.perf_counter()
+
+    def __call__(self, name):
+        phases = self
+
+        class _Phase:
+            def __enter__(self):
+                self.start = time.perf_counter()
+
+            def __exit__(self, *exc):
+                phases.seconds[name] = phases.seconds.get(name, 0.0) + \
+                    time.perf_counter() - self.start
+                return False
+        return _Phase()
+
+    def total(self):
+        self.seconds["total"] = time.perf_counter() - self._start
+        return self.seconds
+
+
+def inverse_power_of_two(x):
+    """2^-round(log2 x) elementwise, 1 where x is 0 or not finite: an exact scale that brings x
+    to [0.7, 1.4]."""
+    x = np.asarray(x, dtype=np.float64)
+    good = np.isfinite(x) & (x > 0)
+    out = np.ones_like(x)
+    out[good] = np.exp2(-np.round(np.log2(x[good])))
+    return out
+
+
+def general_scaling(ops, A, equilibrate, rows=True):
+    """Row and column scales r, c (powers of two; ones when not `equilibrate`) with the entries of
+    diag(r) A diag(c) at most about 1 in modulus, and ||A||_inf, ||A||_1: two passes over A.
+    `rows=False` scales columns only (least squares: row scaling would weight the problem)."""
+    lane = ops.lane("gpu:update")
+    whole = A.block(0, A.m, 0, A.n)
+    row_max, row_sum = ops.row_stats(lane, A, whole)
+    r = inverse_power_of_two(row_max) if equilibrate and rows else np.ones(A.m)
+    col_max, col_sum = ops.col_stats(lane, A, whole, r)
+    c = inverse_power_of_two(col_max) if equilibrate else np.ones(A.n)
+    return r, c, float(row_sum.max(initial=0.0)), float(col_sum.max(initial=0.0))
+
+
+def hermitian_scaling(ops, A, uplo, equilibrate):
+    """The symmetric scale d = 2^-round(log2 sqrt(a_ii)) (ones when not `equilibrate`), which
+    keeps Hermitian positive definite A so and brings its diagonal to about 1 (off-diagonal
+    entries follow: |a_ij| <= sqrt(a_ii a_jj)); and ||A||_inf of the Hermitian matrix stored in
+    the `uplo` triangle: row sums of the triangle plus column sums minus the diagonal."""
+    lane = ops.lane("gpu:update")
+    whole = A.block(0, A.n, 0, A.n)
+    diagonal = np.abs(A.diagonal()).astype(np.float64)
+    d = inverse_power_of_two(np.sqrt(diagonal)) if equilibrate else np.ones(A.n)
+    _, row_sum = ops.row_stats(lane, A, whole, part=uplo)
+    _, col_sum = ops.col_stats(lane, A, whole, np.ones(A.n), part=uplo)
+    return d, float((row_sum + col_sum - diagonal).max(initial=0.0))
+
+
+def narrow(ops, A, low, r, c, lowest) -> bool:
+    """low := diag(r) A diag(c) in float32 (complex64); True when an entry exceeds what the
+    `lowest` precision can hold (the tensor cores would see an infinity): code -2."""
+    return ops.narrow(ops.lane("gpu:update"), low, A.block(0, A.m, 0, A.n),
+                      low.block(0, low.m, 0, low.n), r, c, LARGEST[lowest])
+
+
+def reduced_ops(ops, low, lowest) -> ReducedPrecisionOps:
+    return ReducedPrecisionOps(ops, lowest, low)
+
+
+class TriangularPreconditioner:
+    """M^-1 R = diag(scale_out) T_k^-op ... T_1^-op P diag(scale_in) R: the low-precision factors
+    applied in float32 where they live, R and the result in the working precision on the host.
+    `solves` lists (uplo, trans, diag) of the triangular solves with the leading n x n block of
+    `low`; `permutation` (host indices) is LU's row interchanges, applied on the host to the
+    vectors (one gather of n entries, instead of a device pass per interchange)."""
+
+    def __init__(self, ops, low, n, nrhs, solves, scale_in, scale_out, permutation=None):
+        self.ops, self.low, self.n, self.solves = ops, low, n, solves
+        self.scale_in, self.scale_out, self.permutation = scale_in, scale_out, permutation
+        self.factors = low.block(0, n, 0, n)
+        low.workspace("preconditioner", n, nrhs)  # at its largest now: no allocation later
+        self.calls = 0
+
+    def __call__(self, R):
+        self.calls += 1
+        ops, n = self.ops, self.n
+        k = R.shape[1]
+        Y = self.scale_in[:, None] * R
+        if self.permutation is not None:
+            Y = Y[self.permutation]
+        work = self.low.workspace("preconditioner", n, k)
+        lane = ops.lane("gpu:panel")
+        ops.from_host(lane, np.asfortranarray(Y, dtype=self.low.dtype), work)
+        with lane:
+            for uplo, trans, diag in self.solves:
+                ops.trsm(lane, "L", uplo, trans, diag, 1, self.factors, work)
+        return self.scale_out[:, None] * ops.to_host(lane, work).astype(R.dtype)
+
+
+def lu_permutation(pivots) -> np.ndarray:
+    """LAPACK's sequential interchanges (row i with row pivots[i], 0-based) as one gather:
+    (P b) = b[perm]."""
+    perm = np.arange(len(pivots))
+    for i, p in enumerate(pivots):
+        perm[i], perm[p] = perm[p], perm[i]
+    return perm
+
+
+class WorkingOperator:
+    """X -> A X (or A^H (A X), the normal equations' operator) in the working precision, where A
+    lives: one pass over A per product (two for the normal equations)."""
+
+    def __init__(self, ops, A, nrhs, uplo=None, normal=False):
+        self.ops, self.A, self.uplo, self.normal = ops, A, uplo, normal
+        self.whole = A.block(0, A.m, 0, A.n)
+        A.workspace("refine", A.m + A.n, nrhs)  # X and the product, at their largest now
+        self.calls = 0
+
+    def product(self, X, trans="N"):
+        work = self.A.workspace("refine", self.A.m + self.A.n, X.shape[1])
+        return self.ops.apply_to_host(self.ops.lane("gpu:panel"), self.whole, X, trans,
+                                      self.uplo, work)
+
+    def __call__(self, X):
+        self.calls += 1
+        AX = self.product(X)
+        return self.product(AX, "C") if self.normal else AX
+
+
+def run_refinement(operator, preconditioner, B, anorm, options, n) -> tuple:
+    """refine() with the stopping test's tol defaulting to sqrt(n) eps (MAGMA, cuSOLVER)."""
+    eps = float(np.finfo(B.dtype).eps)
+    tol = options.tol if options.tol is not None else np.sqrt(n) * eps
+    method = options.refinement
+    return refine(operator, preconditioner, B, anorm=anorm, method=method, tol=tol,
+                  max_iter=options.max_iter, inner_tol=options.inner_tol,
+                  max_inner=options.max_inner)
+
+
+class MixedSolver:
+    """The phases of a mixed-precision solve, in order; a driver (gesv_mixed, posv_mixed,
+    gels_mixed) says how to scale, which factorization to run and how its factors precondition.
+
+    solve(A, B): A the working-precision tile store (where the user's matrix lives, never
+    written), B the right-hand sides (host array, n x nrhs). Returns (X, MixedInfo): X None for
+    codes -2 and -3 (no solution was computed), else the refined solution, which for codes < 0
+    did not pass the stopping test (the caller falls back, or not). The low-precision copy is a
+    tile store of its own, freed whatever happens."""
+
+    routine = "mixed"
+    uplo = None        # Hermitian A stored in this triangle (posv_mixed)
+    normal = False     # refine the normal equations A^H A x = A^H b (gels_mixed)
+
+    def __init__(self, ops, options: MixedOptions, plan):
+        self.ops, self.options, self.plan = ops, options, plan
+
+    # -- what a driver defines -----------------------------------------------------------------
+    def scale(self, A):
+        """(r, c, anorm): the exact scales of the low-precision copy diag(r) A diag(c), and the
+        norm the stopping test uses."""
+        raise NotImplementedError
+
+    def factor(self, A, low, plan, r, c) -> int:
+        """Factor `low` in place on the engine; LAPACK's info."""
+        raise NotImplementedError
+
+    def preconditioner(self, low, nrhs, r, c) -> TriangularPreconditioner:
+        raise NotImplementedError
+
+    # -- the template --------------------------------------------------------------------------
+    def solve(self, A, B):
+        ops, options = self.ops, self.options
+        n, nrhs = A.n, B.shape[1]
+        phases = Phases()
+        info = MixedInfo(lowest=options.lowest, refinement=options.refinement)
+        low = ops.matrix(A.m, A.n, LOW_DTYPE[A.dtype], self.plan.nb)
+        try:
+            with phases("convert"):
+                r, c, anorm = self.scale(A)
+                overflow = narrow(ops, A, low, r, c, options.lowest)
+            if overflow:
+                info.iterations = OVERFLOW
+                return None, self._done(info, phases)
+            with phases("factor"):
+                reduced = reduced_ops(ops, low, options.lowest)
+                info.info = self.factor(A, low, dataclass_replace(self.plan, backend=reduced),
+                                        r, c)
+                overflow = reduced.overflowed()
+            if overflow or info.info != 0:
+                info.iterations = OVERFLOW if overflow else FACTORIZATION_FAILED
+                return None, self._done(info, phases)
+            with phases("refine"):
+                operator = WorkingOperator(ops, A, nrhs, uplo=self.uplo, normal=self.normal)
+                rhs = operator.product(B, "C") if self.normal else B
+                preconditioner = self.preconditioner(low, nrhs, r, c)
+                result = run_refinement(operator, preconditioner, rhs, anorm, options, n)
+
+            info.iterations, info.residuals = result.iterations, list(result.residuals)
+            info.inner_iterations = result.inner_iterations
+            return result.x, self._done(info, phases)
+        finally:
+            low.close()
+
+    @staticmethod
+    def _done(info, phases):
+        info.seconds = phases.total()
+        return info

@@ -1,0 +1,313 @@
+"""Iterative refinement for the mixed-precision solvers: the loops, written once for all of them.
+
+The caller factors A in a low precision u_f (single, half, bfloat16, TF32...) and hands over two
+operators, both returning host arrays in the working precision u (the dtype of b):
+
+    apply_a(X)   = A X                  (the true A, working precision; A may live on a GPU)
+    solve_low(R) = M^-1 R  ~  A^-1 R    (the low-precision factors: M = L U or L L^H)
+
+Every residual r = b - A x is computed in the working precision from the true A, one apply_a for
+all the columns that still need it. x_j, r_j, b_j are columns; ||.|| is the inf-norm unless marked.
+
+Stopping test (MAGMA's and cuSOLVER's), per column j:
+
+    ||r_j||_inf  <=  tol * ||x_j||_inf * anorm
+
+anorm (||A||_inf) and tol come from the caller, whose default tol is sqrt(n) eps(u).
+
+All columns must pass. A zero column b_j gets x_j = 0 (no solve) and passes. The backward error
+recorded in RefinementResult.residuals is max_j ||r_j|| / (anorm ||x_j||), 0 where r_j = 0; entry
+0 is that of x_0 = M^-1 b, then one entry per outer iteration.
+
+Methods (the outer iteration is the same loop for the last three; only the correction differs):
+
+  "none"             x = M^-1 b, judged by one residual. No refinement.
+  "classical"        x_0 = M^-1 b;  for i = 1 .. max_iter:  r = b - A x_{i-1};  stop if the test
+                     passes;  x_i = x_{i-1} + M^-1 r.            (LAPACK dsgesv, MAGMA, SLATE)
+  "classical-gmres"  the same loop, the correction equation A d = r solved by GMRES on
+                     A M^-1 z = r, d = M^-1 z, from d = 0, until ||r - A d||_2 <= inner_tol ||r||_2
+                     or max_inner iterations. (GMRES-IR, Carson & Higham 2017/2018; cuSOLVER's
+                     CUSOLVER_IRS_REFINE_CLASSICAL_GMRES.)
+  "gmres"            restarted right-preconditioned GMRES(max_inner) on A x = b from x_0 = M^-1 b,
+                     at most max_iter cycles. A cycle started at x_{i-1} is one GMRES cycle on
+                     A d = r_{i-1} from d = 0, so this too is the loop above, with the cycle as the
+                     correction: it runs until its residual estimate says the stopping test should
+                     pass (or max_inner iterations), and then the true residual b - A x_i decides.
+                     Several right-hand sides: one GMRES per column (cuSOLVER's IRS cannot).
+
+GMRES (one routine for "gmres" and the inner solver of "classical-gmres"): Arnoldi in the working
+precision with CGS2 (classical Gram-Schmidt twice: as stable as MGS, but BLAS-2); Z = M^-1 V is
+kept, so the update d = Z y needs no further solve (the flexible-GMRES form, equal to right
+preconditioning for a fixed M); the Hessenberg least-squares problem is reduced by complex Givens
+rotations as its columns arrive, so |g_{j+1}| = ||r - A Z_j y_j||_2 is known at every step for
+free. That estimate only ever ends a cycle early; it never decides convergence. Being a 2-norm set
+against an inf-norm test, it ends the cycle late rather than early. The columns run in lock step,
+so each Arnoldi step costs one solve_low and one apply_a for all the columns still running.
+Each GMRES iteration of one column counts once in inner_iterations.
+
+Early stop ("classical" and "classical-gmres"): if the backward error fails to drop by a factor 2
+in two iterations in a row, or rises above that of x_0, refinement stagnates or diverges (kappa(A)
+u_f too large for this method): code -1. Restarted GMRES may legitimately gain less than a factor
+2 in a cycle, so "gmres" runs to max_iter. A NaN or Inf in x or r stops every method with -1.
+
+Codes (RefinementResult.iterations), as MAGMA's and cuSOLVER's `iter`:
+   k >= 0     converged after k corrections ("gmres": cycles); 0: x_0 already passed
+   -1         stopped early: "none" whose x_0 fails the test, stagnation or divergence as above,
+              or a NaN / Inf in x or r
+   -max_iter  max_iter corrections or cycles without passing the test
+   -2, -3     never returned here; the caller's: narrowing A (or b) to the low precision
+              overflowed (-2), the low-precision factorization failed (-3)
+Fallback (the caller's): on any code < 0 it solves in the working precision instead.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.linalg import LinAlgError, solve_triangular
+
+METHODS = ("none", "classical", "gmres", "classical-gmres")
+DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
+
+
+@dataclass
+class RefinementResult:
+    x: np.ndarray            # n x k solution, working precision (dtype of b)
+    iterations: int          # the code: >= 0 converged; -1 stopped early; -max_iter (docstring)
+    residuals: list          # backward error of x_0, then one per outer iteration (docstring)
+    inner_iterations: int    # GMRES iterations in total, over all columns
+    matvecs: int             # calls of apply_a
+    solves: int              # calls of solve_low
+    converged: bool
+
+
+def refine(apply_a, solve_low, b, *, anorm, method, tol, max_iter=30, inner_tol=1e-4,
+           max_inner=50) -> RefinementResult:
+    """Solve A X = B to the stopping test by the refinement ``method`` (see the module docstring).
+
+    ``b`` (n x k, or n for one column) is not modified; ``x`` has its shape and dtype. The
+    callbacks get n x p arrays (p <= k) of b's dtype that they may keep or overwrite.
+    """
+    _check_method_and_limits(method, tol, max_iter, inner_tol, max_inner)
+    b = np.asarray(b)
+    if b.dtype not in DTYPES:
+        raise ValueError(f"b must be float32, float64, complex64 or complex128; got {b.dtype}")
+    if b.ndim not in (1, 2):
+        raise ValueError(f"b must be n x k (or n); got shape {b.shape}")
+    anorm = float(anorm)
+    if not (math.isfinite(anorm) and anorm >= 0):
+        raise ValueError(f"anorm must be finite and >= 0; got {anorm}")
+    B = b[:, None] if b.ndim == 1 else b
+    n, k = B.shape
+    ops = _Operators(apply_a, solve_low, n, B.dtype)
+
+    if method == "none":
+        X, R, be = _initial(ops, B, anorm)
+        passed = bool(np.all(be <= tol)) and _finite(X, R)
+        code, history = (0 if passed else -1), [_worst(be)]
+    else:
+        if method == "classical":
+            def correct(R, X):
+                return ops.solve_low(R)
+        else:
+            krylov = _Krylov(n, k, max_inner, B.dtype)
+            if method == "classical-gmres":
+                def correct(R, X):
+                    return krylov.cycle(ops, R, inner_tol * np.linalg.norm(R, axis=0))
+            else:
+                def correct(R, X):
+                    # The cycle may end once the estimate says b - A (x + d) passes.
+                    return krylov.cycle(ops, R, tol * anorm * np.abs(X).max(axis=0))
+        X, code, history = _outer_loop(ops, B, anorm, tol, max_iter, correct,
+                                       stop_when_slow=(method != "gmres"))
+    return RefinementResult(x=X.reshape(b.shape), iterations=code, residuals=history,
+                            inner_iterations=ops.inner, matvecs=ops.matvecs, solves=ops.solves,
+                            converged=code >= 0)
+
+
+def _outer_loop(ops, B, anorm, tol, max_iter, correct, stop_when_slow):
+    """x_0 = M^-1 b; for i = 1 .. max_iter: r = b - A x_{i-1}, stop if the test passes,
+    x_i = x_{i-1} + correct(r, x_{i-1}), applied to the columns that fail only.
+    Returns (x, code, backward-error history)."""
+    X, R, be = _initial(ops, B, anorm)
+    history = [_worst(be)]
+    slow = 0
+    for i in range(max_iter + 1):
+        if not _finite(X, R):
+            return X, -1, history
+        todo = ~(be <= tol)
+        if not todo.any():
+            return X, i, history
+        if i > 0 and stop_when_slow:
+            slow = slow + 1 if history[-1] > history[-2] / 2 else 0
+            if slow == 2 or history[-1] > history[0]:
+                return X, -1, history
+        if i == max_iter:
+            return X, -max_iter, history
+        X[:, todo] += correct(R[:, todo], X[:, todo])
+        R[:, todo] = _residual(ops, B, X, todo, be, anorm)
+        history.append(_worst(be))
+    raise AssertionError("unreachable")
+
+
+def _initial(ops, B, anorm):
+    """x_0 = M^-1 b and r_0 = b - A x_0 for the nonzero columns; x_j = 0 and r_j = 0 for the rest.
+    Returns (X, R, be), be the backward error per column."""
+    X = np.zeros_like(B, order="F")
+    R = np.zeros_like(X)
+    be = np.zeros(B.shape[1])
+    nonzero = B.any(axis=0)
+    if nonzero.any():
+        X[:, nonzero] = ops.solve_low(B[:, nonzero])
+        R[:, nonzero] = _residual(ops, B, X, nonzero, be, anorm)
+    return X, R, be
+
+
+def _residual(ops, B, X, cols, be, anorm):
+    """b - A x for the columns ``cols`` in one apply_a; their backward errors go into be."""
+    R = B[:, cols] - ops.apply_a(X[:, cols])
+    rnorm = np.abs(R).max(axis=0).astype(np.float64)
+    xnorm = np.abs(X[:, cols]).max(axis=0).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # 0/0 (r = 0 = x) passes; r/0 is inf; NaN stays NaN and fails every comparison.
+        be[cols] = np.where(rnorm == 0, 0.0, rnorm / (anorm * xnorm))
+    return R
+
+
+def _finite(X, R) -> bool:
+    return bool(np.isfinite(X).all() and np.isfinite(R).all())
+
+
+def _worst(be) -> float:
+    return float(np.max(be)) if be.size else 0.0
+
+
+class _Operators:
+    """apply_a and solve_low, counted; their results checked for shape and copied into the working
+    precision (so that neither side can alias the other's arrays)."""
+
+    def __init__(self, apply_a, solve_low, n, dtype):
+        self._apply_a, self._solve_low = apply_a, solve_low
+        self.n, self.dtype = n, dtype
+        self.matvecs = self.solves = self.inner = 0
+
+    def apply_a(self, X):
+        self.matvecs += 1
+        return self._working(self._apply_a(X), X.shape[1], "apply_a")
+
+    def solve_low(self, R):
+        self.solves += 1
+        return self._working(self._solve_low(R), R.shape[1], "solve_low")
+
+    def _working(self, Y, k, name):
+        Y = np.asarray(Y)
+        if Y.shape != (self.n, k):
+            raise ValueError(f"{name} returned shape {Y.shape}; expected {(self.n, k)}")
+        return np.array(Y, dtype=self.dtype, order="F")
+
+
+class _Krylov:
+    """GMRES(m) cycles from zero, one per column, in lock step; workspace for up to k columns.
+
+    Per column c: V[c, :j+1] is the orthonormal Arnoldi basis (rows), Z[c, :j] = M^-1 V[c, :j],
+    H[c] the Hessenberg matrix reduced to upper triangular by the rotations (cs, sn), g[c] the
+    rotated right-hand side beta e_1.
+    """
+
+    def __init__(self, n, k, m, dtype):
+        self.m = m
+        self.V = np.empty((k, m + 1, n), dtype)
+        self.Z = np.empty((k, m, n), dtype)
+        self.H = np.zeros((k, m + 1, m), dtype)
+        self.g = np.zeros((k, m + 1), dtype)
+        self.cs = np.zeros((k, m))
+        self.sn = np.zeros((k, m), dtype)
+
+    def cycle(self, ops, R, stop_at):
+        """D (n x p) minimising ||R_c - A D_c||_2 over D_c in M^-1 K_j(A M^-1, R_c) per column c,
+        j <= m, a column stopping as soon as the estimate ||R_c - A D_c||_2 <= stop_at[c]."""
+        p = R.shape[1]
+        V, Z, H, g, cs, sn = self.V, self.Z, self.H, self.g, self.cs, self.sn
+        beta = np.linalg.norm(R, axis=0)
+        steps = np.zeros(p, dtype=int)
+        running = [c for c in range(p) if beta[c] > 0]
+        for c in running:
+            V[c, 0] = R[:, c] / beta[c]
+            g[c] = 0
+            g[c, 0] = beta[c]
+        for j in range(self.m):
+            if not running:
+                break
+            # One solve and one product for all running columns: each is a round trip to the GPU.
+            Z[running, j] = ops.solve_low(V[running, j].T).T
+            W = ops.apply_a(Z[running, j].T)
+            ops.inner += len(running)
+            still = []
+            for w, c in zip(W.T, running):
+                steps[c] = j + 1
+                # A V_j = V_{j+1} H_j: orthogonalise w against V[c, :j+1], twice (CGS2).
+                # V^H w is formed as conj(V conj(w)): conjugating w, not a copy of the basis.
+                Vc = V[c, :j + 1]
+                h = (Vc @ w.conj()).conj()
+                w = w - Vc.T @ h
+                h2 = (Vc @ w.conj()).conj()
+                w -= Vc.T @ h2
+                h += h2
+                hnext = float(np.linalg.norm(w))
+                # The earlier rotations on the new column, then one to zero H[j+1, j].
+                for i in range(j):
+                    h[i], h[i + 1] = (cs[c, i] * h[i] + sn[c, i] * h[i + 1],
+                                      -np.conj(sn[c, i]) * h[i] + cs[c, i] * h[i + 1])
+                cs[c, j], sn[c, j], h[j] = _givens(h[j].item(), hnext)
+                H[c, :j + 1, j] = h
+                g[c, j + 1] = -np.conj(sn[c, j]) * g[c, j]
+                g[c, j] = cs[c, j] * g[c, j]
+                # |g[j+1]| is the residual 2-norm of the j+1-step solution. hnext = 0: the Krylov
+                # space is invariant and the solution exact; NaN: nothing more to be had.
+                if abs(g[c, j + 1]) > stop_at[c] and hnext > 0 and math.isfinite(hnext):
+                    V[c, j + 1] = w / hnext
+                    still.append(c)
+            running = still
+        D = np.zeros_like(R)
+        for c in range(p):
+            j = steps[c]
+            if j:
+                D[:, c] = Z[c, :j].T @ _triangular_solve(H[c, :j, :j], g[c, :j])
+        return D
+
+
+def _triangular_solve(U, y):
+    """U^-1 y; NaN for a singular U, so that the caller's finiteness check stops the loop."""
+    try:
+        return solve_triangular(U, y, check_finite=False)
+    except LinAlgError:
+        return np.full_like(y, np.nan)
+
+
+def _givens(a, b):
+    """(c, s, rho), c real, with [c, s; -conj(s), c] [a; b] = [rho; 0], for real or complex a, b."""
+    if b == 0:
+        return 1.0, 0.0, a
+    if a == 0:
+        return 0.0, np.conj(b) / abs(b), abs(b)
+    t = math.hypot(abs(a), abs(b))
+    phase = a / abs(a)
+    return abs(a) / t, phase * np.conj(b) / t, phase * t
+
+
+def _check_method_and_limits(method, tol, max_iter, inner_tol, max_inner) -> None:
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}; got {method!r}")
+    for name, value in (("max_iter", max_iter), ("max_inner", max_inner)):
+        try:
+            ok = not isinstance(value, bool) and operator.index(value) >= 1
+        except TypeError:
+            ok = False
+        if not ok:
+            raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
+    if not (0 < inner_tol < 1):
+        raise ValueError(f"inner_tol must satisfy 0 < inner_tol < 1; got {inner_tol!r}")
+    if not (tol > 0):
+        raise ValueError(f"tol must be > 0; got {tol!r}")

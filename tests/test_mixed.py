@@ -1,0 +1,261 @@
+"""Mixed-precision solvers (solve_mixed, lstsq_mixed): converge to the working precision's
+stopping test where theory allows, fall back where not, and the answer is always accurate with
+fallback on; codes -2 (overflow on narrowing) and -3 (low-precision factorization failed) as
+MAGMA's and cuSOLVER's; both backends (the host one emulates the low precisions), both
+interfaces."""
+import numpy as np
+import pytest
+import scipy.linalg
+
+import hybridla
+from _conditioned import general, spd, tall
+from _lapack_checks import (device_kind_of, random_matrix, solve_backward_error, to_device,
+                            to_host, wide)
+
+N = 150  # not a multiple of the block size below
+NB = 32
+
+
+def _eps(dtype):
+    return float(np.finfo(dtype).eps)
+
+
+def backward_ratio(a, x, b, dtype):
+    """max_j ||b_j - A x_j||_inf / (sqrt(n) ||A||_inf ||x_j||_inf eps) in double precision
+    (0 for a column with r_j = 0): <= 1 is MAGMA's and cuSOLVER's convergence test."""
+    a, x, b = wide(a), wide(x).reshape(len(a), -1), wide(b).reshape(len(a), -1)
+    r = np.abs(b - a @ x).max(axis=0)
+    scale = np.abs(a).sum(axis=1).max() * np.abs(x).max(axis=0)
+    ratio = np.divide(r, scale, out=np.zeros_like(r), where=r > 0)
+    return float(ratio.max() / (np.sqrt(len(a)) * _eps(dtype)))
+
+
+# -- convergence where theory allows ---------------------------------------------------------
+@pytest.mark.parametrize("lowest, refinement, kappa", [
+    ("half", "classical-gmres", 1e2), ("half", "classical-gmres", 1e5),
+    ("half", "gmres", 1e4), ("half", "classical", 1e2),
+    ("bfloat16", "classical-gmres", 1e3), ("tf32", "classical-gmres", 1e5),
+    ("single", "classical", 1e5), ("single", "classical-gmres", 1e8)])
+def test_lu_converges_to_the_stopping_test(backend, lowest, refinement, kappa, rng):
+    a = general(N, kappa, np.float64, rng)
+    b = random_matrix(N, 1, np.float64, rng)[:, 0]
+    x, info = hybridla.solve_mixed(a, b, lowest=lowest, refinement=refinement, backend=backend,
+                                   nb=NB)
+    assert info.iterations >= 0 and not info.fell_back, info
+    assert backward_ratio(a, x, b, np.float64) <= 1.0
+    assert x.shape == b.shape and x.dtype == np.float64
+    assert info.residuals[-1] <= np.sqrt(N) * _eps(np.float64)
+    assert set(info.seconds) >= {"convert", "factor", "refine", "total"}
+
+
+@pytest.mark.parametrize("kappa", [1e2, 1e6, 1e10, 1e12])
+@pytest.mark.parametrize("refinement", ["classical-gmres", "gmres", "classical"])
+def test_lu_always_accurate_with_fallback(backend, kappa, refinement, rng):
+    """Whatever kappa: either refinement passed the test, or it fell back to float64 LU."""
+    a = general(N, kappa, np.float64, rng)
+    b = random_matrix(N, 2, np.float64, rng)
+    x, info = hybridla.solve_mixed(a, b, lowest="half", refinement=refinement, backend=backend,
+                                   nb=NB)
+    assert info.fell_back == (info.iterations < 0)
+    if info.fell_back:
+        assert solve_backward_error(a, x, b) < 30  # float64 LU's, as LAPACK's testers ask
+    else:
+        assert backward_ratio(a, x, b, np.float64) <= 1.0
+    if kappa >= 1e10:  # kappa u_half ~ 5e6: classical refinement cannot converge
+        if refinement == "classical":
+            assert info.fell_back
+
+
+def test_not_converging_without_fallback_returns_the_code(backend, rng):
+    a = general(N, 1e10, np.float64, rng)
+    b = random_matrix(N, 1, np.float64, rng)[:, 0]
+    x, info = hybridla.solve_mixed(a, b, lowest="half", refinement="classical", max_iter=3,
+                                   fallback=False, backend=backend, nb=NB)
+    assert info.iterations in (-1, -3) and not info.fell_back
+    assert x.shape == b.shape
+
+
+def test_several_right_hand_sides_and_complex(backend, rng):
+    a = general(N, 1e4, np.complex128, rng)
+    b = random_matrix(N, 3, np.complex128, rng)
+    b[:, 1] = 0
+    for refinement in ("classical-gmres", "gmres"):
+        x, info = hybridla.solve_mixed(a, b, refinement=refinement, backend=backend, nb=NB)
+        assert info.lowest == "tf32" and info.iterations >= 0, info
+        assert x.shape == (N, 3) and x.dtype == np.complex128
+        assert np.all(x[:, 1] == 0)
+        assert backward_ratio(a, x, b, np.complex128) <= 1.0
+
+
+@pytest.mark.parametrize("lowest", ["half", "bfloat16", "tf32"])
+def test_float32_working_precision(backend, lowest, rng):
+    a = general(N, 1e2, np.float32, rng)
+    b = random_matrix(N, 1, np.float32, rng)[:, 0]
+    x, info = hybridla.solve_mixed(a, b, lowest=lowest, backend=backend, nb=NB)
+    assert x.dtype == np.float32 and info.iterations >= 0, info
+    assert backward_ratio(a, x, b, np.float32) <= 1.0
+
+
+# -- codes -2 and -3 -------------------------------------------------------------------------
+def test_overflow_on_narrowing_gives_code_minus_2_and_a_correct_answer(backend, rng):
+    a = general(N, 1e3, np.float64, rng) * 1e7  # entries far above half's 65504
+    b = random_matrix(N, 1, np.float64, rng)[:, 0]
+    x, info = hybridla.solve_mixed(a, b, lowest="half", equilibrate=False, backend=backend,
+                                   nb=NB)
+    assert info.iterations == -2 and info.fell_back
+    assert np.allclose(x, scipy.linalg.solve(a, b), rtol=1e-10, atol=0)
+    with pytest.raises(hybridla.LinAlgError, match="overflows half") as caught:
+        hybridla.solve_mixed(a, b, lowest="half", equilibrate=False, fallback=False,
+                             backend=backend, nb=NB)
+    assert caught.value.info.iterations == -2
+    # scaled by powers of two first, the same matrix is no problem for half
+    x, info = hybridla.solve_mixed(a, b, lowest="half", backend=backend, nb=NB)
+    assert info.iterations >= 0 and backward_ratio(a, x, b, np.float64) <= 1.0
+
+
+def test_singular_matrix_info_as_lapack(backend, rng):
+    a = random_matrix(N, N, np.float64, rng)
+    a[:, 40] = 0  # U(40, 40) = 0 exactly whatever the precision: getrf's info is 41
+    b = random_matrix(N, 1, np.float64, rng)[:, 0]
+    _, _, lapack_info = scipy.linalg.lapack.dgetrf(a)
+    with pytest.raises(hybridla.LinAlgError, match="Matrix is singular"):
+        hybridla.solve_mixed(a, b, backend=backend, nb=NB)
+    with pytest.raises(hybridla.LinAlgError, match="Matrix is singular") as caught:
+        hybridla.solve_mixed(a, b, fallback=False, backend=backend, nb=NB)
+    assert caught.value.info.iterations == -3
+    assert caught.value.info.info == lapack_info == 41
+
+
+def test_nonfinite_and_bad_arguments_are_named(backend, rng):
+    a = general(8, 10, np.float64, rng)
+    b = np.ones(8)
+    bad = a.copy()
+    bad[2, 3] = np.nan
+    with pytest.raises(ValueError, match="a must not contain infs or NaNs"):
+        hybridla.solve_mixed(bad, b, backend=backend)
+    with pytest.raises(ValueError, match="b must not contain infs or NaNs"):
+        hybridla.solve_mixed(a, np.full(8, np.inf), backend=backend)
+    with pytest.raises(ValueError, match="lowest must be one of"):
+        hybridla.solve_mixed(a, b, lowest="fp8", backend=backend)
+    with pytest.raises(ValueError, match="refinement must be one of"):
+        hybridla.solve_mixed(a, b, refinement="newton", backend=backend)
+    with pytest.raises(ValueError, match="max_iter must be an integer >= 1"):
+        hybridla.solve_mixed(a, b, max_iter=0, backend=backend)
+    with pytest.raises(ValueError, match="inner_tol must be in"):
+        hybridla.solve_mixed(a, b, inner_tol=2.0, backend=backend)
+    with pytest.raises(ValueError, match="tol must be a positive number"):
+        hybridla.solve_mixed(a, b, tol=-1.0, backend=backend)
+    with pytest.raises(ValueError, match="lowest='half' is for real matrices"):
+        hybridla.solve_mixed(a.astype(complex), b, lowest="half", backend=backend)
+    with pytest.raises(ValueError, match="b must have 8 rows"):
+        hybridla.solve_mixed(a, np.ones(7), backend=backend)
+    with pytest.raises(ValueError, match="expected a square matrix for a"):
+        hybridla.solve_mixed(a[:, :5], b, backend=backend)
+    with pytest.raises(ValueError, match="assume_a must be"):
+        hybridla.solve_mixed(a, b, assume_a="sym", backend=backend)
+
+
+def test_inputs_untouched(backend, rng):
+    a = np.asfortranarray(general(N, 1e3, np.float64, rng))
+    b = random_matrix(N, 2, np.float64, rng)
+    a0, b0 = a.copy(), b.copy()
+    hybridla.solve_mixed(a, b, overwrite_a=True, overwrite_b=True, backend=backend, nb=NB)
+    assert np.array_equal(a, a0) and np.array_equal(b, b0)
+
+
+# -- Cholesky ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("kappa", [1e2, 1e4])
+def test_cholesky_converges_reading_one_triangle(backend, lower, kappa, rng):
+    a = spd(N, kappa, np.float64, rng)
+    garbage = np.where(np.tri(N, k=-1, dtype=bool).T if lower else np.tri(N, k=-1, dtype=bool),
+                       1e3, a)  # the triangle that must not be read
+    b = random_matrix(N, 1, np.float64, rng)[:, 0]
+    x, info = hybridla.solve_mixed(garbage, b, assume_a="pos", lower=lower, lowest="half",
+                                   backend=backend, nb=NB)
+    assert info.iterations >= 0 and not info.fell_back, info
+    assert backward_ratio(a, x, b, np.float64) <= 1.0
+
+
+@pytest.mark.parametrize("kappa", [1e6, 1e8, 1e12])
+def test_cholesky_shift_or_fallback_always_accurate(backend, kappa, rng):
+    a = spd(N, kappa, np.float64, rng)
+    b = random_matrix(N, 1, np.float64, rng)[:, 0]
+    x, info = hybridla.solve_mixed(a, b, assume_a="pos", lowest="half", backend=backend, nb=NB)
+    assert info.fell_back == (info.iterations < 0)
+    assert info.shift >= 0
+    if not info.fell_back:
+        assert backward_ratio(a, x, b, np.float64) <= 1.0
+    else:
+        assert solve_backward_error(a, x, b) < 30
+
+
+def test_not_positive_definite(backend, rng):
+    a = spd(N, 10, np.float64, rng)
+    a[7, 7] = -1.0
+    b = np.ones(N)
+    _, lapack_info = scipy.linalg.lapack.dpotrf(a, lower=1)
+    with pytest.raises(hybridla.LinAlgError, match=f"{lapack_info}-th leading minor"):
+        hybridla.solve_mixed(a, b, assume_a="pos", lower=True, backend=backend, nb=NB)
+    with pytest.raises(hybridla.LinAlgError, match="leading minor") as caught:
+        hybridla.solve_mixed(a, b, assume_a="pos", lower=True, fallback=False,
+                             backend=backend, nb=NB)
+    assert caught.value.info.iterations == -3
+
+
+# -- least squares ------------------------------------------------------------------------------
+@pytest.mark.parametrize("lowest, kappa", [("half", 1e2), ("tf32", 1e3), ("single", 1e5)])
+def test_lstsq_mixed_matches_lapack(backend, lowest, kappa, rng):
+    a = tall(230, N, kappa, np.float64, rng)
+    b = random_matrix(230, 2, np.float64, rng)
+    x, info = hybridla.lstsq_mixed(a, b, lowest=lowest, backend=backend, nb=NB)
+    assert info.iterations >= 0 and not info.fell_back, info
+    # the forward error of a backward-stable least-squares solution: kappa eps (plus kappa^2
+    # eps ||r|| / (||A|| ||x||), the residual's share)
+    reference = scipy.linalg.lstsq(a, b)[0]
+    assert np.linalg.norm(x - reference) <= 30 * kappa ** 2 * _eps(np.float64) * \
+        np.linalg.norm(reference)
+    # its own stopping test, the normal equations', recomputed here in double precision
+    normal_residual = np.abs(a.T @ (b - a @ x)).max(axis=0)
+    bound = np.sqrt(N) * _eps(np.float64) * np.abs(x).max(axis=0) * \
+        np.abs(a).sum(axis=0).max() * np.abs(a).sum(axis=1).max()
+    assert np.all(normal_residual <= 2 * bound)
+
+
+def test_lstsq_mixed_rejects_wide(backend, rng):
+    with pytest.raises(ValueError, match="m >= n"):
+        hybridla.lstsq_mixed(np.ones((3, 5)), np.ones(3), backend=backend)
+
+
+# -- the GPU interface ---------------------------------------------------------------------------
+@pytest.mark.cuda
+@pytest.mark.parametrize("assume_a", ["gen", "pos"])
+def test_gpu_interface(device_kind, assume_a, rng):
+    a = (spd if assume_a == "pos" else general)(N, 1e3, np.float64, rng)
+    b = random_matrix(N, 2, np.float64, rng)
+    a_dev, b_dev = to_device(a, device_kind), to_device(b, device_kind)
+    x, info = hybridla.solve_mixed(a_dev, b_dev, assume_a=assume_a, lower=True, nb=NB)
+    assert device_kind_of(x) == device_kind and info.iterations >= 0
+    assert backward_ratio(a, to_host(x), b, np.float64) <= 1.0
+    assert np.array_equal(to_host(a_dev), a) and np.array_equal(to_host(b_dev), b)
+
+
+@pytest.mark.cuda
+def test_gpu_interface_lstsq_and_row_major(device_kind, rng):
+    a = tall(200, N, 1e2, np.float64, rng)
+    b = random_matrix(200, 1, np.float64, rng)[:, 0]
+    x, info = hybridla.lstsq_mixed(to_device(np.ascontiguousarray(a), device_kind),
+                                   to_device(b, device_kind), lowest="tf32", nb=NB)
+    assert info.iterations >= 0
+    assert np.allclose(to_host(x), scipy.linalg.lstsq(a, b)[0], rtol=1e-10, atol=0)
+
+
+@pytest.mark.cuda
+def test_cpu_interface_large_enough_to_pin(cuda_backend):
+    """A host matrix of more than device.pin_min_bytes: uploaded pinned in pieces, once."""
+    n = 2944
+    rng = np.random.default_rng(5)
+    a = random_matrix(n, n, np.float64, rng)
+    b = random_matrix(n, 1, np.float64, rng)[:, 0]
+    x, info = hybridla.solve_mixed(a, b, backend="cuda")
+    assert info.iterations >= 0 and backward_ratio(a, x, b, np.float64) <= 1.0

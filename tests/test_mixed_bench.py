@@ -1,0 +1,203 @@
+"""perf/mixed.py on the host: its test matrices, the error helpers and the table of a --dry run
+(the cuSOLVER and GPU-interface rows need a GPU; a --dry run imports no CUDA module).
+
+The table tests pass before and after hybridla.solve_mixed exists: its rows either say
+"skipped: hybridla.solve_mixed not available" or carry a checked result; one test runs them
+against a stand-in with solve_mixed's signature."""
+import importlib.util
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import scipy.linalg
+
+import hybridla
+
+_PATH = Path(__file__).resolve().parents[1] / "perf" / "mixed.py"
+SKIPPED = "skipped: hybridla.solve_mixed not available"
+CUDA_MODULES = ("cupy", "torch")        # hybridla itself never imports these
+
+
+@pytest.fixture(scope="module")
+def mixed():
+    spec = importlib.util.spec_from_file_location("hybridla_perf_mixed", _PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module          # dataclasses look their module up
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(spec.name, None)
+
+
+def rows_of(out):
+    """(header, {(n, matrix, implementation): cells}) of the printed table."""
+    lines = [ln for ln in out.splitlines() if ln.startswith("| ")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = {}
+    for ln in lines[1:]:
+        cells = dict(zip(header, (c.strip() for c in ln.strip("|").split("|"))))
+        assert len(cells) == len(header), ln
+        rows[(int(cells["n"]), cells["matrix"], cells["implementation"])] = cells
+    return header, rows
+
+
+# -- test matrices -------------------------------------------------------------------------
+
+def build(mixed, word, n, seed=0):
+    factory = mixed.MatrixFactory(n, seed, np)
+    return factory.make(mixed.parse_matrix(word))
+
+
+@pytest.mark.parametrize("kappa", [1.0, 1e4, 1e6])
+def test_prescribed_condition_number(mixed, kappa):
+    n = 80
+    a = build(mixed, f"kappa={kappa:g}", n)
+    assert a.shape == (n, n) and a.dtype == np.float64 and a.flags.f_contiguous
+    s = np.linalg.svd(a, compute_uv=False)
+    assert s[0] == pytest.approx(1, rel=1e-10)
+    assert np.linalg.cond(a) == pytest.approx(kappa, rel=1e-6)
+    np.testing.assert_allclose(s, mixed.singular_values(n, kappa), rtol=1e-8)
+    assert not np.allclose(a, a.T)                 # a general matrix, not a symmetric one
+
+
+@pytest.mark.parametrize("word,kappa", [("spd-kappa=1e4", 1e4), ("spd-kappa=1e6", 1e6),
+                                        ("spd", None)])
+def test_spd_matrices(mixed, word, kappa):
+    n = 70
+    a = build(mixed, word, n)
+    assert a.shape == (n, n) and a.dtype == np.float64 and a.flags.f_contiguous
+    assert np.array_equal(a, a.T)                  # exactly symmetric
+    w = np.linalg.eigvalsh(a)
+    assert w.min() > 0
+    scipy.linalg.cho_factor(a)                     # positive definite in floating point
+    if kappa is not None:
+        assert w.max() / w.min() == pytest.approx(kappa, rel=1e-6)
+    else:
+        assert 1 <= w.min() and w.max() < 6        # G G^T / n + I
+
+
+def test_randn_and_seeds(mixed):
+    a = build(mixed, "randn", 50)
+    assert a.shape == (50, 50) and a.dtype == np.float64 and a.flags.f_contiguous
+    assert abs(a.mean()) < 0.1 and 0.9 < a.std() < 1.1
+    assert np.array_equal(a, build(mixed, "randn", 50))
+    assert not np.array_equal(a, build(mixed, "randn", 50, seed=1))
+
+
+def test_matrix_words_are_validated(mixed):
+    assert mixed.parse_matrix("kappa=1e6") == mixed.MatrixSpec("kappa=1e6", "kappa", 1e6)
+    assert mixed.parse_matrix("spd-kappa=100").spd
+    for bad in ("kappa=0.5", "kappa=x", "hilbert", "spd-kappa="):
+        with pytest.raises(Exception):
+            mixed.parse_matrix(bad)
+    with pytest.raises(SystemExit):
+        mixed.parse_args(["--matrices", "randn,nope"])
+    opts = mixed.parse_args(["--refinement", "none,gmres", "--lowest", "half"])
+    assert mixed.combinations(opts) == [("half", "none"), ("half", "gmres")]
+    assert mixed.combinations(mixed.parse_args([])) == list(mixed.DEFAULT_COMBOS)
+
+
+# -- errors ------------------------------------------------------------------------------
+
+def test_backward_error_known_case(mixed):
+    a = np.diag([2.0, 4.0])
+    x = np.array([1.0, 1.0])
+    b = np.array([2.0, 5.0])                      # r = b - A x = (0, 1)
+    assert mixed.inf_norm(a) == 4
+    assert mixed.backward_error(a, x, b) == pytest.approx(1 / (4 * 1))
+    assert mixed.backward_error(a, x, a @ x) == 0
+    # several right-hand sides: the worst column
+    x2 = np.array([[1.0, 2.0], [1.0, 0.0]])
+    b2 = np.array([[2.0, 4.0], [5.0, 0.0]])       # second column exact
+    assert mixed.backward_error(a, x2, b2) == pytest.approx(0.25)
+    assert mixed.forward_error(np.array([1.0, 1.5]), np.array([1.0, 2.0])) == 0.25
+    n = 100
+    assert mixed.passes_stopping_test(0.9 * np.sqrt(n) * mixed.EPS, n)
+    assert not mixed.passes_stopping_test(1.1 * np.sqrt(n) * mixed.EPS, n)
+
+
+def test_problem_checks_a_solution(mixed):
+    factory = mixed.MatrixFactory(60, 0, np)
+    prob = mixed.Problem(mixed.parse_matrix("kappa=1e3"), 60, 2, 0, factory)
+    x = scipy.linalg.solve(prob.a, prob.b)
+    berr, ferr = prob.check(x)
+    assert berr < np.sqrt(60) * mixed.EPS and ferr < 1e-10
+    assert prob.check(x * (1 + 1e-6))[0] > 1e-8
+
+
+# -- the table of a --dry run -------------------------------------------------------------
+
+def expected_rows(mixed, n, matrices, combos, solve_mixed_name="hybridla solve_mixed"):
+    rows = set()
+    for m in matrices:
+        assumes = ("gen", "pos") if m.startswith("spd") else ("gen",)
+        for assume in assumes:
+            rows.add((n, m, f"hybridla solve FP64 {assume} CPU iface (host)"))
+            for lowest, refinement in combos:
+                rows.add((n, m, f"{solve_mixed_name} {lowest} {refinement} {assume} "
+                                f"CPU iface (host)"))
+    return rows
+
+
+def test_dry_run_prints_one_row_per_implementation(mixed, capsys, tmp_path):
+    out_file = tmp_path / "mixed.md"
+    before = {m for m in sys.modules if m.split(".")[0] in CUDA_MODULES}
+    assert mixed.main(["--dry", "--sizes", "48", "--matrices", "randn,kappa=1e3,spd-kappa=1e3",
+                       "--out", str(out_file)]) == 0
+    out = capsys.readouterr().out
+    assert {m for m in sys.modules if m.split(".")[0] in CUDA_MODULES} == before
+    # every CUDA module perf/mixed.py uses goes through bench's lazy importer: none was tried
+    assert not [m for m in mixed._bench._MODULES
+                if m.split(".")[0] in ("cupy", "nvmath", "torch", "pycuda")]
+    header, rows = rows_of(out)
+    assert tuple(header) == mixed.COLUMNS
+    matrices = ("randn", "kappa=1e3", "spd-kappa=1e3")
+    assert set(rows) == expected_rows(mixed, 48, matrices, mixed.DEFAULT_COMBOS)
+    has_mixed = hasattr(hybridla, "solve_mixed")
+    for key, cells in rows.items():
+        if "solve_mixed" in key[2] and not has_mixed:
+            assert cells["note"] == SKIPPED and cells["time (s)"] == "n/a"
+        elif "FP64" in key[2]:
+            assert float(cells["backward error"]) < 1e-15 and cells["passes"] == "yes"
+        else:                    # solve_mixed exists: a result, or the reason it has none
+            assert cells["backward error"] != "n/a" or cells["note"], cells
+    text = out_file.read_text()
+    assert "### solve_mixed float64" in text and "`perf/mixed.py --dry" in text
+    assert text.count("\n| 48 |") == len(rows)
+
+
+def test_rows_with_a_solve_mixed_stand_in(mixed, capsys, monkeypatch):
+    """A stand-in with solve_mixed's signature (scipy's solve and an info object): the
+    iterations, fall-back, time split, checks and ratio cells are filled from it."""
+    calls = []
+
+    def solve_mixed(a, b, assume_a="gen", lower=False, *, lowest="half",
+                    refinement="classical-gmres", tol=None, max_iter=30, inner_tol=1e-4,
+                    max_inner=50, fallback=True, equilibrate=True, overwrite_a=False,
+                    overwrite_b=False, check_finite=True, backend=None, nb=None):
+        assert isinstance(a, np.ndarray) and not overwrite_a and not check_finite
+        calls.append((assume_a, lowest, refinement, backend))
+        x = scipy.linalg.solve(a, b, assume_a=assume_a, lower=lower)
+        info = SimpleNamespace(iterations=2, residuals=[1e-3, 1e-9, 1e-17], fell_back=False,
+                               seconds={"convert": 0.001, "factor": 0.002, "refine": 0.003,
+                                        "total": 0.006},
+                               inner_iterations=7, lowest=lowest, refinement=refinement)
+        return x, info
+
+    monkeypatch.setattr(hybridla, "solve_mixed", solve_mixed, raising=False)
+    mixed.main(["--dry", "--sizes", "40", "--matrices", "spd-kappa=1e4", "--lowest",
+                "half,tf32", "--refinement", "gmres"])
+    header, rows = rows_of(capsys.readouterr().out)
+    combos = [("half", "gmres"), ("tf32", "gmres")]
+    assert set(rows) == expected_rows(mixed, 40, ("spd-kappa=1e4",), combos)
+    assert sorted(set(calls)) == sorted({(a, lo, r, "host") for a in ("gen", "pos")
+                                         for lo, r in combos})
+    for key, cells in rows.items():
+        assert cells["passes"] == "yes", cells
+        if "solve_mixed" in key[2]:
+            assert cells["iterations"] == "2 (7 inner)" and cells["fell back"] == "no"
+            assert (cells["convert (s)"], cells["factor (s)"], cells["refine (s)"]) == (
+                "0.001", "0.002", "0.003")
+            assert cells["vs our FP64"].endswith("x") and cells["vs cuSOLVER dd"] == "–"
+            assert cells["note"] == ""
