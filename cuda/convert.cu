@@ -149,3 +149,23 @@ extern "C" __global__ void round_half(const float* A, long long lda, int rows, i
 extern "C" __global__ void round_bf16(const float* A, long long lda, int rows, int cols,
                                       __nv_bfloat16* out, long long ldo, int* overflow)
 { round_to<__nv_bfloat16>(A, lda, rows, cols, out, ldo, overflow, ToBf16()); }
+
+// split_half: a = hi + lo 2^-11 with hi = half(a), lo = half((a - hi) 2^11), for the error-
+// corrected GEMM on half tensor cores (Ootomo and Yokota, IJHPCA 2022): A B ~ hi_A hi_B +
+// 2^-11 (hi_A lo_B + lo_A hi_B), about float32's accuracy at a third of half's rate. The factor
+// 2^11 lifts lo (|a - hi| <= 2^-11 |a|) back to a's magnitude, so that it keeps its bits as
+// long as a is a normal half number. One read of 4 bytes, two writes of 2 per element; hi and lo go
+// wherever the caller's concatenated operands want them (their own leading dimensions).
+extern "C" __global__ void split_half(const float* A, long long lda, int rows, int cols,
+                                      __half* hi, long long ldh, __half* lo, long long ldl,
+                                      int* overflow)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;
+    if (i >= rows || j >= cols) return;
+    const float a = A[i + (long long)j * lda];
+    const __half high = __float2half_rn(a);
+    const float rest = (a - __half2float(high)) * 2048.0f;
+    hi[i + (long long)j * ldh] = high;
+    lo[i + (long long)j * ldl] = __float2half_rn(rest);
+    if (isfinite(a) && !isfinite(__half2float(high))) atomicOr(overflow, 1);
+}

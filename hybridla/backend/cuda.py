@@ -43,7 +43,8 @@ _AUX_BLOCK = (32, 8)
 _CUDA_R_32F, _CUDA_R_16F, _CUDA_C_32F, _CUDA_R_16BF = 0, 2, 4, 14
 _COMPUTE_32F, _COMPUTE_32F_FAST_TF32 = 68, 77
 _GEMM_DEFAULT = -1
-_OPERAND_TYPE = {"half": (_CUDA_R_16F, "round_half"), "bfloat16": (_CUDA_R_16BF, "round_bf16")}
+_OPERAND_TYPE = {"half": (_CUDA_R_16F, "round_half"), "bfloat16": (_CUDA_R_16BF, "round_bf16"),
+                 "half-x3": (_CUDA_R_16F, "split_half")}
 _STATS_THREADS, _STATS_STRIP = 256, 64
 _STATS_PART = {"A": 0, "U": 1, "L": 2}  # convert.cu's row_stats/col_stats launch shape and STRIP
 
@@ -1118,7 +1119,7 @@ class CudaBackend:
             cublas.set_vector_async(1, 4, zero.ctypes.data, 1, flag, 1, gpu.handle)
             _driver.stream_synchronize(gpu.handle)
         if compute in _OPERAND_TYPE:
-            largest = owner.nb * max(owner.m, owner.n) * 2
+            largest = owner.nb * max(owner.m, owner.n) * (4 if compute == "half-x3" else 2)
             for name in ("gpu:update", "gpu:panel"):
                 for operand in "ab":
                     owner.extra_workspace(f"{compute} {operand} {name}", largest)
@@ -1154,6 +1155,9 @@ class CudaBackend:
                            A.ptr, ctype, A.ld, B.ptr, ctype, B.ld, beta_ptr, C.ptr, ctype, C.ld,
                            _COMPUTE_32F_FAST_TF32, _GEMM_DEFAULT)
             return
+        if compute == "half-x3":
+            self._gemm_error_corrected(lane, owner, alpha, A, B, beta, C, k, trans_a, trans_b)
+            return
         operand_type, kernel = _OPERAND_TYPE[compute]
         flag = owner.extra_workspace("overflow flag", 4)
         rounded = []
@@ -1169,6 +1173,40 @@ class CudaBackend:
         cublas.gemm_ex(lane.blas, _OP[trans_a], _OP[trans_b], C.rows, C.cols, k, alpha_ptr,
                        a_ptr, operand_type, lda, b_ptr, operand_type, ldb, beta_ptr, C.ptr,
                        _CUDA_R_32F, C.ld, _COMPUTE_32F, _GEMM_DEFAULT)
+
+    def _gemm_error_corrected(self, lane, owner, alpha, A, B, beta, C, k, trans_a, trans_b):
+        """C := alpha op(A) op(B) + beta C as hi_A hi_B + 2^-11 [hi_A lo_A] [lo_B; hi_B] (the
+        second one GEMM with 2k columns): convert.cu's split_half writes each operand's hi and lo
+        halves side by side in op's terms (A's next to each other as columns of op(A), B's on
+        top of each other as rows of op(B)), so the correction is a single product."""
+        flag = owner.extra_workspace("overflow flag", 4)
+        placed = {}
+        for name, X, trans, lo_first in (("a", A, trans_a, False), ("b", B, trans_b, True)):
+            buffer = owner.extra_workspace(f"half-x3 {name} {lane.name}", max(X.size, 1) * 4)
+            # op(X) side by side (columns) for A, stacked (rows) for B; in stored terms:
+            # "N" A -> columns, "N" B -> rows, and transposed the other way round
+            along_columns = (trans == "N") == (name == "a")
+            if along_columns:  # stored rows x 2 cols, halves at column offsets 0 and cols
+                ld, second = max(X.rows, 1), X.rows * X.cols * 2
+            else:              # stored 2 rows x cols, halves at row offsets 0 and rows
+                ld, second = max(2 * X.rows, 1), X.rows * 2
+            lo_ptr, hi_ptr = (buffer, buffer + second) if lo_first else (buffer + second, buffer)
+            self.kernels.launch("split_half", self._aux_grid(X.rows, X.cols), _AUX_BLOCK,
+                                lane.handle, ctypes.c_void_p(X.ptr), ctypes.c_longlong(X.ld),
+                                ctypes.c_int(X.rows), ctypes.c_int(X.cols),
+                                ctypes.c_void_p(hi_ptr), ctypes.c_longlong(ld),
+                                ctypes.c_void_p(lo_ptr), ctypes.c_longlong(ld),
+                                ctypes.c_void_p(flag))
+            placed[name] = (buffer, hi_ptr, ld)
+        (a_cat, a_hi, lda), (b_cat, b_hi, ldb) = placed["a"], placed["b"]
+        # (alpha, beta) of hi hi, then (alpha 2^-11, 1) of the correction
+        scalars = np.array([alpha, beta, alpha / 2048, 1], dtype=np.float32)
+        first = scalars.ctypes.data
+        for a_ptr, b_ptr, depth, scalar in ((a_hi, b_hi, k, first), (a_cat, b_cat, 2 * k,
+                                                                        first + 8)):
+            cublas.gemm_ex(lane.blas, _OP[trans_a], _OP[trans_b], C.rows, C.cols, depth, scalar,
+                           a_ptr, _CUDA_R_16F, lda, b_ptr, _CUDA_R_16F, ldb, scalar + 4, C.ptr,
+                           _CUDA_R_32F, C.ld, _COMPUTE_32F, _GEMM_DEFAULT)
 
     def herk(self, lane, uplo, trans, alpha, A: DeviceBlock, beta, C: DeviceBlock):
         """The `uplo` triangle of C := alpha op(A) op(A)^H + beta C, op "N" or "C"."""

@@ -8,6 +8,10 @@ geqrf run on a float32 (complex64) copy of the matrix, with a backend in which `
     "tf32"       float32 operands, TensorFloat-32 multiplications (10-bit mantissa), float32 sums
     "half"       operands rounded to IEEE half by our kernel (cuda/convert.cu), float32 sums
     "bfloat16"   operands rounded to bfloat16 by our kernel, float32 sums
+    "half-x3"    error-corrected half (Ootomo and Yokota, 2022): each operand split by our
+                 kernel into a = hi + 2^-11 lo, both half, and A B = hi hi + 2^-11 (hi lo + lo hi)
+                 in two GEMMs of 3x half's flops: float32's accuracy (22 bits of each operand)
+                 on the half tensor cores, at a third of their rate
 
 Panels, triangular solves and everything else stay in float32: MAGMA's recipe (Haidar et al.,
 SC18), where only the O(n^3) trailing products see the low precision. A rounding that overflows
@@ -22,13 +26,13 @@ from __future__ import annotations
 
 import numpy as np
 
-COMPUTE = ("single", "tf32", "half", "bfloat16")
+COMPUTE = ("single", "tf32", "half", "bfloat16", "half-x3")
 # significant bits (with the implicit one) and largest finite value of each operand precision
-SIGNIFICANT_BITS = {"single": 24, "tf32": 11, "half": 11, "bfloat16": 8}
+SIGNIFICANT_BITS = {"single": 24, "tf32": 11, "half": 11, "bfloat16": 8, "half-x3": 22}
 LARGEST = {"single": float(np.finfo(np.float32).max), "tf32": float(np.finfo(np.float32).max),
-           "half": 65504.0, "bfloat16": float.fromhex("0x1.fep127")}
+           "half": 65504.0, "bfloat16": float.fromhex("0x1.fep127"), "half-x3": 65504.0}
 UNIT_ROUNDOFF = {name: 2.0 ** -bits for name, bits in SIGNIFICANT_BITS.items()}
-REAL_ONLY = ("half", "bfloat16")  # cuBLAS's tensor-core GEMMs with complex 16-bit operands: none
+REAL_ONLY = ("half", "bfloat16", "half-x3")  # cuBLAS's tensor-core GEMMs with complex 16-bit operands: none
 
 
 class ReducedPrecisionOps:
@@ -71,9 +75,12 @@ def round_to(x: np.ndarray, compute: str) -> np.ndarray:
         return x.copy()
     real = np.ascontiguousarray(x).view(np.float32) if x.dtype.kind == "c" else \
         np.ascontiguousarray(x, dtype=np.float32)
-    if compute == "half":
-        with np.errstate(over="ignore"):
+    if compute in ("half", "half-x3"):
+        with np.errstate(over="ignore", invalid="ignore"):
             rounded = real.astype(np.float16).astype(np.float32)
+            if compute == "half-x3":  # hi + 2^-11 half((a - hi) 2^11): what the two GEMMs see
+                rest = ((real - rounded) * np.float32(2048)).astype(np.float16)
+                rounded = rounded + rest.astype(np.float32) / np.float32(2048)
     else:
         dropped = 24 - SIGNIFICANT_BITS[compute]
         bits = real.view(np.uint32).astype(np.uint64)

@@ -46,7 +46,9 @@ class MixedInfo:
     inner_iterations  GMRES iterations in all
     info        LAPACK's info of the low-precision factorization (0, or where it failed)
     shift       the diagonal shift the low-precision Cholesky needed (posv_mixed), else 0
-    seconds     wall time of each phase: convert, factor, refine, fallback, total
+    seconds     wall time of each phase: convert, factor, refine, fallback, total; and inside
+                refine, "refine: A products" and "refine: preconditioner" (the rest of
+                refine is the host's Krylov arithmetic)
     """
     iterations: int = 0
     fell_back: bool = False
@@ -181,10 +183,17 @@ class TriangularPreconditioner:
         self.scale_in, self.scale_out, self.permutation = scale_in, scale_out, permutation
         self.factors = low.block(0, n, 0, n)
         low.workspace("preconditioner", n, nrhs)  # at its largest now: no allocation later
-        self.calls = 0
+        self.calls, self.seconds = 0, 0.0
 
     def __call__(self, R):
-        self.calls += 1
+        started = time.perf_counter()
+        try:
+            return self._solve(R)
+        finally:
+            self.calls += 1
+            self.seconds += time.perf_counter() - started
+
+    def _solve(self, R):
         ops, n = self.ops, self.n
         k = R.shape[1]
         Y = self.scale_in[:, None] * R
@@ -216,7 +225,7 @@ class WorkingOperator:
         self.ops, self.A, self.uplo, self.normal = ops, A, uplo, normal
         self.whole = A.block(0, A.m, 0, A.n)
         A.workspace("refine", A.m + A.n, nrhs)  # X and the product, at their largest now
-        self.calls = 0
+        self.calls, self.seconds = 0, 0.0
 
     def product(self, X, trans="N"):
         work = self.A.workspace("refine", self.A.m + self.A.n, X.shape[1])
@@ -224,9 +233,12 @@ class WorkingOperator:
                                       self.uplo, work)
 
     def __call__(self, X):
-        self.calls += 1
+        started = time.perf_counter()
         AX = self.product(X)
-        return self.product(AX, "C") if self.normal else AX
+        result = self.product(AX, "C") if self.normal else AX
+        self.calls += 1
+        self.seconds += time.perf_counter() - started
+        return result
 
 
 def run_refinement(operator, preconditioner, B, anorm, options, n) -> tuple:
@@ -297,6 +309,10 @@ class MixedSolver:
                 preconditioner = self.preconditioner(low, nrhs, r, c)
                 result = run_refinement(operator, preconditioner, rhs, anorm, options, n)
 
+            # where the refinement's time went: products with A, low-precision solves, the rest
+            # (the host's Krylov arithmetic)
+            phases.seconds["refine: A products"] = operator.seconds
+            phases.seconds["refine: preconditioner"] = preconditioner.seconds
             info.iterations, info.residuals = result.iterations, list(result.residuals)
             info.inner_iterations = result.inner_iterations
             return result.x, self._done(info, phases)

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Where solve_mixed's time goes, over a grid of block sizes and low precisions (GPU interface,
+one matrix built on the GPU with CuPy): a tuning aid beside perf/mixed.py, which compares with
+the baselines.
+
+    python3 perf/mixed_phases.py --n 32768 --nb 256 512 --lowest half-x3 tf32 \
+        [--assume gen|pos] [--refinement classical-gmres] [--max-inner 50] [--max-iter 30]
+
+Matrices: gen = standard normal; pos = G G^T / n + I (G standard normal). One untimed warm-up
+solve, then one timed solve per (nb, lowest); each row gives the phases of MixedInfo.seconds,
+the iterations and the backward error ||b - A x||_inf / (||A||_inf ||x||_inf).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import cupy as cp
+
+import hybridla
+
+
+def matrix(n, assume, seed=0):
+    rng = cp.random.default_rng(seed)
+    g = rng.standard_normal((n, n), dtype=cp.float64)
+    if assume == "gen":
+        return cp.asfortranarray(g)
+    a = g @ g.T
+    a /= n
+    a += cp.eye(n)
+    del g
+    return cp.asfortranarray(a)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=32768)
+    p.add_argument("--nb", type=int, nargs="+", default=[512])
+    p.add_argument("--lowest", nargs="+", default=["half-x3"])
+    p.add_argument("--assume", default="gen", choices=("gen", "pos"))
+    p.add_argument("--refinement", default="classical-gmres")
+    p.add_argument("--max-inner", type=int, default=50)
+    p.add_argument("--max-iter", type=int, default=30)
+    args = p.parse_args()
+    a = matrix(args.n, args.assume)
+    b = cp.asarray(cp.random.default_rng(1).standard_normal((args.n, 1)), order="F")
+    norm_a = float(cp.abs(a).sum(axis=1).max())
+    options = dict(assume_a=args.assume, lower=True, refinement=args.refinement,
+                   max_inner=args.max_inner, max_iter=args.max_iter, check_finite=False)
+    hybridla.solve_mixed(a, b, lowest=args.lowest[0], nb=args.nb[0], **options)  # warm-up
+    print(f"| n | assume | lowest | nb | time (s) | iterations | inner | fell back | "
+          f"phases (s) | backward error |")
+    print("|---:|---|---|---:|---:|---:|---:|---|---|---|")
+    for lowest in args.lowest:
+        for nb in args.nb:
+            cp.cuda.Device().synchronize()
+            started = time.perf_counter()
+            x, info = hybridla.solve_mixed(a, b, lowest=lowest, nb=nb, **options)
+            cp.cuda.Device().synchronize()
+            seconds = time.perf_counter() - started
+            error = float(cp.abs(b - a @ x).max() / (norm_a * cp.abs(x).max()))
+            phases = ", ".join(f"{k} {v:.3f}" for k, v in info.seconds.items())
+            print(f"| {args.n} | {args.assume} | {lowest} | {nb} | {seconds:.3f} | "
+                  f"{info.iterations} | {info.inner_iterations} | {info.fell_back} | {phases} | "
+                  f"{error:.2e} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
