@@ -35,7 +35,8 @@ def backward_ratio(a, x, b, dtype):
     ("half", "classical-gmres", 1e2), ("half", "classical-gmres", 1e5),
     ("half", "gmres", 1e4), ("half", "classical", 1e2),
     ("bfloat16", "classical-gmres", 1e3), ("tf32", "classical-gmres", 1e5),
-    ("single", "classical", 1e5), ("single", "classical-gmres", 1e8)])
+    ("single", "classical", 1e5), ("single", "classical-gmres", 1e8),
+    ("half-x3", "classical", 1e5), ("half-x3", "classical-gmres", 1e8)])
 def test_lu_converges_to_the_stopping_test(backend, lowest, refinement, kappa, rng):
     a = general(N, kappa, np.float64, rng)
     b = random_matrix(N, 1, np.float64, rng)[:, 0]
