@@ -239,6 +239,11 @@ def test_gpu_interface(device_kind, assume_a, rng):
     assert device_kind_of(x) == device_kind and info.iterations >= 0
     assert backward_ratio(a, to_host(x), b, np.float64) <= 1.0
     assert np.array_equal(to_host(a_dev), a) and np.array_equal(to_host(b_dev), b)
+    # no refinement cannot reach float64: the fallback solves on the device (one column too)
+    x, info = hybridla.solve_mixed(a_dev, to_device(b[:, :1], device_kind), assume_a=assume_a,
+                                   lower=True, refinement="none", nb=NB)
+    assert info.fell_back and device_kind_of(x) == device_kind and x.shape == (N, 1)
+    assert solve_backward_error(a, to_host(x), b[:, :1]) < 30
 
 
 @pytest.mark.cuda

@@ -720,7 +720,10 @@ class CudaBackend:
                              f"{(m, n)} with strides {strides} (bytes)")
         out = DeviceArray(self, (m, n), dtype)
         if column_major:
-            self.copy_device(ptr, max(strides[1] // itemsize, 1), out.ptr, out.ld, m, n, itemsize)
+            # one column: its second stride means nothing (CuPy gives an n x 1 array the
+            # stride of one element there), and the copy's source pitch must cover the column
+            source_ld = max(strides[1] // itemsize, m, 1) if n > 1 else max(m, 1)
+            self.copy_device(ptr, source_ld, out.ptr, out.ld, m, n, itemsize)
         else:
             with lane:
                 self.geam_transpose(lane, ptr, max(strides[0] // itemsize, 1), out.ptr, out.ld,

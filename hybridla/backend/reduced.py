@@ -52,6 +52,8 @@ class ReducedPrecisionOps:
         self._ops.gemm_reduced(lane, self.owner, self.compute, alpha, A, B, beta, C,
                                trans_a, trans_b)
 
+    herk_is_gemm = True  # update/chol.py: no recursive halving of the triangle then
+
     def herk(self, lane, uplo, trans, alpha, A, beta, C):
         """C := alpha op(A) op(A)^H + beta C as one GEMM, both triangles (no tensor-core HERK
         exists): the low-precision copy's other triangle is never read, so writing it costs

@@ -51,7 +51,9 @@ def _triangle_update(ops, lane, A, uplo, k0, k1, c0, c1):
     between them, down to blocks of nb, where herk does the rest. BLAS herk/syrk runs far below
     gemm's rate on a GPU (a whole trailing triangle in one cuBLAS dsyrk measured ~8 TFLOP/s on
     the H200 against ~50 for dgemm), while the halving keeps almost all flops in large gemms."""
-    if c1 - c0 <= A.nb:
+    # a backend whose herk is a gemm on the square (backend/reduced.py: the tensor cores have no
+    # herk) gains nothing from halving: one call, the fewest operand roundings
+    if c1 - c0 <= A.nb or getattr(ops, "herk_is_gemm", False):
         if uplo == "L":
             panel_rows = A.block(c0, c1, k0, k1)
             ops.herk(lane, "L", "N", -1, panel_rows, 1, A.block(c0, c1, c0, c1))
