@@ -14,6 +14,8 @@
 //   larft_finish    T(i,i) = 0 where tau_i = 0
 //   flip            dst := src with rows and columns reversed (J src J): QL's panel is the QR
 //                   panel of the reversed block, and its scalars come out in reverse order
+//   first_zero_diagonal  info := the first i (1-based) with A(i, i) exactly zero, else 0: a
+//                   recursive LU panel's info (LAPACK getrf's), one block of threads
 //
 // All are one pass over a small (nb x nb) or block-sized matrix: one thread per element, a 2-D
 // grid of 32 x 8 blocks; bytes moved = one read and/or one write per element.
@@ -93,6 +95,18 @@ __device__ void flip(const T* S, long long lds, T* D, long long ldd, int rows, i
     D[i + j * ldd] = S[(rows - 1 - i) + (long long)(cols - 1 - j) * lds];
 }
 
+template <typename T>
+__device__ void first_zero_diagonal(const T* A, long long lda, int count, int* info)
+{
+    __shared__ int first;
+    if (threadIdx.x == 0) first = count + 1;
+    __syncthreads();
+    for (int i = threadIdx.x; i < count; i += blockDim.x)
+        if (Num<T>::zero(A[i + (long long)i * lda])) atomicMin(&first, i + 1);
+    __syncthreads();
+    if (threadIdx.x == 0) *info = first <= count ? first : 0;
+}
+
 #define AUX(S, T)                                                                              \
 extern "C" __global__ void laset_##S(T* A, long long lda, int rows, int cols, int uplo,         \
     double are, double aim, double bre, double bim)                                            \
@@ -107,7 +121,10 @@ extern "C" __global__ void larft_finish_##S(T* Tm, long long ldt, const T* tau, 
 { larft_finish<T>(Tm, ldt, tau, kb); }                                                          \
 extern "C" __global__ void flip_##S(const T* S_, long long lds, T* D, long long ldd, int rows,  \
     int cols)                                                                                  \
-{ flip<T>(S_, lds, D, ldd, rows, cols); }
+{ flip<T>(S_, lds, D, ldd, rows, cols); }                                                     \
+extern "C" __global__ void first_zero_diagonal_##S(const T* A, long long lda, int count,       \
+    int* info)                                                                                 \
+{ first_zero_diagonal<T>(A, lda, count, info); }
 
 AUX(s, float)
 AUX(d, double)

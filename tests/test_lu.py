@@ -500,3 +500,28 @@ def test_cpu_interface_pinned_streaming(overwrite, transfer):
     if not overwrite:
         assert np.array_equal(a, saved)
     assert hybridla.backend.get_backend("cuda").allocated_bytes() == 0
+
+
+# -- recursive panels (lu.panel_leaf) -----------------------------------------------------------
+
+@pytest.mark.parametrize("panel", ["gpu", "auto"])
+@pytest.mark.parametrize("shape", [(150, 150), (181, 97), (97, 181)], ids=str)
+def test_recursive_panel_matches_scipy(backend, panel, shape, rng):
+    """Panels of 64 factored by recursive halving to leaves of 8 (panel/lu.py): the same pivots
+    as LAPACK's getrf on matrices without ties, and LAPACK's ratio."""
+    a = fortran_random(*shape, np.float64, rng)
+    with hybridla.config.set({"lu.panel_leaf": 8}):
+        lu, piv = hybridla.lu_factor(a, backend=backend, nb=64, panel=panel)
+    lu_ref, piv_ref, _ = scipy_getrf(a)
+    np.testing.assert_array_equal(piv, piv_ref)
+    assert getrf_ratio(a, lu, piv) < THRESH
+
+
+@pytest.mark.parametrize("which", ["zero_column", "equal_rows"])
+def test_recursive_panel_info_matches_lapack(backend, which, rng):
+    a = zero_column_matrix(np.float64, rng) if which == "zero_column" else equal_rows_matrix(rng)
+    _, _, info_ref = scipy.linalg.lapack.dgetrf(a)
+    with hybridla.config.set({"lu.panel_leaf": 8}):
+        lu, piv, info = driver_getrf(a, backend=backend, nb=48)
+    assert int(info) == info_ref
+    assert getrf_ratio(a, to_host(lu), piv) < THRESH

@@ -808,6 +808,13 @@ class CudaBackend:
         self.kernels.launch("pivots_to_global", (-(-count // 256),), (256,), lane.handle,
                             ctypes.c_void_p(piv_ptr), ctypes.c_int(count), ctypes.c_int(r0))
 
+    def panel_info(self, lane, A: DeviceMatrix, step, k0, k1):
+        """The step's info := the first exactly zero U(i, i) of the panel's diagonal block
+        (1-based within it), else 0: LAPACK getrf's info, for a panel factored in pieces."""
+        self.kernels.launch(f"first_zero_diagonal_{_PREFIX[A.dtype]}", (1,), (256,), lane.handle,
+                            ctypes.c_void_p(A.block(k0, k1, k0, k1).ptr), ctypes.c_longlong(A.ld),
+                            ctypes.c_int(k1 - k0), ctypes.c_void_p(int(A.info_dev) + step * 4))
+
     def laswp(self, lane, A: DeviceMatrix, c0, c1, k0, k1, forward=True, pivots_of=None):
         """Apply the interchanges of pivots k0..k1-1 (global rows) to columns c0:c1."""
         ncols = c1 - c0
@@ -1018,7 +1025,10 @@ class CudaBackend:
         with gpu:
             cublas.set_matrix_async(cols, k, itemsize, X.ctypes.data, cols, x_ptr, cols,
                                     gpu.handle)
-            if uplo is not None:
+            if uplo is not None and k == 1:  # one pass over the triangle (hemm's is slower)
+                hemv = getattr(cublas, prefix + ("hemv" if A.dtype.kind == "c" else "symv"))
+                hemv(gpu.blas, _UPLO[uplo], rows, one, A.ptr, A.ld, x_ptr, 1, zero, y_ptr, 1)
+            elif uplo is not None:
                 hemm = getattr(cublas, prefix + ("hemm" if A.dtype.kind == "c" else "symm"))
                 hemm(gpu.blas, _SIDE["L"], _UPLO[uplo], rows, k, one, A.ptr, A.ld, x_ptr, cols,
                      zero, y_ptr, rows)

@@ -10,6 +10,7 @@ import numpy as np
 from scipy.linalg import get_blas_funcs, get_lapack_funcs
 from threadpoolctl import threadpool_limits
 
+from ..panel.lu import getrf_panel_cpu
 from .reduced import round_to
 
 
@@ -157,6 +158,18 @@ class HostBackend:
         return 0
 
     # -- operations on blocks ------------------------------------------------------------------
+    @staticmethod
+    def getrf_panel(lane, A: HostMatrix, step, r0, c0, c1):
+        """LAPACK getrf on the panel A[r0:, c0:c1] in place; pivots global (the leaves of a
+        recursive panel, panel/lu.py)."""
+        getrf_panel_cpu(A, step, r0, c0, c1)
+
+    @staticmethod
+    def panel_info(lane, A: HostMatrix, step, k0, k1):
+        """The step's info := the first exactly zero U(i, i) of the panel (1-based), else 0."""
+        zeros = np.flatnonzero(np.diagonal(A.a[k0:k1, k0:k1]) == 0)
+        A.info[step] = zeros[0] + 1 if zeros.size else 0
+
     def laswp(self, lane, A: HostMatrix, c0, c1, k0, k1, forward=True, pivots_of=None):
         """Apply the row interchanges of pivots k0..k1-1 (of `pivots_of`, default A) to the
         columns c0:c1 of A (all rows), in order, or in reverse order when not forward."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 
-from ..panel.lu import getrf_panel_cpu
+from ..panel.lu import getrf_panel_cpu, getrf_panel_recursive
 from ..scheduler import Region, TaskGraph, run
 from ..scheduler.plan import panel_flops, progress_bar
 from ..update import lu as lu_update
@@ -85,9 +85,15 @@ def record_getrf(A, plan) -> TaskGraph:
 
 def record_panel(graph, A, plan, step, k0, k1, where, panel, pivots):
     flops = panel_flops(A.m - k0, k1 - k0)
-    if where == "gpu":
-        graph.add("panel", step, "gpu:panel",
-                  functools.partial(plan.backend.getrf_panel, A=A, step=step, r0=k0, c0=k0, c1=k1),
+    # where the matrix is (a GPU panel; any panel on the host backend), one wider than
+    # plan.panel_leaf is factored by recursive halving
+    recursive = plan.panel_leaf and k1 - k0 > plan.panel_leaf and \
+        (where == "gpu" or not plan.backend.has_device)
+    if where == "gpu" or recursive:
+        factor = functools.partial(getrf_panel_recursive, plan.backend, A=A, step=step, k0=k0,
+                                   k1=k1, leaf=plan.panel_leaf) if recursive else \
+            functools.partial(plan.backend.getrf_panel, A=A, step=step, r0=k0, c0=k0, c1=k1)
+        graph.add("panel", step, "gpu:panel" if where == "gpu" else "cpu", factor,
                   writes=[panel, pivots], flops=flops)
         return
     factor = functools.partial(_cpu_panel, A=A, step=step, r0=k0, c0=k0, c1=k1)

@@ -97,6 +97,8 @@ class Plan:
     progress: bool = False  # show a progress bar (tqdm) over the tasks
     pin_pieces: int = 8  # a host-resident matrix is pinned in this many pieces as it uploads
     #                      (config device.pin_pieces)
+    panel_leaf: int = 0  # LU panels wider than this are factored by recursive halving down to
+    #                      it (panel/lu.py); 0: the whole panel in one getrf
 
     def panel_placement(self, rows, cols, hiding_update_flops, kind="getrf") -> str:
         """Where this step's panel (of `kind`, see PANEL_FLOPS) runs: always the CPU on the host
@@ -146,5 +148,6 @@ def make_plan(backend, m, n, dtype, *, routine="lu", nb=None, lookahead=None, pa
         raise ValueError(f"panel must be one of {PANEL_CHOICES}; got panel={panel!r}")
     workers = _positive_int("scheduler.workers", cfg.get("scheduler.workers"), 1)
     pin_pieces = _positive_int("device.pin_pieces", cfg.get("device.pin_pieces"), 1)
+    panel_leaf = _positive_int(f"{routine}.panel_leaf", cfg.get(f"{routine}.panel_leaf", 0), 0)
     return Plan(backend, nb, lookahead, panel, workers, CostModel(table, dtype),
-                str(trace) if trace else None, bool(progress), pin_pieces)
+                str(trace) if trace else None, bool(progress), pin_pieces, panel_leaf)
