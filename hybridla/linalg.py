@@ -682,10 +682,12 @@ def solve_mixed(a, b, assume_a="gen", lower=False, overwrite_a=False, overwrite_
     assume_a "gen": LU (lapack/gesv_mixed.py); "pos": Cholesky of the Hermitian positive
     definite a, of which only the `lower` (or upper) triangle is read (lapack/posv_mixed.py).
 
-    lowest      the factorization's GEMM precision: "half" (IEEE fp16 operands, fp32 sums; the
-                default for real a), "bfloat16", "tf32" (the default for complex a: cuBLAS has
-                no complex 16-bit tensor-core GEMM), "single" (no tensor cores). Panels and
-                triangular solves are float32 (complex64) in every case.
+    lowest      the factorization's GEMM precision: "half-x3" (error-corrected half: each
+                operand split into two halves, three products on the half tensor cores, about
+                float32's accuracy; the default for real a), "half" (IEEE fp16 operands, fp32
+                sums), "bfloat16", "tf32" (the default for complex a: cuBLAS has no complex
+                16-bit tensor-core GEMM), "single" (no tensor cores). Panels and triangular
+                solves are float32 (complex64) in every case.
     refinement  "classical-gmres" (default; GMRES-IR), "gmres", "classical", "none"
     tol         the stopping test ||r||_inf <= tol ||x||_inf ||a||_inf per column; default
                 sqrt(n) eps (MAGMA's, cuSOLVER's)
@@ -774,7 +776,7 @@ def _mixed(name, a, b, square, solver, extra, full_precision, check_finite, fall
     given = {key: (cfg.get(f"mixed.{key}") if value is None else value)
              for key, value in refinement_options.items()}
     if given["lowest"] == "auto":
-        given["lowest"] = "tf32" if np.dtype(dtype).kind == "c" else "half"
+        given["lowest"] = "tf32" if np.dtype(dtype).kind == "c" else "half-x3"
     options = check_options(dtype, **given)
     plan = make_plan(ops, m, n, LOW_DTYPE[np.dtype(dtype)], routine="mixed", **engine_options)
     nrhs = 1 if len(b_shape) == 1 else b_shape[1]

@@ -116,7 +116,7 @@ if _ROOT not in sys.path:
 
 import bench as _bench  # noqa: E402  (lazy imports, device memory, cuSOLVER handle, table cells)
 
-LOWEST = ("half", "bfloat16", "tf32", "single")
+LOWEST = ("half-x3", "half", "bfloat16", "tf32", "single")
 REFINEMENTS = ("classical-gmres", "gmres", "classical", "none")
 ASSUME = ("gen", "pos")
 INTERFACES = ("gpu", "cpu")
@@ -124,8 +124,8 @@ IRS_PREFIXES = {"dd": "FP64", "ds": "FP32", "dx": "TF32", "dh": "FP16", "db": "B
 BASELINES = tuple(f"cusolver-{p}" for p in IRS_PREFIXES) + (
     "cusolver-getrf", "cusolver-potrf", "hybridla-fp64", "scipy")
 DEFAULT_BASELINES = tuple(b for b in BASELINES if b != "scipy")
-DEFAULT_COMBOS = (("half", "classical-gmres"), ("bfloat16", "classical-gmres"),
-                  ("tf32", "classical-gmres"), ("half", "gmres"))
+DEFAULT_COMBOS = (("half-x3", "classical-gmres"), ("half", "classical-gmres"),
+                  ("tf32", "classical-gmres"))
 DEFAULT_MATRICES = "randn,kappa=1e6,spd-kappa=1e4,spd-kappa=1e6"
 DRY_SIZES = (64, 100)
 EPS = float(np.finfo(np.float64).eps)
@@ -689,7 +689,7 @@ class Impl:
 def combinations(opts: argparse.Namespace) -> list[tuple[str, str]]:
     if opts.lowest is None and opts.refinement is None:
         return list(DEFAULT_COMBOS)
-    lowest = opts.lowest or ["half", "bfloat16", "tf32"]
+    lowest = opts.lowest or ["half-x3", "half", "tf32"]
     refinement = opts.refinement or ["classical-gmres"]
     return [(lo, r) for r in refinement for lo in lowest]
 
