@@ -19,8 +19,8 @@ One process, one table, one row per size and implementation:
 
 Columns: time (median of --repeat, after one untimed warm-up at n = 256); GFLOP/s by LAPACK's
 count 10/3 n^3 (times 4 for complex dtypes); "vs SciPy" = SciPy's time / this time; the
-matrix-vector phase from hybridla's HessenbergStats: the wall time of the panels' GEMV calls
-(on a GPU: v up, GEMV, y down, wait), its share of the total, the bytes of the matrix those
+matrix-vector phase from hybridla's HessenbergStats: the time of the panels' GEMVs with the
+trailing matrix (device time by CUDA events on a GPU), its share of the total, the bytes of the matrix those
 GEMVs read divided by that time, and that rate as a fraction of the device's copy bandwidth
 measured here (a device-to-device copy of --copy-mib MiB, bytes read + written / time, best of
 10, CUDA events); on a machine without a GPU there is no device copy bandwidth and the fraction
@@ -173,8 +173,9 @@ def main(argv=None) -> int:
         f"{scipy.__version__}; repeat {opts.repeat} (median), warm-up once at n = 256; GFLOP/s "
         f"by 10/3 n^3{' x 4' if dtype.kind == 'c' else ''}. Device copy bandwidth (D2D, read + "
         f"written): " + (f"{copy_bw / 1e9:.0f} GB/s." if copy_bw else "no GPU."),
-        "matvec = the panels' GEMV calls (hessenberg_matvec, wall time on the host: v up, GEMV, "
-        "y down, wait); matvec GB/s = bytes of the matrix they read / that time; check = "
+        "matvec = the panels' GEMVs with the trailing matrix (their device time by CUDA events; "
+        "wall time on the host backend); matvec GB/s = bytes of the matrix they read / that "
+        "time; check = "
         "||A - Q H Q^H||_1 / (n ||A||_1 eps), Q by LAPACK orghr on our factors.",
         "", row(COLUMNS), "|" + "|".join("---:" if c not in ("implementation", "note") else "---"
                                          for c in COLUMNS) + "|"]

@@ -23,6 +23,7 @@ from pycuda.compiler import compile as compile_cuda
 
 from ..config import get as _config_get
 from . import _driver
+from .host import HostBackend as HostBackendOps
 from .host import HostLane
 from .pinning import plan_pieces, split_at_cuts
 
@@ -562,6 +563,7 @@ class CudaBackend:
         self._sizes = {}  # pointer -> bytes of the allocations the tile stores hold
         self._alloc_lock = threading.Lock()
         self._scalars = {dt: (np.array(1, dt), np.array(-1, dt), np.array(0, dt)) for dt in _PREFIX}
+        self._scalar_ring = threading.local()
         self.staging_lock = threading.Lock()
         self._staging = []
         self._copy_pool = None
@@ -994,12 +996,21 @@ class CudaBackend:
                                         B.rows, B.ptr, B.ld, gpu.handle)
                 _driver.stream_synchronize(gpu.handle)
 
-    def hessenberg_matvec(self, lane, A_block: DeviceBlock, v: np.ndarray, work: DeviceBlock):
-        """y = A_block v for a host vector v, returned as a new host vector (`apply_to_host`
-        with one column): gehrd's panel loop needs y before its next column. One pass over the
-        block: rows x cols x itemsize bytes read from device memory, plus the two vectors over
-        PCIe."""
-        return self.apply_to_host(lane, A_block, np.reshape(v, (-1, 1)), work=work)[:, 0]
+    def larfg(self, lane, x: DeviceBlock):
+        """LAPACK larfg on the column block x (alpha = x[0], the rest below), decided on the host:
+        the column down, LAPACK's larfg, the column up (x := (beta, v[1:])); returns tau. The
+        caller's lane's work before it is done first (to_host waits on the critical-path
+        stream, which is where gehrd's loop enqueues)."""
+        column = self.to_host(lane, x)
+        tau = HostBackendOps.larfg(lane, column)
+        self.from_host(lane, column, x)
+        return tau
+
+    def lane_wait(self, lane):
+        """A host wait for the lane's enqueued work (at the end of a CPU task that enqueued on a
+        device lane: the tasks after it wait for no event of it)."""
+        with lane:
+            _driver.stream_synchronize(lane.handle)
 
     def apply_to_host(self, lane, A: DeviceBlock, X: np.ndarray, trans="N", uplo=None,
                       work: DeviceBlock = None) -> np.ndarray:
@@ -1272,6 +1283,18 @@ class CudaBackend:
             drv.Context.pop()
 
     def _scalar(self, dtype, value):
-        """A host pointer to the scalar (cuBLAS's default pointer mode), kept alive by the backend."""
+        """A host pointer to the scalar (cuBLAS's default pointer mode, which reads it before the
+        call returns): 1, -1 and 0 kept by the backend, any other value in a small ring of this
+        thread's (it outlives the call that asked for it by seven more)."""
         one, minus_one, zero = self._scalars[np.dtype(dtype)]
-        return {1: one, -1: minus_one, 0: zero}[value].ctypes.data
+        standard = {1: one, -1: minus_one, 0: zero}.get(value) if np.isreal(value) else None
+        if standard is not None:
+            return standard.ctypes.data
+        ring = getattr(self._scalar_ring, "arrays", None)
+        if ring is None:
+            ring = self._scalar_ring.arrays = [None] * 8
+            self._scalar_ring.next = 0
+        slot = self._scalar_ring.next
+        self._scalar_ring.next = (slot + 1) % len(ring)
+        ring[slot] = np.array(value, dtype=dtype)
+        return ring[slot].ctypes.data

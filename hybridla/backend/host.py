@@ -307,15 +307,22 @@ class HostBackend:
         device backend: a copy up and a wait); x may be reused or freed afterwards."""
         B[...] = x
 
-    def hessenberg_matvec(self, lane, A, v, work=None) -> np.ndarray:
-        """y = A v, A a rows x cols block of a tile store (the trailing matrix, where it lives)
-        and v a 1-D host vector of cols entries, A's dtype. Returns y as a new 1-D host array of
-        rows entries, A's dtype, complete on return: gehrd's panel loop needs it for its next
-        step. `work` is a block of the store with at least rows + cols elements, where a device
-        backend keeps v and y (unused here). On a device backend: v up, GEMV where A lives, y
-        down, wait. It reads A once: rows * cols elements, the memory-bound pass that dominates
-        the Hessenberg reduction. rows or cols may be 0 (y is then zeros, or empty)."""
-        return np.matmul(A, v)  # BLAS on A in place (np.dot copies a strided block first)
+    @staticmethod
+    def larfg(lane, x) -> complex:
+        """LAPACK larfg on the column block x (alpha = x[0], the rest below): x := (beta, v[1:])
+        with H = I - tau v v^H, H^H x = beta e_1; returns tau. Complete on return."""
+        larfg, = get_lapack_funcs(("larfg",), dtype=x.dtype)
+        n = x.shape[0]
+        rest = x[1:, 0] if n > 1 else np.zeros(1, x.dtype)
+        beta, v, tau = larfg(n, x[0, 0], rest)
+        x[0, 0] = beta
+        if n > 1:
+            x[1:, 0] = v[:n - 1]
+        return tau
+
+    @staticmethod
+    def lane_wait(lane):
+        """Wait until the lane's enqueued work is done (nothing to wait for here)."""
 
     def apply_to_host(self, lane, A, X, trans="N", uplo=None, work=None) -> np.ndarray:
         """op(A) X for a host array X (op "N" or "C"), as a new host array, complete on return;

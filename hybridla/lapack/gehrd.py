@@ -1,7 +1,8 @@
 """gehrd: blocked reduction of an n x n matrix to upper Hessenberg form by a unitary similarity,
 Q^H A Q = H, as MAGMA's dgehrd does it (Tomov and Dongarra, LAPACK Working Note 219): LAPACK's
-dgehrd with dlahr2's panel (Quintana-Orti and van de Geijn), the panel's loop on the CPU, its
-matrix-vector products with the trailing matrix and the blocked updates where the matrix lives.
+dgehrd with dlahr2's panel (Quintana-Orti and van de Geijn): the panel's loop driven by the CPU
+(one larfg per column decided there), its matrix-vector products with the trailing matrix, its
+small products with V, Z and T and the blocked updates where the matrix lives.
 
 Only rows and columns lo..hi are reduced (0-based and inclusive: scipy.linalg.lapack's lo, hi;
 LAPACK's ILO - 1, IHI - 1), A being upper triangular outside them already (as gebal leaves it).
@@ -10,7 +11,7 @@ With e = hi + 1: Q = H(lo) H(lo+1) ... H(hi-1), H(j) = I - tau_j v_j v_j^H, v_j 
 
 For each panel, reflectors k0:k1 (kb = k1 - k0 <= nb), with r = e - k0 - 1 rows below row k0:
 
-    [panel]  CPU, lahr2's column loop on a host copy of P = A[k0+1:e, k0:k1]: V (r x kb) and
+    [panel]  lahr2's column loop on P = A[k0+1:e, k0:k1], driven by the CPU: V (r x kb) and
              T (kb x kb), H(k0) ... H(k1-1) = I - V T V^H, and Z = A[k0+1:e, k0+1:e] V; column
              i needs z_i = A[k0+1:e, k0+i+1:e] v_i, one GEMV where the matrix lives
     [top]    V explicit;  Y = A[0:e, k0+1:e] V T = [A[0:k0+1, k0+1:e] V; Z] T;
@@ -34,17 +35,18 @@ Passes over the trailing matrix (t = e - k0 - 1 its order, s the element size in
   [right]  one GEMM reading and writing A[0:e, k1:e] once: 2 e t s
   [left]   W = V^H C reads A[k0+1:e, k1:n] once, C -= V W reads and writes it once: 3 t n s
 so the GEMMs move about 6 n t s bytes per panel against the GEMVs' kb t^2 s: the matrix-vector
-products set the device's pace. The panel's host work is about four passes over r x i arrays for
-column i (its share of the right and left updates, V^H v for T): O(r nb) per column against the
-GEMV's O(r^2) on the device, but at host speed; on an H200 with 16 host cores at n = 8192 and
-nb = 32 the GEMV calls took a third of the time, most of the rest being this host loop. A
-smaller nb moves work from the host loop to the device's updates (perf/gehrd.py --nb).
+products set the device's pace. The panel's other work is about four passes over r x i blocks
+for column i (its share of the right and left updates, V^H v for T): O(r nb) per column against
+the GEMV's O(r^2). Done on the host (the first version of this loop: the panel down, v up and y
+down per GEMV), it took two thirds of the time at n = 8192 on an H100 (perf/RESULTS.md); where
+the matrix lives it costs launches, about ten small cuBLAS calls and one larfg round trip (the
+column, down and up) per column.
 
 CPU interface on a device backend (a host-resident matrix): it goes up in block columns before
 the first panel (which reads all of it); panel columns k0:k1 are final after their step (later
 steps touch columns k1 on) and go back to the host while the reduction goes on, the columns
-left of lo and right of the last panel at the end: every element once. The panel travels down
-and up inside its task (to_host, from_host) with Z and T; each GEMV moves only v and y.
+left of lo and right of the last panel at the end: every element once. Within a panel only
+larfg's columns travel.
 info is 0: the reduction cannot fail.
 """
 from __future__ import annotations
@@ -55,7 +57,6 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.linalg import get_lapack_funcs
 
 from ..scheduler import Region, TaskGraph, run
 from ..scheduler.plan import progress_bar
@@ -63,16 +64,16 @@ from ..update.qr import apply_block_reflector, larfb_flops
 from ._blocked import record_download, record_uploads, trailing_chunks
 
 # the reduction's workspaces in the tile store, and the graph Regions that order their reuse:
-# V, Y, T of the current panel, and the device's copy of v and y for the GEMVs
-_V, _Y, _T, _W = "hrd V", "hrd Y", "hrd T", "hrd matvec"
+# V, Y, T of the current panel, and a short vector of the panel loop
+_V, _Y, _T, _W = "hrd V", "hrd Y", "hrd T", "hrd u"
 
 
 @dataclass
 class HessenbergStats:
-    """The matrix-vector phase of a reduction, summed by the panel tasks: `calls` of
-    hessenberg_matvec, the wall time inside them (`seconds`: on a device backend the upload of v,
-    the GEMV, the download of y and the wait), the `bytes` of the matrix they read, and the
-    panel tasks' whole time (`panel_seconds`, the host work of the loop included)."""
+    """The matrix-vector phase of a reduction, summed by the panel tasks: `calls` of the GEMV
+    with the trailing matrix, the time they took (`seconds`: CUDA events around each on a
+    device, the wall clock on the host backend), the `bytes` of the matrix they read, and the
+    panel tasks' whole time (`panel_seconds`: the loop's other work and its waits included)."""
     calls: int = 0
     seconds: float = 0.0
     bytes: float = 0.0
@@ -134,7 +135,7 @@ def record_gehrd(A, plan, lo, hi, tau, stats) -> TaskGraph:
         A.workspace(_V, e - lo - 1, width)
         A.workspace(_Y, e, width)
         A.workspace(_T, width, width)
-        A.workspace(_W, 2 * (e - lo - 1), 1)
+        A.workspace(_W, width, 1)
     V, Y, T = (Region(name, 0, 1) for name in (_V, _Y, _T))
     itemsize = np.dtype(A.dtype).itemsize
     k1 = lo
@@ -177,57 +178,89 @@ def record_gehrd(A, plan, lo, hi, tau, stats) -> TaskGraph:
 
 
 def _panel(lane, ops, A, k0, k1, e, tau, stats):
-    """LAPACK lahr2's column loop (the complex form: ^H where real LAPACK has ^T) on a host copy
-    of the panel A[k0+1:e, k0:k1], with explicit V (unit diagonal, zeros above) beside it instead
-    of lahr2's ones written into the panel. Writes back the reduced panel (H's entries and the
-    reflectors below the first subdiagonal), T, and Z = A V, the GEMVs' results, into Y's rows
-    k0+1:e (the [top] task makes them Y = Z T); tau[k0:k1].
+    """LAPACK lahr2's column loop (the complex form: ^H where real LAPACK has ^T) on the panel
+    A[k0+1:e, k0:k1] where it lives, with explicit V (unit diagonal, zeros above) beside it
+    instead of lahr2's ones written into the panel. Leaves the reduced panel (H's entries and the
+    reflectors below the first subdiagonal), V, T, and Z = A V (the GEMVs' results) in Y's rows
+    k0+1:e (the [top] task makes them Y = Z T); tau[k0:k1] on the host.
 
     lahr2 keeps Y = A V T up to date column by column, Y[:, i] = tau_i (y_i - Y[:, :i] t_i); as
     Y[:, :i] = Z[:, :i] T[:i, :i] with T triangular, that is column i of Z T. Keeping Z instead
-    saves the host two of its five passes over r x i arrays per column, and the product by T
-    becomes one TRMM where the matrix is."""
+    saves two of the five passes over r x i blocks per column, and the product by T becomes one
+    TRMM in the [top] task.
+
+    Every operation is the backend's, on the critical-path lane: on a GPU the column's small
+    products read V and Z at device bandwidth and only larfg's column travels (down and up: one
+    host wait per column, LAPACK's larfg decides the reflector). The task is a CPU task that
+    waits for its lane before it returns, so the tasks after it find its results in place."""
     started = time.perf_counter()
     kb, r = k1 - k0, e - k0 - 1
-    P = ops.to_host(lane, A.block(k0 + 1, e, k0, k1))  # the panel, down
-    dtype = P.dtype
-    V = np.zeros((r, kb), dtype, order="F")
-    Z = np.zeros((r, kb), dtype, order="F")
-    T = np.zeros((kb, kb), dtype, order="F")
-    larfg, = get_lapack_funcs(("larfg",), dtype=dtype)
-    none = np.zeros(1, dtype)  # larfg's x for a reflector of order 1 (nothing to annihilate)
-    work = A.workspace(_W, 2 * r, 1)  # v and y on a device
-    seconds = 0.0
+    sub = ops.sub_block
+    P = A.block(k0 + 1, e, k0, k1)
+    V, T = A.workspace(_V, r, kb), A.workspace(_T, kb, kb)
+    Z = sub(A.workspace(_Y, e, kb), k0 + 1, e, 0, kb)
+    u = A.workspace(_W, kb, 1)
+    gpu = ops.lane("gpu:panel")
+    timer = _LaneTimer(gpu)
+    with gpu:
+        ops.laset(gpu, "A", 0, 0, V)
+        ops.laset(gpu, "A", 0, 0, T)
     for i in range(kb):
-        b = P[:, i]
+        b = sub(P, 0, r, i, i + 1)
         if i > 0:
-            # b -= Y V[i-1, :]^H, Y = Z T: this column's share of the right update A - Y V^H
-            b -= Z[:, :i] @ (T[:i, :i] @ V[i - 1, :i].conj())
-            # b := (I - V T V^H)^H b: the left update by this panel's reflectors so far
-            b -= V[:, :i] @ (T[:i, :i].conj().T @ _adjoint_times(V[:, :i], b))
-        # H(k0+i) annihilates b[i+1:]: b[i] := beta, v = (1, x)
-        beta, x, tau_i = larfg(r - i, b[i], b[i + 1:] if i + 1 < r else none)
-        b[i], b[i + 1:] = beta, x[:r - i - 1]
-        V[i, i], V[i + 1:, i] = 1, b[i + 1:]
-        v = V[i:, i]
-        # Z[:, i] = A[k0+1:e, k0+i+1:e] v: the pass over the trailing matrix, where it lives
-        # (r (r - i) elements read; the GEMVs are all the bytes of the reduction but the GEMMs')
-        t = time.perf_counter()
-        Z[:, i] = ops.hessenberg_matvec(lane, A.block(k0 + 1, e, k0 + i + 1, e), v, work)
-        seconds += time.perf_counter() - t
-        # T[:i, i] = -tau T[:i, :i] V^H v, T[i, i] = tau (larft's recurrence)
-        T[:i, i] = -tau_i * (T[:i, :i] @ _adjoint_times(V[i:, :i], v))
-        T[i, i] = tau_i
+            Vi, Ti = sub(V, 0, r, 0, i), sub(T, 0, i, 0, i)
+            with gpu:
+                # b -= Z[:, :i] T[:i, :i] V[i-1, :i]^H: this column's share of the right update
+                ops.gemm(gpu, 1, Ti, sub(V, i - 1, i, 0, i), 0, sub(u, 0, i, 0, 1),
+                         trans_b="C")
+                ops.gemm(gpu, -1, sub(Z, 0, r, 0, i), sub(u, 0, i, 0, 1), 1, b)
+                # b := (I - V T V^H)^H b: the left update by this panel's reflectors so far
+                ops.gemm(gpu, 1, Vi, b, 0, sub(u, 0, i, 0, 1), trans_a="C")
+                ops.trmm(gpu, "L", "U", "C", "N", 1, Ti, sub(u, 0, i, 0, 1))
+                ops.gemm(gpu, -1, Vi, sub(u, 0, i, 0, 1), 1, b)
+        # H(k0+i) annihilates b[i+1:]: b[i] := beta, v = (1, b[i+1:])
+        tau_i = ops.larfg(gpu, sub(b, i, r, 0, 1))
+        with gpu:
+            ops.laset(gpu, "A", 0, 1, sub(V, i, i + 1, i, i + 1))
+            ops.lacpy(gpu, "A", sub(b, i + 1, r, 0, 1), sub(V, i + 1, r, i, i + 1))
+            v = sub(V, i, r, i, i + 1)
+            # Z[:, i] = A[k0+1:e, k0+i+1:e] v: the pass over the trailing matrix, r (r - i)
+            # elements read (the GEMVs are all the bytes of the reduction but the GEMMs')
+            timer.start()
+            ops.gemm(gpu, 1, A.block(k0 + 1, e, k0 + i + 1, e), v, 0, sub(Z, 0, r, i, i + 1))
+            timer.stop()
+            # T[:i, i] = -tau T[:i, :i] V^H v, T[i, i] = tau (larft's recurrence)
+            if i > 0:
+                ops.gemm(gpu, -tau_i, sub(V, i, r, 0, i), v, 0, sub(T, 0, i, i, i + 1),
+                         trans_a="C")
+                ops.trmm(gpu, "L", "U", "N", "N", 1, sub(T, 0, i, 0, i), sub(T, 0, i, i, i + 1))
+            ops.laset(gpu, "A", 0, tau_i, sub(T, i, i + 1, i, i + 1))
         tau[k0 + i] = tau_i
-    ops.from_host(lane, P, A.block(k0 + 1, e, k0, k1))  # the reduced panel, up
-    ops.from_host(lane, Z, ops.sub_block(A.workspace(_Y, e, kb), k0 + 1, e, 0, kb))
-    ops.from_host(lane, T, A.workspace(_T, kb, kb))
-    stats.add(kb, seconds, matvec_bytes(r, kb, P.itemsize), time.perf_counter() - started)
+    ops.lane_wait(gpu)  # a CPU task leaves no event: its device work must be done on return
+    stats.add(kb, timer.seconds(), matvec_bytes(r, kb, np.dtype(A.dtype).itemsize),
+              time.perf_counter() - started)
 
 
-def _adjoint_times(X, x):
-    """X^H x, as (x^H X)^H: one GEMV on X as it is stored (X.conj().T would copy X)."""
-    return (x.conj() @ X).conj()
+class _LaneTimer:
+    """Time spent in marked stretches of a lane's work: CUDA events on a device (read after the
+    lane has been waited for), the wall clock on the host backend (whose operations are done
+    when they return)."""
+
+    def __init__(self, lane):
+        self.lane, self.pairs, self.wall = lane, [], 0.0
+
+    def start(self):
+        self._clock, self._event = time.perf_counter(), self.lane.record()
+
+    def stop(self):
+        end = self.lane.record()
+        if end is None:
+            self.wall += time.perf_counter() - self._clock
+        else:
+            self.pairs.append((self._event, end))
+
+    def seconds(self):
+        return self.wall + sum(end.time_since(begin) for begin, end in self.pairs) / 1e3
 
 
 def _top(lane, ops, A, k0, k1, e):
