@@ -564,6 +564,9 @@ class CudaBackend:
         self._alloc_lock = threading.Lock()
         self._scalars = {dt: (np.array(1, dt), np.array(-1, dt), np.array(0, dt)) for dt in _PREFIX}
         self._scalar_ring = threading.local()
+        # dtype -> {1: pointer, -1: pointer, 0: pointer}: the common scalars without a lookup cost
+        self._standard_scalars = {dt: dict(zip((1, -1, 0), (s.ctypes.data for s in scalars)))
+                                  for dt, scalars in self._scalars.items()}
         self.staging_lock = threading.Lock()
         self._staging = []
         self._copy_pool = None
@@ -1286,10 +1289,10 @@ class CudaBackend:
         """A host pointer to the scalar (cuBLAS's default pointer mode, which reads it before the
         call returns): 1, -1 and 0 kept by the backend, any other value in a small ring of this
         thread's (it outlives the call that asked for it by seven more)."""
-        one, minus_one, zero = self._scalars[np.dtype(dtype)]
-        standard = {1: one, -1: minus_one, 0: zero}.get(value) if np.isreal(value) else None
+        standard = self._standard_scalars[dtype].get(value) \
+            if isinstance(value, (int, float)) else None
         if standard is not None:
-            return standard.ctypes.data
+            return standard
         ring = getattr(self._scalar_ring, "arrays", None)
         if ring is None:
             ring = self._scalar_ring.arrays = [None] * 8
