@@ -986,9 +986,11 @@ class CudaBackend:
                 _driver.stream_synchronize(gpu.handle)
         return out
 
-    def from_host(self, lane, x: np.ndarray, B: DeviceBlock):
-        """The block B := the host array x (B's shape): one 2-D copy up and a wait, so that x
-        may be reused as soon as this returns."""
+    def from_host(self, lane, x: np.ndarray, B: DeviceBlock, wait=True):
+        """The block B := the host array x (B's shape): one 2-D copy up on the critical-path
+        stream and a wait. Without the wait (`wait=False`) the copy is still done with x when
+        this returns (the driver stages pageable memory before returning), but the device work
+        after it must be ordered by that stream."""
         if x.shape != B.shape:
             raise ValueError(f"from_host: a {x.shape} array for a {B.shape} block")
         x = np.asfortranarray(x, dtype=B.dtype)
@@ -997,7 +999,8 @@ class CudaBackend:
             with gpu:
                 cublas.set_matrix_async(B.rows, B.cols, B.dtype.itemsize, x.ctypes.data,
                                         B.rows, B.ptr, B.ld, gpu.handle)
-                _driver.stream_synchronize(gpu.handle)
+                if wait:
+                    _driver.stream_synchronize(gpu.handle)
 
     def larfg(self, lane, x: DeviceBlock):
         """LAPACK larfg on the column block x (alpha = x[0], the rest below), decided on the host:
@@ -1006,7 +1009,7 @@ class CudaBackend:
         stream, which is where gehrd's loop enqueues)."""
         column = self.to_host(lane, x)
         tau = HostBackendOps.larfg(lane, column)
-        self.from_host(lane, column, x)
+        self.from_host(lane, column, x, wait=False)
         return tau
 
     def lane_wait(self, lane):

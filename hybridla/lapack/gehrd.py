@@ -203,7 +203,7 @@ def _panel(lane, ops, A, k0, k1, e, tau, stats):
     gpu = ops.lane("gpu:panel")
     timer = _LaneTimer(gpu)
     with gpu:
-        ops.laset(gpu, "A", 0, 0, V)
+        ops.laset(gpu, "A", 0, 1, V)  # V's unit diagonal and zeros above it, for all columns
         ops.laset(gpu, "A", 0, 0, T)
     for i in range(kb):
         b = sub(P, 0, r, i, i + 1)
@@ -221,7 +221,6 @@ def _panel(lane, ops, A, k0, k1, e, tau, stats):
         # H(k0+i) annihilates b[i+1:]: b[i] := beta, v = (1, b[i+1:])
         tau_i = ops.larfg(gpu, sub(b, i, r, 0, 1))
         with gpu:
-            ops.laset(gpu, "A", 0, 1, sub(V, i, i + 1, i, i + 1))
             ops.lacpy(gpu, "A", sub(b, i + 1, r, 0, 1), sub(V, i + 1, r, i, i + 1))
             v = sub(V, i, r, i, i + 1)
             # Z[:, i] = A[k0+1:e, k0+i+1:e] v: the pass over the trailing matrix, r (r - i)
