@@ -1263,14 +1263,14 @@ class CudaBackend:
         if C.rows == 0 or C.cols == 0:
             return
         dtype = C.dtype
-        if C.cols == 1 and trans_b == "N":
+        k = A.cols if trans_a == "N" else A.rows
+        if C.cols == 1 and trans_b == "N" and k > 0:  # (BLAS gemv leaves y alone when k = 0)
             # a matrix times a vector (gehrd's panel loop, refinement): cuBLAS's gemv reads A
             # at a higher rate than its gemm with one column (64% of the copy bandwidth at
             # n = 8192 on the H100 for gemm)
             _GEMV[dtype](lane.blas, _OP[trans_a], A.rows, A.cols, self._scalar(dtype, alpha),
                          A.ptr, A.ld, B.ptr, 1, self._scalar(dtype, beta), C.ptr, 1)
             return
-        k = A.cols if trans_a == "N" else A.rows
         _GEMM[dtype](lane.blas, _OP[trans_a], _OP[trans_b], C.rows, C.cols, k,
                      self._scalar(dtype, alpha), A.ptr, A.ld, B.ptr, B.ld,
                      self._scalar(dtype, beta), C.ptr, C.ld)
