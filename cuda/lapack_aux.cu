@@ -16,6 +16,16 @@
 //                   panel of the reversed block, and its scalars come out in reverse order
 //   first_zero_diagonal  info := the first i (1-based) with A(i, i) exactly zero, else 0: a
 //                   recursive LU panel's info (LAPACK getrf's), one block of threads
+//   larfg           LAPACK's elementary reflector of a column x (alpha = x[0]) where it lives,
+//                   one block of threads: beta = -sign(Re alpha) ||x||_2, tau = (beta - alpha) /
+//                   beta, x[1:] /= (alpha - beta), x[0] = beta; tau = 0 and x as it was when
+//                   x[1:] = 0 and alpha is real. The norm is a plain sum of squares (LAPACK's
+//                   scaled nrm2 and its rescaling of a tiny beta are not reproduced: entries
+//                   beyond ~1e150 in double, ~1e18 in single, or a column of norm below the
+//                   safe minimum, are outside what this kernel handles). One read and one write
+//                   of the column.
+//   t_column        larft's column i of T from V^H v and T[:i, :i] already applied to it:
+//                   t[0:i] *= -tau, t[i] = tau (gehrd's panel)
 //
 // All are one pass over a small (nb x nb) or block-sized matrix: one thread per element, a 2-D
 // grid of 32 x 8 blocks; bytes moved = one read and/or one write per element.
@@ -107,6 +117,66 @@ __device__ void first_zero_diagonal(const T* A, long long lda, int count, int* i
     if (threadIdx.x == 0) *info = first <= count ? first : 0;
 }
 
+__device__ inline double real_part(float x) { return x; }
+__device__ inline double real_part(double x) { return x; }
+__device__ inline double real_part(cuFloatComplex x) { return x.x; }
+__device__ inline double real_part(cuDoubleComplex x) { return x.x; }
+__device__ inline double imag_part(float) { return 0.0; }
+__device__ inline double imag_part(double) { return 0.0; }
+__device__ inline double imag_part(cuFloatComplex x) { return x.y; }
+__device__ inline double imag_part(cuDoubleComplex x) { return x.y; }
+__device__ inline float times(float a, float b) { return a * b; }
+__device__ inline double times(double a, double b) { return a * b; }
+__device__ inline cuFloatComplex times(cuFloatComplex a, cuFloatComplex b) { return cuCmulf(a, b); }
+__device__ inline cuDoubleComplex times(cuDoubleComplex a, cuDoubleComplex b) { return cuCmul(a, b); }
+
+#define LARFG_THREADS 256
+
+template <typename T>
+__device__ void larfg(T* x, int n, T* tau)
+{
+    __shared__ double partial[LARFG_THREADS];
+    __shared__ T scale;
+    __shared__ int identity;
+    double sum = 0.0;
+    for (int i = 1 + threadIdx.x; i < n; i += blockDim.x) {
+        const double re = real_part(x[i]), im = imag_part(x[i]);
+        sum += re * re + im * im;
+    }
+    partial[threadIdx.x] = sum;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        const double xnorm2 = partial[0];
+        const double ar = real_part(x[0]), ai = imag_part(x[0]);
+        identity = xnorm2 == 0.0 && ai == 0.0;
+        if (identity) {
+            *tau = Num<T>::make(0.0, 0.0);
+        } else {
+            const double beta = -copysign(sqrt(ar * ar + ai * ai + xnorm2), ar);
+            *tau = Num<T>::make((beta - ar) / beta, -ai / beta);
+            // 1 / (alpha - beta)
+            const double dr = ar - beta, di = ai, d2 = dr * dr + di * di;
+            scale = Num<T>::make(dr / d2, -di / d2);
+            x[0] = Num<T>::make(beta, 0.0);
+        }
+    }
+    __syncthreads();
+    if (identity) return;
+    for (int i = 1 + threadIdx.x; i < n; i += blockDim.x) x[i] = times(x[i], scale);
+}
+
+template <typename T>
+__device__ void t_column(T* t, int i, const T* tau)
+{
+    const T minus_tau = Num<T>::make(-real_part(*tau), -imag_part(*tau));
+    for (int j = threadIdx.x; j < i; j += blockDim.x) t[j] = times(t[j], minus_tau);
+    if (threadIdx.x == 0) t[i] = *tau;
+}
+
 #define AUX(S, T)                                                                              \
 extern "C" __global__ void laset_##S(T* A, long long lda, int rows, int cols, int uplo,         \
     double are, double aim, double bre, double bim)                                            \
@@ -124,7 +194,9 @@ extern "C" __global__ void flip_##S(const T* S_, long long lds, T* D, long long 
 { flip<T>(S_, lds, D, ldd, rows, cols); }                                                     \
 extern "C" __global__ void first_zero_diagonal_##S(const T* A, long long lda, int count,       \
     int* info)                                                                                 \
-{ first_zero_diagonal<T>(A, lda, count, info); }
+{ first_zero_diagonal<T>(A, lda, count, info); }                                              \
+extern "C" __global__ void larfg_##S(T* x, int n, T* tau) { larfg<T>(x, n, tau); }             \
+extern "C" __global__ void t_column_##S(T* t, int i, const T* tau) { t_column<T>(t, i, tau); }
 
 AUX(s, float)
 AUX(d, double)

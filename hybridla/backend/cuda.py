@@ -23,7 +23,6 @@ from pycuda.compiler import compile as compile_cuda
 
 from ..config import get as _config_get
 from . import _driver
-from .host import HostBackend as HostBackendOps
 from .host import HostLane
 from .pinning import plan_pieces, split_at_cuts
 
@@ -1004,21 +1003,20 @@ class CudaBackend:
                 if wait:
                     _driver.stream_synchronize(gpu.handle)
 
-    def larfg(self, lane, x: DeviceBlock):
-        """LAPACK larfg on the column block x (alpha = x[0], the rest below), decided on the host:
-        the column down, LAPACK's larfg, the column up (x := (beta, v[1:])); returns tau. The
-        caller's lane's work before it is done first (to_host waits on the critical-path
-        stream, which is where gehrd's loop enqueues)."""
-        column = self.to_host(lane, x)
-        tau = HostBackendOps.larfg(lane, column)
-        self.from_host(lane, column, x, wait=False)
-        return tau
+    def larfg(self, lane, x: DeviceBlock, tau: DeviceBlock):
+        """LAPACK larfg on the column block x (alpha = x[0], the rest below), in place where it
+        lives (lapack_aux.cu, one block of threads: no host wait); tau := the scalar, a 1 x 1
+        block. One read and one write of the column."""
+        self.kernels.launch(f"larfg_{_PREFIX[x.dtype]}", (1,), (256,), lane.handle,
+                            ctypes.c_void_p(x.ptr), ctypes.c_int(x.rows),
+                            ctypes.c_void_p(tau.ptr))
 
-    def lane_wait(self, lane):
-        """A host wait for the lane's enqueued work (at the end of a CPU task that enqueued on a
-        device lane: the tasks after it wait for no event of it)."""
-        with lane:
-            _driver.stream_synchronize(lane.handle)
+    def t_column(self, lane, t: DeviceBlock, tau: DeviceBlock):
+        """larft's column i of T (t = T[0:i+1, i], holding T[:i, :i] V^H v above the diagonal):
+        t[0:i] *= -tau, t[i] = tau (tau a 1 x 1 block)."""
+        self.kernels.launch(f"t_column_{_PREFIX[t.dtype]}", (1,), (256,), lane.handle,
+                            ctypes.c_void_p(t.ptr), ctypes.c_int(t.rows - 1),
+                            ctypes.c_void_p(tau.ptr))
 
     def apply_to_host(self, lane, A: DeviceBlock, X: np.ndarray, trans="N", uplo=None,
                       work: DeviceBlock = None) -> np.ndarray:

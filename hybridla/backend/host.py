@@ -308,21 +308,22 @@ class HostBackend:
         B[...] = x
 
     @staticmethod
-    def larfg(lane, x) -> complex:
-        """LAPACK larfg on the column block x (alpha = x[0], the rest below): x := (beta, v[1:])
-        with H = I - tau v v^H, H^H x = beta e_1; returns tau. Complete on return."""
+    def larfg(lane, x, tau):
+        """LAPACK larfg on the column block x (alpha = x[0], the rest below), in place: x :=
+        (beta, v[1:]) with H = I - tau v v^H, H^H x = beta e_1; tau (a 1 x 1 block) := tau."""
         larfg, = get_lapack_funcs(("larfg",), dtype=x.dtype)
         n = x.shape[0]
         rest = x[1:, 0] if n > 1 else np.zeros(1, x.dtype)
-        beta, v, tau = larfg(n, x[0, 0], rest)
+        beta, v, tau[0, 0] = larfg(n, x[0, 0], rest)
         x[0, 0] = beta
         if n > 1:
             x[1:, 0] = v[:n - 1]
-        return tau
 
     @staticmethod
-    def lane_wait(lane):
-        """Wait until the lane's enqueued work is done (nothing to wait for here)."""
+    def t_column(lane, t, tau):
+        """larft's column i of T: t[0:i] *= -tau, t[i] = tau (t = T[0:i+1, i])."""
+        t[:-1] *= -tau[0, 0]
+        t[-1] = tau[0, 0]
 
     def apply_to_host(self, lane, A, X, trans="N", uplo=None, work=None) -> np.ndarray:
         """op(A) X for a host array X (op "N" or "C"), as a new host array, complete on return;

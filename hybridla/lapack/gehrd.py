@@ -1,8 +1,8 @@
 """gehrd: blocked reduction of an n x n matrix to upper Hessenberg form by a unitary similarity,
 Q^H A Q = H, as MAGMA's dgehrd does it (Tomov and Dongarra, LAPACK Working Note 219): LAPACK's
 dgehrd with dlahr2's panel (Quintana-Orti and van de Geijn): the panel's loop driven by the CPU
-(one larfg per column decided there), its matrix-vector products with the trailing matrix, its
-small products with V, Z and T and the blocked updates where the matrix lives.
+enqueuing every column's work), its matrix-vector products with the trailing matrix, its small
+products with V, Z and T, its larfg, and the blocked updates where the matrix lives.
 
 Only rows and columns lo..hi are reduced (0-based and inclusive: scipy.linalg.lapack's lo, hi;
 LAPACK's ILO - 1, IHI - 1), A being upper triangular outside them already (as gebal leaves it).
@@ -39,14 +39,14 @@ products set the device's pace. The panel's other work is about four passes over
 for column i (its share of the right and left updates, V^H v for T): O(r nb) per column against
 the GEMV's O(r^2). Done on the host (the first version of this loop: the panel down, v up and y
 down per GEMV), it took two thirds of the time at n = 8192 on an H100 (perf/RESULTS.md); where
-the matrix lives it costs launches, about ten small cuBLAS calls and one larfg round trip (the
-column, down and up) per column.
+the matrix lives it costs launches, about ten small cuBLAS calls and kernels per column, which
+the host enqueues without waiting (one wait per panel).
 
 CPU interface on a device backend (a host-resident matrix): it goes up in block columns before
 the first panel (which reads all of it); panel columns k0:k1 are final after their step (later
 steps touch columns k1 on) and go back to the host while the reduction goes on, the columns
 left of lo and right of the last panel at the end: every element once. Within a panel only
-larfg's columns travel.
+its kb scalars tau travel.
 info is 0: the reduction cannot fail.
 """
 from __future__ import annotations
@@ -64,7 +64,7 @@ from ..update.qr import apply_block_reflector, larfb_flops
 from ._blocked import record_download, record_uploads, trailing_chunks
 
 # the reduction's workspaces in the tile store, and the graph Regions that order their reuse:
-# V, Y, T of the current panel, and a short vector of the panel loop
+# V, Y, T of the current panel, and a short vector and the scalars tau of the panel loop
 _V, _Y, _T, _W = "hrd V", "hrd Y", "hrd T", "hrd u"
 
 
@@ -135,7 +135,7 @@ def record_gehrd(A, plan, lo, hi, tau, stats) -> TaskGraph:
         A.workspace(_V, e - lo - 1, width)
         A.workspace(_Y, e, width)
         A.workspace(_T, width, width)
-        A.workspace(_W, width, 1)
+        A.workspace(_W, width, 2)
     V, Y, T = (Region(name, 0, 1) for name in (_V, _Y, _T))
     itemsize = np.dtype(A.dtype).itemsize
     k1 = lo
@@ -189,38 +189,37 @@ def _panel(lane, ops, A, k0, k1, e, tau, stats):
     saves two of the five passes over r x i blocks per column, and the product by T becomes one
     TRMM in the [top] task.
 
-    Every operation is the backend's, on the critical-path lane: on a GPU the column's small
-    products read V and Z at device bandwidth and only larfg's column travels (down and up: one
-    host wait per column, LAPACK's larfg decides the reflector). The task is a CPU task that
-    waits for its lane before it returns, so the tasks after it find its results in place."""
+    Every operation is the backend's, on the critical-path lane, larfg included (a kernel of
+    ours on a GPU): the host only enqueues, and waits once, for the panel's tau at the end. It
+    is a CPU task, which leaves no event behind: that wait is also what makes its results
+    complete for the tasks after it."""
     started = time.perf_counter()
     kb, r = k1 - k0, e - k0 - 1
     sub = ops.sub_block
     P = A.block(k0 + 1, e, k0, k1)
     V, T = A.workspace(_V, r, kb), A.workspace(_T, kb, kb)
     Z = sub(A.workspace(_Y, e, kb), k0 + 1, e, 0, kb)
-    u = A.workspace(_W, kb, 1)
+    work = A.workspace(_W, kb, 2)
+    u, taus = sub(work, 0, kb, 0, 1), sub(work, 0, kb, 1, 2)
     gpu = ops.lane("gpu:panel")
     timer = _LaneTimer(gpu)
     with gpu:
         ops.laset(gpu, "A", 0, 1, V)  # V's unit diagonal and zeros above it, for all columns
         ops.laset(gpu, "A", 0, 0, T)
-    for i in range(kb):
-        b = sub(P, 0, r, i, i + 1)
-        if i > 0:
-            Vi, Ti = sub(V, 0, r, 0, i), sub(T, 0, i, 0, i)
-            with gpu:
+        for i in range(kb):
+            b = sub(P, 0, r, i, i + 1)
+            if i > 0:
+                Vi, Ti, ui = sub(V, 0, r, 0, i), sub(T, 0, i, 0, i), sub(u, 0, i, 0, 1)
                 # b -= Z[:, :i] T[:i, :i] V[i-1, :i]^H: this column's share of the right update
-                ops.gemm(gpu, 1, Ti, sub(V, i - 1, i, 0, i), 0, sub(u, 0, i, 0, 1),
-                         trans_b="C")
-                ops.gemm(gpu, -1, sub(Z, 0, r, 0, i), sub(u, 0, i, 0, 1), 1, b)
+                ops.gemm(gpu, 1, Ti, sub(V, i - 1, i, 0, i), 0, ui, trans_b="C")
+                ops.gemm(gpu, -1, sub(Z, 0, r, 0, i), ui, 1, b)
                 # b := (I - V T V^H)^H b: the left update by this panel's reflectors so far
-                ops.gemm(gpu, 1, Vi, b, 0, sub(u, 0, i, 0, 1), trans_a="C")
-                ops.trmm(gpu, "L", "U", "C", "N", 1, Ti, sub(u, 0, i, 0, 1))
-                ops.gemm(gpu, -1, Vi, sub(u, 0, i, 0, 1), 1, b)
-        # H(k0+i) annihilates b[i+1:]: b[i] := beta, v = (1, b[i+1:])
-        tau_i = ops.larfg(gpu, sub(b, i, r, 0, 1))
-        with gpu:
+                ops.gemm(gpu, 1, Vi, b, 0, ui, trans_a="C")
+                ops.trmm(gpu, "L", "U", "C", "N", 1, Ti, ui)
+                ops.gemm(gpu, -1, Vi, ui, 1, b)
+            # H(k0+i) annihilates b[i+1:]: b[i] := beta, v = (1, b[i+1:]), tau_i where it lives
+            tau_i = sub(taus, i, i + 1, 0, 1)
+            ops.larfg(gpu, sub(b, i, r, 0, 1), tau_i)
             ops.lacpy(gpu, "A", sub(b, i + 1, r, 0, 1), sub(V, i + 1, r, i, i + 1))
             v = sub(V, i, r, i, i + 1)
             # Z[:, i] = A[k0+1:e, k0+i+1:e] v: the pass over the trailing matrix, r (r - i)
@@ -230,12 +229,12 @@ def _panel(lane, ops, A, k0, k1, e, tau, stats):
             timer.stop()
             # T[:i, i] = -tau T[:i, :i] V^H v, T[i, i] = tau (larft's recurrence)
             if i > 0:
-                ops.gemm(gpu, -tau_i, sub(V, i, r, 0, i), v, 0, sub(T, 0, i, i, i + 1),
-                         trans_a="C")
+                ops.gemm(gpu, 1, sub(V, i, r, 0, i), v, 0, sub(T, 0, i, i, i + 1), trans_a="C")
                 ops.trmm(gpu, "L", "U", "N", "N", 1, sub(T, 0, i, 0, i), sub(T, 0, i, i, i + 1))
-            ops.laset(gpu, "A", 0, tau_i, sub(T, i, i + 1, i, i + 1))
-        tau[k0 + i] = tau_i
-    ops.lane_wait(gpu)  # a CPU task leaves no event: its device work must be done on return
+            ops.t_column(gpu, sub(T, 0, i + 1, i, i + 1), tau_i)
+    # the panel's scalars to the host: the one wait of the panel (a CPU task leaves no event,
+    # so its device work must be done when it returns)
+    tau[k0:k1] = ops.to_host(gpu, taus)[:, 0]
     stats.add(kb, timer.seconds(), matvec_bytes(r, kb, np.dtype(A.dtype).itemsize),
               time.perf_counter() - started)
 
