@@ -987,11 +987,9 @@ class CudaBackend:
                 _driver.stream_synchronize(gpu.handle)
         return out
 
-    def from_host(self, lane, x: np.ndarray, B: DeviceBlock, wait=True):
-        """The block B := the host array x (B's shape): one 2-D copy up on the critical-path
-        stream and a wait. Without the wait (`wait=False`) the copy is still done with x when
-        this returns (the driver stages pageable memory before returning), but the device work
-        after it must be ordered by that stream."""
+    def from_host(self, lane, x: np.ndarray, B: DeviceBlock):
+        """The block B := the host array x (B's shape): one 2-D copy up and a wait, so that x
+        may be reused as soon as this returns."""
         if x.shape != B.shape:
             raise ValueError(f"from_host: a {x.shape} array for a {B.shape} block")
         x = np.asfortranarray(x, dtype=B.dtype)
@@ -1000,8 +998,7 @@ class CudaBackend:
             with gpu:
                 cublas.set_matrix_async(B.rows, B.cols, B.dtype.itemsize, x.ctypes.data,
                                         B.rows, B.ptr, B.ld, gpu.handle)
-                if wait:
-                    _driver.stream_synchronize(gpu.handle)
+                _driver.stream_synchronize(gpu.handle)
 
     def larfg(self, lane, x: DeviceBlock, tau: DeviceBlock):
         """LAPACK larfg on the column block x (alpha = x[0], the rest below), in place where it

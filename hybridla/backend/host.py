@@ -302,7 +302,7 @@ class HostBackend:
         backend: a copy down and a wait). `lane` is the calling CPU task's lane."""
         return np.array(B, order="F", copy=True)
 
-    def from_host(self, lane, x, B, wait=True):
+    def from_host(self, lane, x, B):
         """The block B := the host array x (B's shape, B's dtype), complete on return (on a
         device backend: a copy up and a wait); x may be reused or freed afterwards."""
         B[...] = x
