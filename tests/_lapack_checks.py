@@ -355,3 +355,43 @@ def match_phases(q, r, q_ref, r_ref):
     q[:, :k] *= phase
     r[:k, :] *= phase.conj()[:, None]
     return q, r
+
+
+class StreamedStoreStub:
+    """What a recorder sees of a host-resident m x n matrix on a device backend (nothing runs):
+    for tests of which transfers a task graph records."""
+    streamed, staged, pin, transfer = True, False, False, "pageable"
+
+    def __init__(self, m, n):
+        self.m, self.n, self.dtype = m, n, np.dtype(np.float64)
+
+    def workspace(self, name, rows, cols):
+        return None
+
+    def block(self, r0, r1, c0, c1):
+        return None
+
+    def upload_columns(self, lane, c0, c1):
+        pass
+
+    def download_block(self, lane, r0, r1, c0, c1):
+        pass
+
+
+def load_perf_script(name):
+    """perf/<name>.py as a module (the benchmarks are scripts, not package modules), for a
+    pytest fixture that yields it; `unload` it afterwards."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "perf" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"hybridla_perf_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module          # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def unload_perf_script(module):
+    import sys
+    sys.modules.pop(module.__name__, None)

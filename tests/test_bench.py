@@ -1,27 +1,20 @@
 """perf/bench.py on the host: its routine table, the backward-error checks and the table it
 prints (the GPU rows need a GPU; these cover the host backend's and SciPy's rows)."""
 import ctypes
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.linalg
 
 import hybridla
-
-_PATH = Path(__file__).resolve().parents[1] / "perf" / "bench.py"
+from _lapack_checks import load_perf_script, unload_perf_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("hybridla_perf_bench", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module          # dataclasses look their module up
-    spec.loader.exec_module(module)
+    module = load_perf_script("bench")
     yield module
-    sys.modules.pop(spec.name, None)
+    unload_perf_script(module)
 
 
 # -- LAPACK's own geqlf / gelqf (not in scipy.linalg.lapack), through cython_lapack ---------

@@ -13,8 +13,8 @@ import scipy.linalg
 import scipy.linalg.lapack
 
 import hybridla
-from _lapack_checks import (DTYPES, eps_of, norm1, orthogonality_ratio, random_matrix, to_device,
-                            to_host, wide)
+from _lapack_checks import (DTYPES, StreamedStoreStub, eps_of, norm1, orthogonality_ratio,
+                            random_matrix, to_device, to_host, wide)
 
 THRESH = 30.0
 DTYPE_IDS = [np.dtype(d).name for d in DTYPES]
@@ -243,34 +243,13 @@ def test_driver_orghr_and_ormhr_both_sides_both_ways(dtype, rng):
 
 # -- streaming a host matrix: what goes home, and when ----------------------------------------
 
-class _StreamedStoreStub:
-    """What the recorder sees of a host-resident matrix on a device backend (nothing runs)."""
-    streamed, staged, pin, transfer = True, False, False, "pageable"
-
-    def __init__(self, n):
-        self.m = self.n = n
-        self.dtype = np.dtype(np.float64)
-
-    def workspace(self, name, rows, cols):
-        return None
-
-    def block(self, r0, r1, c0, c1):
-        return None
-
-    def upload_columns(self, lane, c0, c1):
-        pass
-
-    def download_block(self, lane, r0, r1, c0, c1):
-        pass
-
-
 @pytest.mark.parametrize("n, lo, hi", [(37, 0, 36), (37, 4, 30), (37, 5, 5), (9, 0, 8)])
 def test_streamed_downloads_cover_each_element_once_after_its_last_write(n, lo, hi):
     from hybridla.lapack.gehrd import HessenbergStats, record_gehrd
     from hybridla.scheduler.plan import make_plan
     plan = make_plan(hybridla.backend.get_backend("host"), n, n, np.float64, routine="hrd",
                      nb=8, lookahead=0, panel="cpu")
-    graph = record_gehrd(_StreamedStoreStub(n), plan, lo, hi, np.zeros(n - 1), HessenbergStats())
+    graph = record_gehrd(StreamedStoreStub(n, n), plan, lo, hi, np.zeros(n - 1), HessenbergStats())
     covered = np.zeros((n, n), int)
     for task in graph.tasks:
         if task.name != "download":

@@ -4,9 +4,7 @@
 The table tests pass before and after hybridla.solve_mixed exists: its rows either say
 "skipped: hybridla.solve_mixed not available" or carry a checked result; one test runs them
 against a stand-in with solve_mixed's signature."""
-import importlib.util
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,20 +12,17 @@ import pytest
 import scipy.linalg
 
 import hybridla
+from _lapack_checks import load_perf_script, unload_perf_script
 
-_PATH = Path(__file__).resolve().parents[1] / "perf" / "mixed.py"
 SKIPPED = "skipped: hybridla.solve_mixed not available"
 CUDA_MODULES = ("cupy", "torch")        # hybridla itself never imports these
 
 
 @pytest.fixture(scope="module")
 def mixed():
-    spec = importlib.util.spec_from_file_location("hybridla_perf_mixed", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module          # dataclasses look their module up
-    spec.loader.exec_module(module)
+    module = load_perf_script("mixed")
     yield module
-    sys.modules.pop(spec.name, None)
+    unload_perf_script(module)
 
 
 def rows_of(out):

@@ -12,7 +12,8 @@ import scipy.linalg
 import scipy.linalg.lapack
 
 import hybridla
-from _lapack_checks import (DTYPES, eps_of, factorization_ratio, least_squares_ratio,
+from _lapack_checks import (DTYPES, StreamedStoreStub, eps_of, factorization_ratio,
+                            least_squares_ratio,
                             match_phases, norm1, orthogonality_ratio, random_matrix,
                             reflectors_product, solve_backward_error, to_device, to_host,
                             triangle_of, wide)
@@ -356,26 +357,6 @@ def test_driver_apply_q_both_sides_both_ways(kind, rng):
                 assert np.abs(c - expected).max() <= 100 * eps_of(dtype) * np.abs(expected).max()
 
 
-class _StreamedStoreStub:
-    """What the recorder sees of a host-resident matrix on a device backend (nothing runs)."""
-    streamed, staged, pin, transfer = True, False, False, "pageable"
-
-    def __init__(self, m, n):
-        self.m, self.n, self.dtype = m, n, np.dtype(np.float64)
-
-    def workspace(self, name, rows, cols):
-        return None
-
-    def block(self, r0, r1, c0, c1):
-        return None
-
-    def upload_columns(self, lane, c0, c1):
-        pass
-
-    def download_block(self, lane, r0, r1, c0, c1):
-        pass
-
-
 @pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_streamed_downloads_cover_each_element_once_after_its_last_write(kind, shape):
@@ -386,7 +367,7 @@ def test_streamed_downloads_cover_each_element_once_after_its_last_write(kind, s
     from hybridla.lapack.geqrf import record_geqrf
     from hybridla.scheduler.plan import make_plan
     m, n = shape
-    A = _StreamedStoreStub(m, n)
+    A = StreamedStoreStub(m, n)
     plan = make_plan(hybridla.backend.get_backend("host"), m, n, np.float64, routine="qr",
                      nb=8, lookahead=1)
     graph = record_geqrf(A, plan, {"QR": QR, "QL": QL, "LQ": LQ}[kind])

@@ -183,14 +183,13 @@ class TriangularPreconditioner:
         self.scale_in, self.scale_out, self.permutation = scale_in, scale_out, permutation
         self.factors = low.block(0, n, 0, n)
         low.workspace("preconditioner", n, nrhs)  # at its largest now: no allocation later
-        self.calls, self.seconds = 0, 0.0
+        self.seconds = 0.0
 
     def __call__(self, R):
         started = time.perf_counter()
         try:
             return self._solve(R)
         finally:
-            self.calls += 1
             self.seconds += time.perf_counter() - started
 
     def _solve(self, R):
@@ -225,7 +224,7 @@ class WorkingOperator:
         self.ops, self.A, self.uplo, self.normal = ops, A, uplo, normal
         self.whole = A.block(0, A.m, 0, A.n)
         A.workspace("refine", A.m + A.n, nrhs)  # X and the product, at their largest now
-        self.calls, self.seconds = 0, 0.0
+        self.seconds = 0.0
 
     def product(self, X, trans="N"):
         work = self.A.workspace("refine", self.A.m + self.A.n, X.shape[1])
@@ -236,7 +235,6 @@ class WorkingOperator:
         started = time.perf_counter()
         AX = self.product(X)
         result = self.product(AX, "C") if self.normal else AX
-        self.calls += 1
         self.seconds += time.perf_counter() - started
         return result
 
@@ -261,7 +259,6 @@ class MixedSolver:
     did not pass the stopping test (the caller falls back, or not). The low-precision copy is a
     tile store of its own, freed whatever happens."""
 
-    routine = "mixed"
     uplo = None        # Hermitian A stored in this triangle (posv_mixed)
     normal = False     # refine the normal equations A^H A x = A^H b (gels_mixed)
 

@@ -25,8 +25,6 @@ SHIFT_ATTEMPTS = 4  # shifts u_low * 4, 16, 64, 256 after an unshifted breakdown
 
 
 class PosvMixed(MixedSolver):
-    routine = "mixed"
-
     def __init__(self, ops, options, plan, uplo):
         super().__init__(ops, options, plan)
         self.uplo, self.shift = uplo, 0.0
