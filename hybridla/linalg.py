@@ -825,13 +825,17 @@ def _not_positive_definite(info):
 
 def _upload_once(ops, array, plan):
     """A host matrix as a tile store where the work happens: itself on the host backend; on a
-    device one uploaded in block columns (pinned in pieces, as the factorizations stream it),
-    once, and kept there: refinement reads it every iteration."""
+    device one uploaded in block columns, once, and kept there: refinement reads it every
+    iteration. The transfer mode is config mixed.host_transfer (staged by default: for this
+    one-shot upload it beat pinning the user's array in place, perf/RESULTS.md), or
+    device.host_transfer where that is null."""
     if not ops.has_device:
         return ops.wrap(array)
     from .lapack._blocked import record_uploads
     from .scheduler import TaskGraph, run
-    A = ops.host_matrix(array, None, plan.nb)
+    transfer = _config.get("mixed.host_transfer") or _config.get("device.host_transfer")
+    with _config.set({"device.host_transfer": transfer}):
+        A = ops.host_matrix(array, None, plan.nb)
     try:
         graph = TaskGraph()
         record_uploads(graph, A, plan)
