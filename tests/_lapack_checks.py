@@ -395,3 +395,31 @@ def load_perf_script(name):
 def unload_perf_script(module):
     import sys
     sys.modules.pop(module.__name__, None)
+
+
+def assert_downloads_cover_once(graph, m, n):
+    """A streamed factorization's recorded graph sends every element of the m x n matrix home
+    exactly once, and nothing writes a block after its download was recorded."""
+    covered = np.zeros((m, n), int)
+    for task in graph.tasks:
+        if task.name != "download":
+            continue
+        r0, r1, c0, c1 = (task.fn.keywords[key] for key in ("r0", "r1", "c0", "c1"))
+        covered[r0:r1, c0:c1] += 1
+        for later in graph.tasks[task.index + 1:]:
+            for w in later.writes:
+                assert not (w.resource == "A" and w.r0 < r1 and r0 < w.r1 and w.c0 < c1
+                            and c0 < w.c1), f"{later.name} writes into a downloaded block"
+    np.testing.assert_array_equal(covered, 1)
+
+
+def markdown_rows(out):
+    """(header, [cells as a dict per row]) of the first markdown table printed in `out`."""
+    lines = [ln for ln in out.splitlines() if ln.startswith("| ")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = []
+    for ln in lines[1:]:
+        cells = dict(zip(header, (c.strip() for c in ln.strip("|").split("|"))))
+        assert len(cells) == len(header), ln
+        rows.append(cells)
+    return header, rows

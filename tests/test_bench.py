@@ -7,7 +7,7 @@ import pytest
 import scipy.linalg
 
 import hybridla
-from _lapack_checks import load_perf_script, unload_perf_script
+from _lapack_checks import load_perf_script, markdown_rows, unload_perf_script
 
 
 @pytest.fixture(scope="module")
@@ -70,13 +70,8 @@ def fake_hybridla(kind, calls):
 
 def rows_of(out):
     """{(n, routine or None, implementation): cells} of the printed table."""
-    lines = [ln for ln in out.splitlines() if ln.startswith("| ")]
-    header = [c.strip() for c in lines[0].strip("|").split("|")]
-    rows = {}
-    for ln in lines[1:]:
-        cells = dict(zip(header, (c.strip() for c in ln.strip("|").split("|"))))
-        rows[(int(cells["n"]), cells.get("routine"), cells["implementation"])] = cells
-    return header, rows
+    header, cells = markdown_rows(out)
+    return header, {(int(c["n"]), c.get("routine"), c["implementation"]): c for c in cells}
 
 
 def berr(cells):

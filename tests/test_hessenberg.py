@@ -13,7 +13,7 @@ import scipy.linalg
 import scipy.linalg.lapack
 
 import hybridla
-from _lapack_checks import (DTYPES, StreamedStoreStub, eps_of, norm1, orthogonality_ratio,
+from _lapack_checks import (DTYPES, StreamedStoreStub, assert_downloads_cover_once, eps_of, norm1, orthogonality_ratio,
                             random_matrix, to_device, to_host, wide)
 
 THRESH = 30.0
@@ -250,17 +250,7 @@ def test_streamed_downloads_cover_each_element_once_after_its_last_write(n, lo, 
     plan = make_plan(hybridla.backend.get_backend("host"), n, n, np.float64, routine="hrd",
                      nb=8, lookahead=0, panel="cpu")
     graph = record_gehrd(StreamedStoreStub(n, n), plan, lo, hi, np.zeros(n - 1), HessenbergStats())
-    covered = np.zeros((n, n), int)
-    for task in graph.tasks:
-        if task.name != "download":
-            continue
-        r0, r1, c0, c1 = (task.fn.keywords[key] for key in ("r0", "r1", "c0", "c1"))
-        covered[r0:r1, c0:c1] += 1
-        for later in graph.tasks[task.index + 1:]:
-            for w in later.writes:
-                assert not (w.resource == "A" and w.r0 < r1 and r0 < w.r1 and w.c0 < c1
-                            and c0 < w.c1), f"{later.name} writes into a downloaded block"
-    np.testing.assert_array_equal(covered, 1)
+    assert_downloads_cover_once(graph, n, n)
 
 
 # -- the GPU interface ---------------------------------------------------------------------------

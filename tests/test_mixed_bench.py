@@ -12,7 +12,7 @@ import pytest
 import scipy.linalg
 
 import hybridla
-from _lapack_checks import load_perf_script, unload_perf_script
+from _lapack_checks import load_perf_script, markdown_rows, unload_perf_script
 
 SKIPPED = "skipped: hybridla.solve_mixed not available"
 CUDA_MODULES = ("cupy", "torch")        # hybridla itself never imports these
@@ -27,13 +27,8 @@ def mixed():
 
 def rows_of(out):
     """(header, {(n, matrix, implementation): cells}) of the printed table."""
-    lines = [ln for ln in out.splitlines() if ln.startswith("| ")]
-    header = [c.strip() for c in lines[0].strip("|").split("|")]
-    rows = {}
-    for ln in lines[1:]:
-        cells = dict(zip(header, (c.strip() for c in ln.strip("|").split("|"))))
-        assert len(cells) == len(header), ln
-        rows[(int(cells["n"]), cells["matrix"], cells["implementation"])] = cells
+    header, cells = markdown_rows(out)
+    rows = {(int(c["n"]), c["matrix"], c["implementation"]): c for c in cells}
     return header, rows
 
 

@@ -12,7 +12,8 @@ import scipy.linalg
 import scipy.linalg.lapack
 
 import hybridla
-from _lapack_checks import (DTYPES, StreamedStoreStub, eps_of, factorization_ratio,
+from _lapack_checks import (DTYPES, StreamedStoreStub, assert_downloads_cover_once, eps_of,
+                            factorization_ratio,
                             least_squares_ratio,
                             match_phases, norm1, orthogonality_ratio, random_matrix,
                             reflectors_product, solve_backward_error, to_device, to_host,
@@ -371,17 +372,7 @@ def test_streamed_downloads_cover_each_element_once_after_its_last_write(kind, s
     plan = make_plan(hybridla.backend.get_backend("host"), m, n, np.float64, routine="qr",
                      nb=8, lookahead=1)
     graph = record_geqrf(A, plan, {"QR": QR, "QL": QL, "LQ": LQ}[kind])
-    covered = np.zeros((m, n), int)
-    for task in graph.tasks:
-        if task.name != "download":
-            continue
-        r0, r1, c0, c1 = (task.fn.keywords[key] for key in ("r0", "r1", "c0", "c1"))
-        covered[r0:r1, c0:c1] += 1
-        for later in graph.tasks[task.index + 1:]:
-            for w in later.writes:
-                assert not (w.resource == "A" and w.r0 < r1 and r0 < w.r1 and w.c0 < c1
-                            and c0 < w.c1), f"{later.name} writes into a downloaded block"
-    np.testing.assert_array_equal(covered, 1)
+    assert_downloads_cover_once(graph, m, n)
 
 
 # -- the backend operations the QR family added (host) ----------------------------------------
