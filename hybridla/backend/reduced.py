@@ -32,7 +32,8 @@ SIGNIFICANT_BITS = {"single": 24, "tf32": 11, "half": 11, "bfloat16": 8, "half-x
 LARGEST = {"single": float(np.finfo(np.float32).max), "tf32": float(np.finfo(np.float32).max),
            "half": 65504.0, "bfloat16": float.fromhex("0x1.fep127"), "half-x3": 65504.0}
 UNIT_ROUNDOFF = {name: 2.0 ** -bits for name, bits in SIGNIFICANT_BITS.items()}
-REAL_ONLY = ("half", "bfloat16", "half-x3")  # cuBLAS's tensor-core GEMMs with complex 16-bit operands: none
+# cuBLAS has no tensor-core GEMM with complex 16-bit operands
+REAL_ONLY = ("half", "bfloat16", "half-x3")
 
 
 class ReducedPrecisionOps:
