@@ -20,6 +20,7 @@ from . import config as _config
 from . import lapack as _lapack
 from .lapack import gelqs, geqrs, getrf, getrs, potrf, potrs
 from .lapack._householder import LQ, QL, QR, copy_triangle
+from .lapack._mixed import LOW_DTYPE, MixedInfo, check_options
 from .lapack.gehrd import check_lo_hi
 from .lapack.orghr import orghr
 from .lapack.orgqr import form_q
@@ -748,7 +749,6 @@ def _mixed(name, a, b, square, solver, extra, full_precision, check_finite, fall
     """The user-level path of the mixed solvers: validate, put A where the work happens (a
     device array in place; a host array uploaded once on a device backend, as is), run the
     driver, fall back, and return x where a lives."""
-    from .lapack._mixed import LOW_DTYPE, MixedInfo, check_options
     device = is_device_array(a)
     if device != is_device_array(b):
         raise ValueError("a and b must both be host arrays or both device arrays")

@@ -16,6 +16,7 @@ unscaled A: M^-1 r = C (LU)^-1 R r for the factors of R A C.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field, replace as dataclass_replace
 
@@ -105,18 +106,13 @@ class Phases:
     def __init__(self):
         self.seconds, self._start = {}, time.perf_counter()
 
+    @contextlib.contextmanager
     def __call__(self, name):
-        phases = self
-
-        class _Phase:
-            def __enter__(self):
-                self.start = time.perf_counter()
-
-            def __exit__(self, *exc):
-                phases.seconds[name] = phases.seconds.get(name, 0.0) + \
-                    time.perf_counter() - self.start
-                return False
-        return _Phase()
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
 
     def total(self):
         self.seconds["total"] = time.perf_counter() - self._start
@@ -165,10 +161,6 @@ def narrow(ops, A, low, r, c, lowest) -> bool:
     `lowest` precision can hold (the tensor cores would see an infinity): code -2."""
     return ops.narrow(ops.lane("gpu:update"), low, A.block(0, A.m, 0, A.n),
                       low.block(0, low.m, 0, low.n), r, c, LARGEST[lowest])
-
-
-def reduced_ops(ops, low, lowest) -> ReducedPrecisionOps:
-    return ReducedPrecisionOps(ops, lowest, low)
 
 
 class TriangularPreconditioner:
@@ -293,7 +285,7 @@ class MixedSolver:
                 info.iterations = OVERFLOW
                 return None, self._done(info, phases)
             with phases("factor"):
-                reduced = reduced_ops(ops, low, options.lowest)
+                reduced = ReducedPrecisionOps(ops, options.lowest, low)
                 info.info = self.factor(A, low, dataclass_replace(self.plan, backend=reduced),
                                         r, c)
                 overflow = reduced.overflowed()
