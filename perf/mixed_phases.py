@@ -5,6 +5,7 @@ the baselines.
 
     python3 perf/mixed_phases.py --n 32768 --nb 256 512 --lowest half-x3 tf32 \
         [--assume gen|pos] [--refinement classical-gmres] [--max-inner 50] [--max-iter 30]
+        [--panel-leaf 0 64]
 
 Matrices: gen = standard normal; pos = G G^T / n + I (G standard normal). One untimed warm-up
 solve, then one timed solve per (nb, lowest); each row gives the phases of MixedInfo.seconds,
@@ -13,6 +14,7 @@ the iterations and the backward error ||b - A x||_inf / (||A||_inf ||x||_inf).
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 
 import cupy as cp
@@ -41,6 +43,8 @@ def main():
     p.add_argument("--refinement", default="classical-gmres")
     p.add_argument("--max-inner", type=int, default=50)
     p.add_argument("--max-iter", type=int, default=30)
+    p.add_argument("--panel-leaf", type=int, nargs="+", default=[None],
+                   help="mixed.panel_leaf values (default: the configured one)")
     args = p.parse_args()
     a = matrix(args.n, args.assume)
     b = cp.asarray(cp.random.default_rng(1).standard_normal((args.n, 1)), order="F")
@@ -48,11 +52,12 @@ def main():
     options = dict(assume_a=args.assume, lower=True, refinement=args.refinement,
                    max_inner=args.max_inner, max_iter=args.max_iter, check_finite=False)
     hybridla.solve_mixed(a, b, lowest=args.lowest[0], nb=args.nb[0], **options)  # warm-up
-    print(f"| n | assume | lowest | nb | time (s) | iterations | inner | fell back | "
+    print(f"| n | assume | lowest | nb | panel leaf | time (s) | iterations | inner | fell back | "
           f"phases (s) | backward error |")
-    print("|---:|---|---|---:|---:|---:|---:|---|---|---|")
-    for lowest in args.lowest:
-        for nb in args.nb:
+    print("|---:|---|---|---:|---:|---:|---:|---:|---|---|---|")
+    for lowest, nb, leaf in itertools.product(args.lowest, args.nb, args.panel_leaf):
+        settings = {} if leaf is None else {"mixed.panel_leaf": leaf}
+        with hybridla.config.set(settings):
             cp.cuda.Device().synchronize()
             started = time.perf_counter()
             x, info = hybridla.solve_mixed(a, b, lowest=lowest, nb=nb, **options)
@@ -60,7 +65,8 @@ def main():
             seconds = time.perf_counter() - started
             error = float(cp.abs(b - a @ x).max() / (norm_a * cp.abs(x).max()))
             phases = ", ".join(f"{k} {v:.3f}" for k, v in info.seconds.items())
-            print(f"| {args.n} | {args.assume} | {lowest} | {nb} | {seconds:.3f} | "
+            leaf = hybridla.config.get("mixed.panel_leaf")
+            print(f"| {args.n} | {args.assume} | {lowest} | {nb} | {leaf} | {seconds:.3f} | "
                   f"{info.iterations} | {info.inner_iterations} | {info.fell_back} | {phases} | "
                   f"{error:.2e} |", flush=True)
 

@@ -525,3 +525,52 @@ def test_recursive_panel_info_matches_lapack(backend, which, rng):
         lu, piv, info = driver_getrf(a, backend=backend, nb=48)
     assert int(info) == info_ref
     assert getrf_ratio(a, to_host(lu), piv) < THRESH
+
+
+# -- tall panels: the GPU's fused panel kernel (cuda/getrf_panel.cu) across many blocks -----------
+# On the cuda backend a panel of at most 256 columns whose rows fit in the SMs' shared memory is
+# factored by one cooperative launch, its rows spread over up to one block per SM; taller panels
+# fall back to cuSOLVER. These shapes span many blocks (and, at 70000 rows, several rows per
+# thread), so the cross-block pivot search and row interchanges are exercised.
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_tall_panels_match_lapack(backend, dtype, rng):
+    a = fortran_random(20000, 96, dtype, rng)
+    lu, piv = hybridla.lu_factor(a, backend=backend, nb=64)
+    _, piv_ref, _ = scipy_getrf(a)
+    if np.dtype(dtype) in (np.float64, np.complex128):  # no near-ties at this precision
+        np.testing.assert_array_equal(piv, piv_ref)
+    assert getrf_ratio(a, lu, piv) < THRESH
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["float64", "complex128"])
+def test_very_tall_panels(backend, dtype, rng):
+    """Several rows per thread (float64), and a share too large for shared memory (complex128:
+    the cuSOLVER fallback)."""
+    a = fortran_random(70000, 48, dtype, rng)
+    lu, piv = hybridla.lu_factor(a, backend=backend, nb=48)
+    _, piv_ref, _ = scipy_getrf(a)
+    np.testing.assert_array_equal(piv, piv_ref)
+    assert getrf_ratio(a, lu, piv) < THRESH
+
+
+def test_tall_recursive_panels_with_kernel_leaves(backend, rng):
+    a = fortran_random(9000, 300, np.float64, rng)
+    with hybridla.config.set({"lu.panel_leaf": 32}):
+        lu, piv = hybridla.lu_factor(a, backend=backend, nb=128)
+    _, piv_ref, _ = scipy_getrf(a)
+    np.testing.assert_array_equal(piv, piv_ref)
+    assert getrf_ratio(a, lu, piv) < THRESH
+
+
+@pytest.mark.parametrize("leaf", [0, 16])
+def test_tall_singular_panel_info_matches_lapack(backend, leaf, rng):
+    """A zero column inside a many-block panel: LAPACK's info, and the factorization goes on."""
+    a = fortran_random(5000, 200, np.float64, rng)
+    a[:, 70] = 0
+    _, _, info_ref = scipy.linalg.lapack.dgetrf(a)
+    assert info_ref == 71
+    with hybridla.config.set({"lu.panel_leaf": leaf}):
+        lu, piv, info = driver_getrf(a, backend=backend, nb=128)
+    assert int(info) == info_ref
+    assert getrf_ratio(a, to_host(lu), piv) < THRESH

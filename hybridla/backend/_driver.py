@@ -10,6 +10,7 @@ import ctypes
 _cuda = ctypes.CDLL("libcuda.so.1")
 _CU_EVENT_DEFAULT = 0
 _CU_STREAM_NON_BLOCKING = 1
+_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 
 
 class CudaDriverError(RuntimeError):
@@ -97,16 +98,37 @@ class Module:
             self._functions[name] = fn.value
         return self._functions[name]
 
-    def launch(self, name, grid, block, stream: int, *args):
-        """Launch kernel `name`; args are ctypes values (c_void_p, c_int, c_longlong, ...)."""
+    def launch(self, name, grid, block, stream: int, *args, shared: int = 0,
+               cooperative: bool = False):
+        """Launch kernel `name`; args are ctypes values (c_void_p, c_int, c_longlong, ...).
+        `shared`: bytes of dynamic shared memory; `cooperative`: all blocks resident at once
+        (cuLaunchCooperativeKernel), for kernels whose blocks wait for each other."""
         # the addresses of the argument values (addressof: a tenth of cast(pointer()), which
         # showed in profiles of gehrd's panel loop, a launch per few microseconds of work)
         params = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])
         grid = tuple(grid) + (1,) * (3 - len(grid))
         block = tuple(block) + (1,) * (3 - len(block))
-        _check(_cuda.cuLaunchKernel(ctypes.c_void_p(self.function(name)), *map(ctypes.c_uint, grid),
-                                    *map(ctypes.c_uint, block), ctypes.c_uint(0),
-                                    ctypes.c_void_p(stream), params, None), f"launch {name}")
+        dims = (*map(ctypes.c_uint, grid), *map(ctypes.c_uint, block), ctypes.c_uint(shared),
+                ctypes.c_void_p(stream), params)
+        function = ctypes.c_void_p(self.function(name))
+        if cooperative:
+            _check(_cuda.cuLaunchCooperativeKernel(function, *dims), f"launch {name}")
+        else:
+            _check(_cuda.cuLaunchKernel(function, *dims, None), f"launch {name}")
+
+    def allow_shared(self, name: str, nbytes: int) -> None:
+        """Let kernel `name` use up to `nbytes` of dynamic shared memory (above the default 48 KiB
+        a launch needs this opt-in)."""
+        _check(_cuda.cuFuncSetAttribute(ctypes.c_void_p(self.function(name)),
+                                        _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                        ctypes.c_int(nbytes)), f"cuFuncSetAttribute({name})")
+
+
+def memset_d32_async(pointer: int, value: int, count: int, stream: int) -> None:
+    """count 32-bit words at `pointer` := value, in the order of `stream`."""
+    _check(_cuda.cuMemsetD32Async(ctypes.c_void_p(pointer), ctypes.c_uint(value),
+                                  ctypes.c_size_t(count), ctypes.c_void_p(stream)),
+           "cuMemsetD32Async")
 
 
 def host_register(pointer: int, nbytes: int) -> None:

@@ -47,6 +47,10 @@ _COMPUTE_32F, _COMPUTE_32F_FAST_TF32 = 68, 77
 _GEMM_DEFAULT = -1
 _OPERAND_TYPE = {"half": (_CUDA_R_16F, "round_half"), "bfloat16": (_CUDA_R_16BF, "round_bf16"),
                  "half-x3": (_CUDA_R_16F, "split_half")}
+_FUSED_PANEL_THREADS = 256     # getrf_panel.cu: one thread per row of a block's share, mostly
+_FUSED_PANEL_MIN_ROWS = 256    # a short panel takes fewer blocks: fewer to hear from per column
+_FUSED_PANEL_MAX_WIDTH = 256   # the widest panel it takes
+_FUSED_PANEL_COOPERATIVE = True  # cuLaunchCooperativeKernel: the blocks' residency guaranteed
 _STATS_THREADS, _STATS_STRIP = 256, 64
 _STATS_PART = {"A": 0, "U": 1, "L": 2}  # convert.cu's row_stats/col_stats launch shape and STRIP
 
@@ -124,6 +128,33 @@ class DeviceBlock:
                            self.ld, self.dtype)
 
 
+class _FusedPanelSlots:
+    """The exchange area of the fused LU panel kernel (cuda/getrf_panel.cu), one per tile store:
+    per block and parity of the column its candidate row, magnitude, row index and tag, and block
+    0's row j. Sized for the most blocks and the widest panel the kernel takes."""
+
+    def __init__(self, store, max_blocks):
+        real_size = 8  # the magnitudes, at most a double
+        self.max_blocks, item = max_blocks, store.itemsize
+        rows = 2 * max_blocks * _FUSED_PANEL_MAX_WIDTH * item
+        row_j = 2 * _FUSED_PANEL_MAX_WIDTH * item
+        magnitudes, indices = 2 * max_blocks * real_size, 2 * max_blocks * 4
+        base = int(store._alloc(rows + row_j + magnitudes + 2 * indices))
+        self.rows, self.row_j = base, base + rows
+        self.magnitudes = self.row_j + row_j
+        self.indices = self.magnitudes + magnitudes
+        self.tags = self.indices + indices
+
+    def arguments(self, stream):
+        """The kernel's slot arguments for a launch on `stream`, its tags zeroed first on the
+        same stream (a memset on another stream could land while the kernel runs and erase a
+        tag that blocks are waiting for)."""
+        _driver.memset_d32_async(self.tags, 0, 2 * self.max_blocks, stream)
+        return (ctypes.c_void_p(self.rows), ctypes.c_void_p(self.row_j),
+                ctypes.c_void_p(self.magnitudes), ctypes.c_void_p(self.indices),
+                ctypes.c_void_p(self.tags), ctypes.c_uint(1))
+
+
 class DeviceMatrix:
     """The tile store of one factorization: the device copy of the matrix (ours, or the user's
     device array in place), the pivots on both sides, per-step info, the cuSOLVER workspace and
@@ -167,6 +198,7 @@ class DeviceMatrix:
         self._workspace_elems = getattr(cusolverDn, _PREFIX[self.dtype] + "getrf_buffer_size")(
             lane.solver, m, min(nb, max(k, 1)), self.ptr, self.ld) if k else 0
         self.solver_workspace = self._alloc(max(self._workspace_elems, 1) * self.itemsize)
+        self.panel_slots = _FusedPanelSlots(self, backend.multiprocessors) if k else None
         self._pinned_panels = {}
         self._extra_workspaces = {}
         self._pinned_pivots = None  # allocated with the first CPU panel (pinning costs time)
@@ -553,9 +585,16 @@ class CudaBackend:
         self.context.push()
         try:
             source = "\n".join(_kernel_source(name) for name in ("laswp.cu", "lapack_aux.cu",
-                                                                   "convert.cu"))
+                                                                   "convert.cu", "getrf_panel.cu"))
             self.kernels = _driver.Module(compile_cuda(source, no_extern_c=True,
                                                        options=["-O3"]))
+            optin = getattr(drv.device_attribute, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", None)
+            # the dynamic shared memory a fused LU panel may take (the kernel's static share,
+            # under 1 KiB, comes out of the same per-block limit)
+            self.fused_panel_shared = (self.device.get_attribute(optin) if optin else 48 * 1024) \
+                - 1024
+            for prefix in _PREFIX.values():
+                self.kernels.allow_shared(f"getrf_panel_fused_{prefix}", self.fused_panel_shared)
         finally:
             drv.Context.pop()
         self._lanes = {}
@@ -803,16 +842,43 @@ class CudaBackend:
 
     # -- operations on blocks ------------------------------------------------------------------
     def getrf_panel(self, lane, A: DeviceMatrix, step, r0, c0, c1):
-        """cuSOLVER getrf on the panel A[r0:, c0:c1]; pivots become global 0-based on the device."""
+        """The LU of the panel A[r0:, c0:c1], its pivots global 0-based rows on the device, its
+        info in the step's slot: our one-launch kernel where the panel fits in the SMs' shared
+        memory (the leaves of recursive panels), else cuSOLVER getrf."""
         panel = A.block(r0, A.m, c0, c1)
+        piv_ptr = int(A.pivots_dev) + c0 * 4
+        info_ptr = int(A.info_dev) + step * 4
+        shape = self.fused_panel_shape(panel.rows, panel.cols, A.itemsize)
+        if shape is not None:
+            blocks, rows_per_block, shared = shape
+            self.kernels.launch(
+                f"getrf_panel_fused_{_PREFIX[A.dtype]}", (blocks,), (_FUSED_PANEL_THREADS,),
+                lane.handle, ctypes.c_void_p(panel.ptr), ctypes.c_longlong(panel.ld),
+                ctypes.c_int(panel.rows), ctypes.c_int(panel.cols), ctypes.c_int(rows_per_block),
+                ctypes.c_void_p(piv_ptr), ctypes.c_int(r0), ctypes.c_void_p(info_ptr),
+                *A.panel_slots.arguments(lane.handle), shared=shared,
+                cooperative=_FUSED_PANEL_COOPERATIVE)
+            return
         work = int(A.solver_workspace)
         getrf = getattr(cusolverDn, _PREFIX[A.dtype] + "getrf")
-        piv_ptr = int(A.pivots_dev) + c0 * 4
-        getrf(lane.solver, panel.rows, panel.cols, panel.ptr, panel.ld, work, piv_ptr,
-              int(A.info_dev) + step * 4)
+        getrf(lane.solver, panel.rows, panel.cols, panel.ptr, panel.ld, work, piv_ptr, info_ptr)
         count = c1 - c0
         self.kernels.launch("pivots_to_global", (-(-count // 256),), (256,), lane.handle,
                             ctypes.c_void_p(piv_ptr), ctypes.c_int(count), ctypes.c_int(r0))
+
+    def fused_panel_shape(self, rows, cols, itemsize):
+        """(blocks, rows per block, shared bytes) of the fused panel kernel for a rows x cols
+        panel, or None where it does not take it: wider than its tags allow, fewer rows than
+        columns, or a share of rows too large for one SM's shared memory. Block 0 must hold the
+        first `cols` rows (the rows that become U)."""
+        if cols > _FUSED_PANEL_MAX_WIDTH or rows < cols or cols == 0:
+            return None
+        blocks = min(self.multiprocessors, -(-rows // _FUSED_PANEL_MIN_ROWS))
+        per_block = max(-(-rows // blocks), cols)
+        shared = (per_block + 2) * cols * itemsize
+        if shared > self.fused_panel_shared:
+            return None
+        return -(-rows // per_block), per_block, shared
 
     def panel_info(self, lane, A: DeviceMatrix, step, k0, k1):
         """The step's info := the first exactly zero U(i, i) of the panel's diagonal block

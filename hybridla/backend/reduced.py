@@ -44,6 +44,8 @@ class ReducedPrecisionOps:
         if compute not in COMPUTE:
             raise ValueError(f"compute must be one of {COMPUTE}; got {compute!r}")
         self._ops, self.compute, self.owner = ops, compute, owner
+        # the ops a recursive LU panel runs on: panels stay in float32, GEMMs included
+        self.panel_ops = ops
         ops.prepare_reduced(owner, compute)
 
     def __getattr__(self, name):

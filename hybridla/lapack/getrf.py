@@ -90,7 +90,9 @@ def record_panel(graph, A, plan, step, k0, k1, where, panel, pivots):
     recursive = plan.panel_leaf and k1 - k0 > plan.panel_leaf and \
         (where == "gpu" or not plan.backend.has_device)
     if where == "gpu" or recursive:
-        factor = functools.partial(getrf_panel_recursive, plan.backend, A=A, step=step, k0=k0,
+        # a reduced-precision backend (mixed solvers) keeps its panels in float32
+        panel_ops = getattr(plan.backend, "panel_ops", plan.backend)
+        factor = functools.partial(getrf_panel_recursive, panel_ops, A=A, step=step, k0=k0,
                                    k1=k1, leaf=plan.panel_leaf) if recursive else \
             functools.partial(plan.backend.getrf_panel, A=A, step=step, r0=k0, c0=k0, c1=k1)
         graph.add("panel", step, "gpu:panel" if where == "gpu" else "cpu", factor,
