@@ -20,7 +20,7 @@ from . import config as _config
 from . import lapack as _lapack
 from .lapack import gelqs, geqrs, getrf, getrs, potrf, potrs
 from .lapack._householder import LQ, QL, QR, copy_triangle
-from .lapack._mixed import LOW_DTYPE, MixedInfo, check_options
+from .lapack._mixed import LOW_DTYPE, ArrivingMatrix, MixedInfo, check_options
 from .lapack.gehrd import check_lo_hi
 from .lapack.orghr import orghr
 from .lapack.orgqr import form_q
@@ -792,12 +792,12 @@ def _mixed(name, a, b, square, solver, extra, full_precision, check_finite, fall
             B = B_store.read_block(0, m, 0, nrhs)
         finally:
             B_store.close()
-        A = ops.wrap(a)  # in place when column-major: only read
+        A, arriving = ops.wrap(a), None  # in place when column-major: only read
     else:
-        A = _upload_once(ops, np.asfortranarray(array, dtype=dtype), plan)
+        A, arriving = _host_working_matrix(ops, np.asfortranarray(array, dtype=dtype), plan)
         B = np.asfortranarray(b_array.reshape(m, nrhs), dtype=dtype)
     try:
-        X, info = solver(ops, A, B, options, plan, **extra)
+        X, info = solver(ops, A, B, options, plan, arriving=arriving, **extra)
     finally:
         A.close()
     if info.iterations < 0 and fallback:
@@ -823,17 +823,22 @@ def _not_positive_definite(info):
     return f"{info}-th leading minor of the array is not positive definite"
 
 
-def _upload_once(ops, array, plan):
-    """A host matrix as a tile store where the work happens: itself on the host backend; on a
-    device one uploaded in block columns, once, and kept there: refinement reads it every
-    iteration. The transfer mode is config mixed.host_transfer (staged by default: for this
-    one-shot upload it beat pinning the user's array in place, perf/RESULTS.md), or
-    device.host_transfer where that is null."""
+def _host_working_matrix(ops, array, plan):
+    """A host matrix as a tile store where the work happens, and its ArrivingMatrix or None:
+    itself on the host backend; on a device one uploaded in block columns, once, and kept there
+    (refinement reads it every iteration). The transfer mode is config mixed.host_transfer
+    (staged by default: for this one-shot upload it beat pinning the user's array in place,
+    perf/RESULTS.md), or device.host_transfer where that is null. Staged and large enough to
+    stage (device.pin_min_bytes), the matrix goes up during the low-precision factorization,
+    after its rounded copy (lapack/_mixed.ArrivingMatrix); otherwise before the solve."""
     if not ops.has_device:
-        return ops.wrap(array)
+        return ops.wrap(array), None
+    transfer = _config.get("mixed.host_transfer") or _config.get("device.host_transfer")
+    if transfer == "staged" and array.nbytes >= int(_config.get("device.pin_min_bytes")):
+        A = ops.matrix(*array.shape, array.dtype, plan.nb, host_source=array)
+        return A, ArrivingMatrix(ops, A, plan)
     from .lapack._blocked import record_uploads
     from .scheduler import TaskGraph, run
-    transfer = _config.get("mixed.host_transfer") or _config.get("device.host_transfer")
     with _config.set({"device.host_transfer": transfer}):
         A = ops.host_matrix(array, None, plan.nb)
     try:
@@ -844,7 +849,7 @@ def _upload_once(ops, array, plan):
     except BaseException:
         A.close()
         raise
-    return A
+    return A, None
 
 
 def _to_device(ops, x, like):

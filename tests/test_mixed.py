@@ -178,6 +178,25 @@ def test_cholesky_converges_reading_one_triangle(backend, lower, kappa, rng):
     assert backward_ratio(a, x, b, np.float64) <= 1.0
 
 
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_reduced_herk_strips_cover_the_triangle(uplo, rng):
+    """The tensor-core herk (GEMM strips, backend/reduced.py) updates the whole `uplo`
+    triangle with the rounded operands' product, the strips' edges included."""
+    from hybridla.backend.reduced import HERK_STRIP, ReducedPrecisionOps, round_to
+    ops = hybridla.backend.get_backend("host")
+    w, k = 2 * HERK_STRIP + 100, 48
+    low = ops.matrix(w, w, np.float32, 64)
+    reduced = ReducedPrecisionOps(ops, "half", low)
+    A = np.asfortranarray(rng.standard_normal((w, k) if uplo == "L" else (k, w)), np.float32)
+    C = np.asfortranarray(rng.standard_normal((w, w)), np.float32)
+    expected = C.astype(np.float64)
+    rounded = round_to(A, "half").astype(np.float64)
+    expected -= rounded @ rounded.T if uplo == "L" else rounded.T @ rounded
+    reduced.herk(ops.lane("gpu:update"), uplo, "N" if uplo == "L" else "C", -1, A, 1, C)
+    triangle = np.tril if uplo == "L" else np.triu
+    assert np.allclose(triangle(C), triangle(expected), rtol=0, atol=1e-3)
+
+
 @pytest.mark.parametrize("kappa", [1e6, 1e8, 1e12])
 def test_cholesky_shift_or_fallback_always_accurate(backend, kappa, rng):
     a = spd(N, kappa, np.float64, rng)
@@ -256,12 +275,61 @@ def test_gpu_interface_lstsq_and_row_major(device_kind, rng):
     assert np.allclose(to_host(x), scipy.linalg.lstsq(a, b)[0], rtol=1e-10, atol=0)
 
 
+LARGE = 2944  # 2944^2 float64 entries: more than device.pin_min_bytes (64 MiB)
+
+
 @pytest.mark.cuda
-def test_cpu_interface_large_enough_to_pin(cuda_backend):
-    """A host matrix of more than device.pin_min_bytes: uploaded pinned in pieces, once."""
-    n = 2944
+@pytest.mark.parametrize("case", ["gen", "gen complex", "pos shifted", "lstsq"])
+def test_cpu_interface_large_matrix_arrives_during_the_factorization(cuda_backend, case):
+    """A host matrix of more than device.pin_min_bytes (staged): its rounded copy goes up first,
+    the matrix itself during the low-precision factorization (lapack/_mixed.ArrivingMatrix);
+    the shifted Cholesky's second attempt re-reads the matrix, so waits for it."""
     rng = np.random.default_rng(5)
-    a = random_matrix(n, n, np.float64, rng)
-    b = random_matrix(n, 1, np.float64, rng)[:, 0]
-    x, info = hybridla.solve_mixed(a, b, backend="cuda")
-    assert info.iterations >= 0 and backward_ratio(a, x, b, np.float64) <= 1.0
+    dtype = np.complex128 if "complex" in case else np.float64
+    m = LARGE + 1000 if case == "lstsq" else LARGE
+    a = tall(m, LARGE, 1e2, dtype, rng) if case == "lstsq" else \
+        spd(LARGE, 1e8, dtype, rng) if case == "pos shifted" else \
+        random_matrix(LARGE, LARGE, dtype, rng)
+    b = random_matrix(m, 1, dtype, rng)[:, 0]
+    before = hybridla.backend.get_backend("cuda").allocated_bytes()
+    if case == "lstsq":
+        x, info = hybridla.lstsq_mixed(a, b, backend="cuda")
+        assert info.iterations >= 0
+        assert np.allclose(x, scipy.linalg.lstsq(a, b)[0], rtol=1e-10, atol=0)
+    else:
+        x, info = hybridla.solve_mixed(a, b, assume_a="pos" if "pos" in case else "gen",
+                                       lower=True, lowest="half" if "pos" in case else None,
+                                       backend="cuda")
+        if case == "pos shifted":  # kappa u_half >> 1: the unshifted Cholesky breaks down
+            assert info.shift > 0
+        if info.fell_back:
+            assert solve_backward_error(a, x[:, None], b[:, None]) < 30
+        else:
+            assert info.iterations >= 0 and backward_ratio(a, x, b, dtype) <= 1.0
+    assert hybridla.backend.get_backend("cuda").allocated_bytes() == before
+
+
+@pytest.mark.cuda
+def test_cpu_interface_overflow_and_failed_upload_free_everything(cuda_backend, monkeypatch):
+    """Code -2 while the matrix is still arriving: the fallback answers and the upload was
+    waited for; an upload that fails surfaces as the solve's exception, nothing left allocated."""
+    from hybridla.backend.cuda import DeviceMatrix
+    rng = np.random.default_rng(6)
+    a = random_matrix(LARGE, LARGE, np.float64, rng)
+    a[3, 4] = 1e6
+    b = random_matrix(LARGE, 1, np.float64, rng)[:, 0]
+    backend = hybridla.backend.get_backend("cuda")
+    before = backend.allocated_bytes()
+    x, info = hybridla.solve_mixed(a, b, lowest="half", equilibrate=False, backend="cuda")
+    assert info.fell_back and solve_backward_error(a, x[:, None], b[:, None]) < 30
+    assert backend.allocated_bytes() == before
+
+    def failing_stage(self, lane, slot, c0, c1):
+        if self.dtype == np.float64 and c0 > 0:
+            raise RuntimeError("injected upload failure")
+        return original(self, lane, slot, c0, c1)
+    original = DeviceMatrix.stage_columns
+    monkeypatch.setattr(DeviceMatrix, "stage_columns", failing_stage)
+    with pytest.raises(RuntimeError, match="injected upload failure"):
+        hybridla.solve_mixed(a, b, backend="cuda")
+    assert backend.allocated_bytes() == before

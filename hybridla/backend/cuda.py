@@ -227,9 +227,7 @@ class DeviceMatrix:
         self._allocations.clear()
         self._registered.clear()
         self._pinned_panels.clear()
-        if self._slots is not None:
-            self._slots = None
-            self.backend.staging_lock.release()
+        self.end_staging()
 
     # -- pinning the host matrix in pieces (see pinning.py) -----------------------------------
     def plan_pin_pieces(self, pieces: int):
@@ -266,6 +264,49 @@ class DeviceMatrix:
         self._slots = {"up": slots[:up_slots], "down": slots[up_slots:]}
         self.up_slots, self.down_slots = up_slots, down_slots
         self.staged = True
+
+    def end_staging(self):
+        """Give the pinned slots back (another matrix may stage now); `close` does it too."""
+        if self._slots is not None:
+            self._slots = None
+            self.staged = False
+            self.backend.staging_lock.release()
+
+    def upload_in_background(self, up_slots: int = 2):
+        """Upload the whole host source, staged, from a host thread of its own on a copy stream
+        of its own, while the caller goes on: the working matrix of a mixed solve, which only the
+        refinement reads, travels while the low-precision factorization runs. Returns a function
+        that waits for the upload to finish (re-raising its error) and gives the slots back."""
+        self.use_staging(up_slots, 0)
+        lane = self.backend.lane("copy:h2d-background")
+        failures = []
+
+        def upload():
+            self.backend.context.push()
+            try:
+                in_flight = [None] * up_slots
+                for block, c0 in enumerate(range(0, self.n, self.nb)):
+                    c1, slot = min(c0 + self.nb, self.n), block % up_slots
+                    if in_flight[slot] is not None:  # the slot's last DMA must be done
+                        in_flight[slot].synchronize()
+                    self.stage_columns(lane, slot, c0, c1)
+                    self.upload_staged(lane, slot, c0, c1)
+                    in_flight[slot] = lane.record()
+                _driver.stream_synchronize(lane.handle)
+            except BaseException as exc:  # re-raised by the waiter, in the caller's thread
+                failures.append(exc)
+            finally:
+                drv.Context.pop()
+
+        thread = threading.Thread(target=upload, name="hybridla-upload", daemon=True)
+        thread.start()
+
+        def wait():
+            thread.join()
+            self.end_staging()
+            if failures:
+                raise failures[0]
+        return wait
 
     @property
     def transfer(self) -> str:
@@ -617,6 +658,10 @@ class CudaBackend:
         (like a pinned memory pool: cuMemHostAlloc costs about as much as pinning, so it is paid
         once, not on every call). The caller holds `staging_lock`."""
         if len(self._staging) < count or self._staging[0].nbytes < nbytes:
+            # grown to the largest count and size asked so far: a mixed solve stages its float32
+            # copy and then its float64 matrix, which must not reallocate on every call
+            count = max(count, len(self._staging))
+            nbytes = max(nbytes, self._staging[0].nbytes if self._staging else 0)
             self.context.push()
             try:
                 self._staging = []  # the old buffers go before the larger ones are made
@@ -717,9 +762,13 @@ class CudaBackend:
         finally:
             drv.Context.pop()
 
-    def host_matrix(self, source: np.ndarray, result: np.ndarray, nb: int) -> DeviceMatrix:
+    def host_matrix(self, source: np.ndarray, result: np.ndarray, nb: int,
+                    dtype=None) -> DeviceMatrix:
         """The device working matrix for a host-resident input (CPU interface): streamed up from
-        `source`, the factors streamed down into `result` (F-ordered, possibly the same array)."""
+        `source`, the factors streamed down into `result` (F-ordered, possibly the same array).
+        A narrower `dtype` than the source's (a mixed solver's low-precision copy, `result`
+        None) is rounded on the host: by the threads that stage it, or at once when small."""
+        dtype = np.dtype(dtype or source.dtype)
         transfer = _config_get("device.host_transfer")
         if transfer not in HOST_TRANSFERS:
             raise ValueError(f"device.host_transfer must be one of {HOST_TRANSFERS}; got "
@@ -729,7 +778,11 @@ class CudaBackend:
         # argument") in the tests on the H200. Below the threshold the pageable copies take
         # milliseconds anyway, so small matrices are not staged either.
         large = source.nbytes >= int(_config_get("device.pin_min_bytes"))
-        A = self.matrix(*source.shape, source.dtype, nb, host_source=source, host_result=result)
+        if dtype != source.dtype:  # only staging rounds as it copies
+            transfer = "staged"
+            if not large:
+                source = np.asfortranarray(source, dtype=dtype)
+        A = self.matrix(*source.shape, dtype, nb, host_source=source, host_result=result)
         try:
             if large and transfer == "staged":
                 A.use_staging(up_slots=4, down_slots=4)

@@ -34,6 +34,8 @@ LARGEST = {"single": float(np.finfo(np.float32).max), "tf32": float(np.finfo(np.
 UNIT_ROUNDOFF = {name: 2.0 ** -bits for name, bits in SIGNIFICANT_BITS.items()}
 # cuBLAS has no tensor-core GEMM with complex 16-bit operands
 REAL_ONLY = ("half", "bfloat16", "half-x3")
+# herk as GEMM strips: at most this many, each at least this wide (ReducedPrecisionOps.herk)
+HERK_STRIPS, HERK_STRIP = 8, 1024
 
 
 class ReducedPrecisionOps:
@@ -58,13 +60,23 @@ class ReducedPrecisionOps:
     herk_is_gemm = True  # update/chol.py: no recursive halving of the triangle then
 
     def herk(self, lane, uplo, trans, alpha, A, beta, C):
-        """C := alpha op(A) op(A)^H + beta C as one GEMM, both triangles (no tensor-core HERK
-        exists): the low-precision copy's other triangle is never read, so writing it costs
-        nothing but the flops of a square instead of a triangle."""
-        if trans == "N":
-            self.gemm(lane, alpha, A, A, beta, C, trans_b="C")
-        else:
-            self.gemm(lane, alpha, A, A, beta, C, trans_a="C")
+        """C := alpha op(A) op(A)^H + beta C as a few GEMMs (no tensor-core HERK exists): strips
+        of C's columns (lower; rows for upper), each from its diagonal block to the edge of the
+        `uplo` triangle. The low-precision copy's other triangle is never read, so the square
+        blocks on the diagonal may be written whole; s strips compute (s + 1) / (2 s) of the
+        square's flops. More strips mean more, narrower GEMMs and more operand roundings (each
+        GEMM rounds its own operands), so they stay few and at least HERK_STRIP wide."""
+        w = C.shape[0]
+        strips = max(1, min(HERK_STRIPS, w // HERK_STRIP))
+        edges = [0] + [-(-w * j // strips) // 32 * 32 for j in range(1, strips)] + [w]
+        sub, k = self._ops.sub_block, A.shape[1] if trans == "N" else A.shape[0]
+        for b0, b1 in zip(edges, edges[1:]):
+            if trans == "N":   # lower: C[b0:, b0:b1] = A[b0:] A[b0:b1]^H
+                self.gemm(lane, alpha, sub(A, b0, w, 0, k), sub(A, b0, b1, 0, k), beta,
+                          sub(C, b0, w, b0, b1), trans_b="C")
+            else:              # upper: C[b0:b1, b0:] = A[:, b0:b1]^H A[:, b0:]
+                self.gemm(lane, alpha, sub(A, 0, k, b0, b1), sub(A, 0, k, b0, w), beta,
+                          sub(C, b0, b1, b0, w), trans_a="C")
 
     def overflowed(self) -> bool:
         """Whether a rounding of this factorization overflowed (a host wait on a device)."""

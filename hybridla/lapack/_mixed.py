@@ -23,6 +23,8 @@ from dataclasses import dataclass, field, replace as dataclass_replace
 import numpy as np
 
 from ..backend.reduced import COMPUTE, LARGEST, REAL_ONLY, ReducedPrecisionOps
+from ..scheduler import TaskGraph, run
+from ._blocked import record_uploads
 from ._refine import refine
 
 LOW_DTYPE = {np.dtype(np.float64): np.dtype(np.float32), np.dtype(np.float32): np.dtype(np.float32),
@@ -241,15 +243,53 @@ def run_refinement(operator, preconditioner, B, anorm, options, n) -> tuple:
                   max_inner=options.max_inner)
 
 
+class ArrivingMatrix:
+    """A host-resident working matrix on a device backend (the mixed solvers' CPU interface), in
+    a tile store `A` that is allocated but still empty. Its low-precision copy goes up first,
+    rounded by the host threads that stage it (half of A's bytes to move before the
+    factorization can start); A itself follows from a host thread during the factorization, since
+    only the refinement reads it."""
+
+    def __init__(self, ops, A, plan):
+        self.ops, self.A, self.plan = ops, A, plan
+        self._wait = None
+
+    def low_copy(self, dtype):
+        """The host matrix rounded to `dtype`, uploaded (a tile store of its own)."""
+        low = self.ops.host_matrix(self.A.host_source, None, self.plan.nb, dtype=dtype)
+        try:
+            graph = TaskGraph()
+            record_uploads(graph, low, self.plan)
+            run(graph, self.ops, workers=self.plan.workers)
+            self.ops.synchronize()
+            low.end_staging()
+        except BaseException:
+            low.close()
+            raise
+        return low
+
+    def start(self):
+        self._wait = self.A.upload_in_background()
+
+    def arrived(self):
+        """A, once it is all on the device (waits for the upload)."""
+        if self._wait is not None:
+            wait, self._wait = self._wait, None
+            wait()
+        return self.A
+
+
 class MixedSolver:
     """The phases of a mixed-precision solve, in order; a driver (gesv_mixed, posv_mixed,
     gels_mixed) says how to scale, which factorization to run and how its factors precondition.
 
-    solve(A, B): A the working-precision tile store (where the user's matrix lives, never
-    written), B the right-hand sides (host array, n x nrhs). Returns (X, MixedInfo): X None for
-    codes -2 and -3 (no solution was computed), else the refined solution, which for codes < 0
-    did not pass the stopping test (the caller falls back, or not). The low-precision copy is a
-    tile store of its own, freed whatever happens."""
+    solve(A, B, arriving): A the working-precision tile store (where the user's matrix lives,
+    never written), B the right-hand sides (host array, n x nrhs); `arriving` an ArrivingMatrix
+    when A is still on the host (its low-precision copy then comes from the host, rounded there,
+    and is scaled in place on the device: for power-of-two scales that is the same rounding).
+    Returns (X, MixedInfo): X None for codes -2 and -3 (no solution was computed), else the
+    refined solution, which for codes < 0 did not pass the stopping test (the caller falls back,
+    or not). The low-precision copy is a tile store of its own, freed whatever happens."""
 
     uplo = None        # Hermitian A stored in this triangle (posv_mixed)
     normal = False     # refine the normal equations A^H A x = A^H b (gels_mixed)
@@ -271,16 +311,27 @@ class MixedSolver:
         raise NotImplementedError
 
     # -- the template --------------------------------------------------------------------------
-    def solve(self, A, B):
+    def working_matrix(self, A):
+        """A where the device can read it (after its upload, for an arriving matrix)."""
+        return self.arriving.arrived() if self.arriving is not None else A
+
+    def solve(self, A, B, arriving=None):
         ops, options = self.ops, self.options
         n, nrhs = A.n, B.shape[1]
         phases = Phases()
         info = MixedInfo(lowest=options.lowest, refinement=options.refinement)
-        low = ops.matrix(A.m, A.n, LOW_DTYPE[A.dtype], self.plan.nb)
+        self.arriving, low = arriving, None
         try:
             with phases("convert"):
-                r, c, anorm = self.scale(A)
-                overflow = narrow(ops, A, low, r, c, options.lowest)
+                if arriving is None:
+                    low = ops.matrix(A.m, A.n, LOW_DTYPE[A.dtype], self.plan.nb)
+                    r, c, anorm = self.scale(A)
+                    overflow = narrow(ops, A, low, r, c, options.lowest)
+                else:  # the norm from the rounded entries: 2^-24 relative, nothing to the test
+                    low = arriving.low_copy(LOW_DTYPE[A.dtype])
+                    arriving.start()
+                    r, c, anorm = self.scale(low)
+                    overflow = narrow(ops, low, low, r, c, options.lowest)
             if overflow:
                 info.iterations = OVERFLOW
                 return None, self._done(info, phases)
@@ -293,6 +344,7 @@ class MixedSolver:
                 info.iterations = OVERFLOW if overflow else FACTORIZATION_FAILED
                 return None, self._done(info, phases)
             with phases("refine"):
+                A = self.working_matrix(A)
                 operator = WorkingOperator(ops, A, nrhs, uplo=self.uplo, normal=self.normal)
                 rhs = operator.product(B, "C") if self.normal else B
                 preconditioner = self.preconditioner(low, nrhs, r, c)
@@ -306,7 +358,11 @@ class MixedSolver:
             info.inner_iterations = result.inner_iterations
             return result.x, self._done(info, phases)
         finally:
-            low.close()
+            try:
+                self.working_matrix(A)  # no upload may still be writing when A is freed
+            finally:
+                if low is not None:
+                    low.close()
 
     @staticmethod
     def _done(info, phases):

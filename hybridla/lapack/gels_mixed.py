@@ -54,11 +54,11 @@ class GelsMixed(MixedSolver):
                                         [("U", "C", "N"), ("U", "N", "N")], c, c)
 
 
-def gels_mixed(ops, A, B, options, plan):
+def gels_mixed(ops, A, B, options, plan, arriving=None):
     """Least squares min ||A X - B|| (A m x n, m >= n, full rank, the working-precision tile
     store; B a host array m x nrhs) by a low-precision QR and refinement of the normal equations.
     Returns (X, MixedInfo), X n x nrhs."""
     if A.m < A.n:
         raise ValueError(f"gels_mixed needs m >= n (a tall or square matrix); got "
                          f"{A.m} x {A.n}")
-    return GelsMixed(ops, options, plan).solve(A, B)
+    return GelsMixed(ops, options, plan).solve(A, B, arriving)

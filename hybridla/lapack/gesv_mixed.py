@@ -36,7 +36,7 @@ class GesvMixed(MixedSolver):
                                         lu_permutation(self.pivots))
 
 
-def gesv_mixed(ops, A, B, options, plan):
+def gesv_mixed(ops, A, B, options, plan, arriving=None):
     """Solve A X = B (A the working-precision tile store, B a host array n x nrhs) by a
     low-precision LU and refinement. Returns (X, MixedInfo); see MixedSolver.solve."""
-    return GesvMixed(ops, options, plan).solve(A, B)
+    return GesvMixed(ops, options, plan).solve(A, B, arriving)

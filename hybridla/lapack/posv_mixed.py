@@ -38,7 +38,7 @@ class PosvMixed(MixedSolver):
                           for k in range(1, SHIFT_ATTEMPTS + 1)]
         for attempt, sigma in enumerate(shifts):
             if attempt:  # the failed attempt overwrote part of the copy: make it again
-                narrow(self.ops, A, low, r, c, self.options.lowest)
+                narrow(self.ops, self.working_matrix(A), low, r, c, self.options.lowest)
                 self.ops.add_to_diagonal(self.ops.lane("gpu:update"), low,
                                          low.block(0, low.n, 0, low.n), sigma)
             info, trace = potrf(low, plan, self.uplo)
@@ -55,10 +55,10 @@ class PosvMixed(MixedSolver):
                                         [(self.uplo, first, "N"), (self.uplo, second, "N")], r, c)
 
 
-def posv_mixed(ops, A, B, options, plan, uplo="L"):
+def posv_mixed(ops, A, B, options, plan, uplo="L", arriving=None):
     """Solve A X = B for Hermitian positive definite A (its `uplo` triangle in the tile store A)
     by a low-precision Cholesky factorization and refinement. Returns (X, MixedInfo)."""
     solver = PosvMixed(ops, options, plan, uplo)
-    X, info = solver.solve(A, B)
+    X, info = solver.solve(A, B, arriving)
     info.shift = solver.shift
     return X, info
