@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """What host <-> device transfers cost for a host-resident matrix, the numbers behind the CPU
 interface's streaming: pinning the user's array in place (cuMemHostRegister) against pageable
-copies, for whole block columns (1-D) and for row blocks (2-D, the shape of our downloads).
+copies, for whole block columns (1-D) and for row blocks (2-D, the shape of our downloads);
+and the host side of staging: the whole matrix copied block column by block column into a pinned
+slot by T threads, as is (float64) and rounded to float32 (the mixed solvers' low copy).
 
-    python3 perf/transfers.py [--n 32768] [--nb 512]
+    python3 perf/transfers.py [--n 32768] [--nb 512] [--threads 1 4 8 16]
 """
 import argparse
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import sys
@@ -41,13 +44,35 @@ def copy2d(dev, host, m, ld, r0, r1, n, to_device, stream):
     c(stream)
 
 
+def staging_copies(host, nb, threads):
+    """Seconds to copy all of `host` into one pinned slot of nb columns, block column by block
+    column, on `threads` threads (each a share of the columns), as float64 and as float32."""
+    n = host.shape[0]
+    slot = drv.pagelocked_empty(n * nb * 8, np.uint8)
+    for dtype in (np.float64, np.float32):
+        view = slot[: n * nb * np.dtype(dtype).itemsize].view(dtype).reshape((n, nb), order="F")
+        for count in threads:
+            step = -(-nb // count)
+            with ThreadPoolExecutor(count) as pool:
+                started = time.perf_counter()
+                for c0 in range(0, host.shape[1], nb):
+                    block = host[:, c0:c0 + nb]
+                    list(pool.map(lambda j: np.copyto(view[:, j:j + step], block[:, j:j + step]),
+                                  range(0, block.shape[1], step)))
+                seconds = time.perf_counter() - started
+            print(f"staging copy to {np.dtype(dtype).name:7s} on {count:2d} threads: "
+                  f"{seconds*1e3:8.1f} ms  {host.nbytes/1e9/seconds:6.1f} GB/s of matrix read")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--n", type=int, default=32768)
     p.add_argument("--nb", type=int, default=512)
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 4, 8, 16])
     a = p.parse_args()
     n, nb = a.n, a.nb
     host = np.ones((n, n), order="F")  # touched: pages exist, as a user's matrix's do
+    staging_copies(host, 1024, a.threads)
     dev = drv.mem_alloc(n * n * 8)
     stream = drv.Stream(flags=1)
     gb = n * n * 8 / 1e9

@@ -9,6 +9,7 @@ download, the end of a factorization).
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 import warnings
@@ -272,21 +273,24 @@ class DeviceMatrix:
             self.staged = False
             self.backend.staging_lock.release()
 
-    def upload_in_background(self, up_slots: int = 2):
-        """Upload the whole host source, staged, from a host thread of its own on a copy stream
-        of its own, while the caller goes on: the working matrix of a mixed solve, which only the
-        refinement reads, travels while the low-precision factorization runs. Returns a function
-        that waits for the upload to finish (re-raising its error) and gives the slots back."""
-        self.use_staging(up_slots, 0)
+    def upload_in_background(self):
+        """Upload the whole host source, staged through two pinned slots, from a host thread of
+        its own on a copy stream of its own, while the caller goes on: the working matrix of a
+        mixed solve, which only the refinement reads, travels while the low-precision
+        factorization runs. (Pinning the user's array in place instead stalled the GPU work
+        queued meanwhile: the factorization took 0.65-0.82 s instead of 0.43, perf/RESULTS.md.)
+        Returns a function that waits for the upload to finish (re-raising its error) and gives
+        the slots back."""
+        self.use_staging(2, 0)
         lane = self.backend.lane("copy:h2d-background")
         failures = []
 
         def upload():
             self.backend.context.push()
             try:
-                in_flight = [None] * up_slots
+                in_flight = [None, None]
                 for block, c0 in enumerate(range(0, self.n, self.nb)):
-                    c1, slot = min(c0 + self.nb, self.n), block % up_slots
+                    c1, slot = min(c0 + self.nb, self.n), block % 2
                     if in_flight[slot] is not None:  # the slot's last DMA must be done
                         in_flight[slot].synchronize()
                     self.stage_columns(lane, slot, c0, c1)
@@ -650,7 +654,7 @@ class CudaBackend:
                                   for dt, scalars in self._scalars.items()}
         self.staging_lock = threading.Lock()
         self._staging = []
-        self._copy_pool = None
+        self._copy_pool, self._copy_pool_size = None, 0
 
     # -- pinned staging slots and threaded host copies ---------------------------------------------
     def staging_slots(self, count: int, nbytes: int):
@@ -673,13 +677,16 @@ class CudaBackend:
     def host_copy(self, dst: np.ndarray, src: np.ndarray):
         """dst[...] = src, cut by columns over `device.copy_threads` threads: one thread's memcpy
         reaches a fraction of the host's memory bandwidth (NumPy releases the GIL while copying)."""
-        threads = max(1, int(_config_get("device.copy_threads")))
+        threads = max(1, int(_config_get("device.copy_threads") or os.cpu_count() or 1))
         cols = dst.shape[1]
         if threads == 1 or cols < 2:
             np.copyto(dst, src)
             return
-        if self._copy_pool is None:
+        if self._copy_pool is None or self._copy_pool_size != threads:  # made, or the setting moved
+            if self._copy_pool is not None:
+                self._copy_pool.shutdown(wait=False)
             self._copy_pool = ThreadPoolExecutor(threads, thread_name_prefix="hybridla-copy")
+            self._copy_pool_size = threads
         step = -(-cols // threads)
         futures = [self._copy_pool.submit(np.copyto, dst[:, j:j + step], src[:, j:j + step])
                    for j in range(0, cols, step)]

@@ -49,7 +49,8 @@ class MixedInfo:
     inner_iterations  GMRES iterations in all
     info        LAPACK's info of the low-precision factorization (0, or where it failed)
     shift       the diagonal shift the low-precision Cholesky needed (posv_mixed), else 0
-    seconds     wall time of each phase: convert, factor, refine, fallback, total; and inside
+    seconds     wall time of each phase: convert, factor, refine, fallback, total; inside
+                convert, "convert: upload" (a host matrix's rounded copy going up); inside
                 refine, "refine: A products" and "refine: preconditioner" (the rest of
                 refine is the host's Krylov arithmetic)
     """
@@ -328,7 +329,8 @@ class MixedSolver:
                     r, c, anorm = self.scale(A)
                     overflow = narrow(ops, A, low, r, c, options.lowest)
                 else:  # the norm from the rounded entries: 2^-24 relative, nothing to the test
-                    low = arriving.low_copy(LOW_DTYPE[A.dtype])
+                    with phases("convert: upload"):
+                        low = arriving.low_copy(LOW_DTYPE[A.dtype])
                     arriving.start()
                     r, c, anorm = self.scale(low)
                     overflow = narrow(ops, low, low, r, c, options.lowest)
