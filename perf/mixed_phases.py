@@ -5,7 +5,7 @@ a tuning aid beside perf/mixed.py, which compares with the baselines.
 
     python3 perf/mixed_phases.py --n 32768 --nb 256 512 --lowest half-x3 tf32 \
         [--assume gen|pos] [--refinement classical-gmres] [--max-inner 50] [--max-iter 30]
-        [--panel-leaf 0 64] [--interface cpu --copy-threads 8 16]
+        [--panel-leaf 0 64] [--panel-sms 0 48] [--interface cpu --copy-threads 8 16]
 
 Matrices: gen = standard normal; pos = G G^T / n + I (G standard normal). One untimed warm-up
 solve, then one timed solve per (nb, lowest); each row gives the phases of MixedInfo.seconds,
@@ -45,6 +45,8 @@ def main():
     p.add_argument("--max-iter", type=int, default=30)
     p.add_argument("--panel-leaf", type=int, nargs="+", default=[None],
                    help="mixed.panel_leaf values (default: the configured one)")
+    p.add_argument("--panel-sms", type=int, nargs="+", default=[None],
+                   help="device.panel_sms values (default: the configured one)")
     p.add_argument("--interface", default="gpu", choices=("gpu", "cpu"))
     p.add_argument("--copy-threads", type=int, nargs="+", default=[None],
                    help="device.copy_threads values (default: the configured one)")
@@ -58,12 +60,13 @@ def main():
                    max_inner=args.max_inner, max_iter=args.max_iter, check_finite=False)
     hybridla.solve_mixed(solve_a, solve_b, lowest=args.lowest[0], nb=args.nb[0],
                          **options)  # warm-up
-    print(f"| n | assume | interface | lowest | nb | panel leaf | copy threads | time (s) | "
-          f"iterations | inner | fell back | phases (s) | backward error |")
-    print("|---:|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---|")
-    for lowest, nb, leaf, threads in itertools.product(args.lowest, args.nb, args.panel_leaf,
-                                                       args.copy_threads):
+    print(f"| n | assume | interface | lowest | nb | panel leaf | panel SMs | copy threads | "
+          f"time (s) | iterations | inner | fell back | phases (s) | backward error |")
+    print("|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|")
+    for lowest, nb, leaf, sms, threads in itertools.product(
+            args.lowest, args.nb, args.panel_leaf, args.panel_sms, args.copy_threads):
         settings = {key: value for key, value in (("mixed.panel_leaf", leaf),
+                                                  ("device.panel_sms", sms),
                                                   ("device.copy_threads", threads))
                     if value is not None}
         with hybridla.config.set(settings):
@@ -77,8 +80,9 @@ def main():
             phases = ", ".join(f"{k} {v:.3f}" for k, v in info.seconds.items())
             leaf = hybridla.config.get("mixed.panel_leaf")
             threads = hybridla.config.get("device.copy_threads")
+            sms = hybridla.config.get("device.panel_sms")
             print(f"| {args.n} | {args.assume} | {args.interface} | {lowest} | {nb} | {leaf} | "
-                  f"{threads} | {seconds:.3f} | {info.iterations} | {info.inner_iterations} | "
+                  f"{sms} | {threads} | {seconds:.3f} | {info.iterations} | {info.inner_iterations} | "
                   f"{info.fell_back} | {phases} | {error:.2e} |", flush=True)
 
 

@@ -24,7 +24,8 @@ def record_uploads(graph, A, plan):
     runs on several threads of its own), so the Dask workers stay free to enqueue GPU work.
     Pinned in place, the pieces are pinned one after the other on a CPU worker, each upload
     waiting only for its own. Returns how many block columns the trailing update takes at once
-    while the matrix arrives (the upload granularity)."""
+    while the matrix arrives: plan.upload_group when staged (the block columns arrive one by
+    one), a piece's when pinned (they arrive as their piece is pinned)."""
     m, n, nb = A.m, A.n, plan.nb
     blocks = -(-n // nb)
     if A.staged:
@@ -40,7 +41,7 @@ def record_uploads(graph, A, plan):
                       functools.partial(A.upload_staged, slot=slot, c0=c0, c1=c1),
                       reads=[Region("copy:h2d", 0, 1), buffer],
                       writes=[Region("A", 0, m, c0, c1), Region("copy:h2d", 0, 1)], bytes=nbytes)
-        return max(1, blocks // plan.pin_pieces)
+        return plan.upload_group
     piece_starts = A.plan_pin_pieces(plan.pin_pieces) if A.pin else [0]
     for piece in range(len(piece_starts) if A.pin else 0):
         graph.add("pin", -1, "cpu", lambda lane, piece=piece: A.pin_piece(piece),

@@ -14,6 +14,7 @@ solves): at n = 32768 in float64 that is 8.6 GB and 4.3 GB, milliseconds at HBM 
 """
 from __future__ import annotations
 
+from .. import config
 from ._mixed import MixedSolver, TriangularPreconditioner, general_scaling, lu_permutation
 from .getrf import getrf
 
@@ -24,7 +25,11 @@ class GesvMixed(MixedSolver):
         return r, c, norm_inf
 
     def factor(self, A, low, plan, r, c) -> int:
-        self.pivots, info, trace = getrf(low, plan)
+        # the tensor-core update leaves SMs to the panels, the LU's critical path (config
+        # mixed.lu_panel_sms; null: device.panel_sms as for everything else)
+        reserved = config.get("mixed.lu_panel_sms")
+        with config.set({} if reserved is None else {"device.panel_sms": reserved}):
+            self.pivots, info, trace = getrf(low, plan)
         if plan.trace_path:
             trace.to_chrome(plan.trace_path)
         return info
