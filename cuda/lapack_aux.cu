@@ -26,6 +26,10 @@
 //                   of the column.
 //   t_column        larft's column i of T from V^H v and T[:i, :i] already applied to it:
 //                   t[0:i] *= -tau, t[i] = tau (gehrd's panel)
+//   add_triangles   a batch of nb x nb blocks at a fixed stride: the upper or lower triangle
+//                   (with the diagonal) of D_b += S_b, the diagonal's imaginary part then set to
+//                   zero as herk does: the diagonal blocks of a Cholesky update, computed by one
+//                   strided-batched gemm into scratch (blockIdx.z is the block)
 //
 // All are one pass over a small (nb x nb) or block-sized matrix: one thread per element, a 2-D
 // grid of 32 x 8 blocks; bytes moved = one read and/or one write per element.
@@ -177,6 +181,18 @@ __device__ void t_column(T* t, int i, const T* tau)
     if (threadIdx.x == 0) t[i] = *tau;
 }
 
+template <typename T>
+__device__ void add_triangles(const T* S, long long lds, long long stride_s, T* D, long long ldd,
+                              long long stride_d, int nb, int uplo)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;
+    if (i >= nb || j >= nb || !(i == j || in_part(i, j, uplo))) return;
+    const T s = S[blockIdx.z * stride_s + i + j * lds];
+    T* d = D + blockIdx.z * stride_d + i + j * ldd;
+    const double im = i == j ? 0.0 : imag_part(*d) + imag_part(s);
+    *d = Num<T>::make(real_part(*d) + real_part(s), im);
+}
+
 #define AUX(S, T)                                                                              \
 extern "C" __global__ void laset_##S(T* A, long long lda, int rows, int cols, int uplo,         \
     double are, double aim, double bre, double bim)                                            \
@@ -196,7 +212,10 @@ extern "C" __global__ void first_zero_diagonal_##S(const T* A, long long lda, in
     int* info)                                                                                 \
 { first_zero_diagonal<T>(A, lda, count, info); }                                              \
 extern "C" __global__ void larfg_##S(T* x, int n, T* tau) { larfg<T>(x, n, tau); }             \
-extern "C" __global__ void t_column_##S(T* t, int i, const T* tau) { t_column<T>(t, i, tau); }
+extern "C" __global__ void t_column_##S(T* t, int i, const T* tau) { t_column<T>(t, i, tau); } \
+extern "C" __global__ void add_triangles_##S(const T* S_, long long lds, long long stride_s,    \
+    T* D, long long ldd, long long stride_d, int nb, int uplo)                                 \
+{ add_triangles<T>(S_, lds, stride_s, D, ldd, stride_d, nb, uplo); }
 
 AUX(s, float)
 AUX(d, double)

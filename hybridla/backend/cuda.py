@@ -34,6 +34,8 @@ _HERK = {np.dtype(np.float32): ("ssyrk", np.float32), np.dtype(np.float64): ("ds
          np.dtype(np.complex64): ("cherk", np.float32),
          np.dtype(np.complex128): ("zherk", np.float64)}
 _GEMM = {dtype: getattr(cublas, prefix + "gemm") for dtype, prefix in _PREFIX.items()}
+_GEMM_STRIDED = {dtype: getattr(cublas, prefix + "gemm_strided_batched")
+                 for dtype, prefix in _PREFIX.items()}
 _GEMV = {dtype: getattr(cublas, prefix + "gemv") for dtype, prefix in _PREFIX.items()}
 _SIDE = {"L": 0, "R": 1}
 _UPLO = {"L": 0, "U": 1}
@@ -1371,6 +1373,35 @@ class CudaBackend:
         scalars = np.array([alpha, beta], dtype=real)  # real, as herk takes them
         getattr(cublas, name)(lane.blas, _UPLO[uplo], op, C.rows, k, scalars.ctypes.data,
                               A.ptr, A.ld, scalars.ctypes.data + scalars.itemsize, C.ptr, C.ld)
+
+    def herk_diagonal_blocks(self, lane, uplo, trans, alpha, A: DeviceBlock, C: DeviceBlock, nb,
+                             scratch: DeviceBlock):
+        """The `uplo` triangles of C's diagonal blocks of nb (the last one may be smaller)
+        += alpha op(A) op(A)^H for the matching rows ("N") or columns ("C") of A. cuBLAS's herk
+        on one small block runs far below gemm's rate and each is a launch of its own, so the
+        full blocks are one strided-batched gemm into `scratch` (nb x C.rows or more), both
+        triangles, whose `uplo` triangles one kernel adds to C (the other triangle of C is not
+        touched: LAPACK's contract for the user's matrix)."""
+        full, rest = divmod(C.rows, nb)
+        if rest:
+            start = full * nb
+            part = A.sub(start, A.rows, 0, A.cols) if trans == "N" else \
+                A.sub(0, A.rows, start, A.cols)
+            self.herk(lane, uplo, trans, alpha, part, 1, C.sub(start, C.rows, start, C.cols))
+        if not full:
+            return
+        dtype, k = C.dtype, A.cols if trans == "N" else A.rows
+        step_a = nb if trans == "N" else nb * A.ld  # from one block's rows (columns) to the next
+        ops = ("N", "C") if trans == "N" else ("C", "N")
+        _GEMM_STRIDED[dtype](lane.blas, _OP[ops[0]], _OP[ops[1]], nb, nb, k,
+                             self._scalar(dtype, alpha), A.ptr, A.ld, step_a, A.ptr, A.ld, step_a,
+                             self._scalar(dtype, 0), scratch.ptr, nb, nb * nb, full)
+        self.kernels.launch(f"add_triangles_{_PREFIX[dtype]}", (*self._aux_grid(nb, nb), full),
+                            _AUX_BLOCK, lane.handle, ctypes.c_void_p(scratch.ptr),
+                            ctypes.c_longlong(nb), ctypes.c_longlong(nb * nb),
+                            ctypes.c_void_p(C.ptr), ctypes.c_longlong(C.ld),
+                            ctypes.c_longlong(nb * (C.ld + 1)), ctypes.c_int(nb),
+                            ctypes.c_int(_LASET_PART[uplo]))
 
     def trsm(self, lane, side, uplo, trans, diag, alpha, T: DeviceBlock, B: DeviceBlock):
         if B.size == 0:

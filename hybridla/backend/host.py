@@ -288,6 +288,15 @@ class HostBackend:
         herk, = get_blas_funcs((_HERK[C.dtype.char],), dtype=C.dtype)
         C[...] = herk(alpha, A, beta=beta, c=C, trans="NTC".index(trans), lower=int(uplo == "L"))
 
+    def herk_diagonal_blocks(self, lane, uplo, trans, alpha, A, C, nb, scratch=None):
+        """The `uplo` triangles of C's diagonal blocks of nb += alpha op(A) op(A)^H for the
+        matching rows ("N") or columns ("C") of A (the cuda backend's batched form; here one
+        herk per block)."""
+        for start in range(0, C.shape[0], nb):
+            end = min(start + nb, C.shape[0])
+            part = A[start:end] if trans == "N" else A[:, start:end]
+            self.herk(lane, uplo, trans, alpha, part, 1, C[start:end, start:end])
+
     @staticmethod
     def sub_block(B, r0, r1, c0, c1):
         """Rows r0:r1 x columns c0:c1 of the block B, as a block of its own: a view, no copy and

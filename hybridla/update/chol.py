@@ -8,8 +8,8 @@ lower, A = L L^H, step k with diagonal block rows/columns k0:k1:
 upper, A = U^H U: the same with rows and columns exchanged:
     A12 := U11^-H A12;  A[c0:c1, c0:c1] -= A[K, c0:c1]^H A[K, c0:c1];
                         A[c0:c1, c1:]  -= A[K, c0:c1]^H A[K, c1:]
-The bulk of a step's update is one task over the whole trailing triangle; its diagonal part is
-cut by recursive halving into gemms (see `_triangle_update`).
+The bulk of a step's update is one task over the whole trailing triangle: its diagonal blocks of
+nb in one batched call, the rest cut by recursive halving into gemms (see `_triangle_update`).
 """
 from __future__ import annotations
 
@@ -47,24 +47,34 @@ def herk_update(ops, lane, A, uplo: str, k0: int, k1: int, c0: int, c1: int) -> 
 
 
 def _triangle_update(ops, lane, A, uplo, k0, k1, c0, c1):
-    """The diagonal triangle c0:c1 by recursive halving: the two half triangles and the square
-    between them, down to blocks of nb, where herk does the rest. BLAS herk/syrk runs far below
-    gemm's rate on a GPU (a whole trailing triangle in one cuBLAS dsyrk measured ~8 TFLOP/s on
-    the H200 against ~50 for dgemm), while the halving keeps almost all flops in large gemms."""
+    """The diagonal triangle c0:c1: its diagonal blocks of nb at once (`herk_diagonal_blocks`:
+    one strided-batched gemm on a device), the rest by recursive halving into gemms (the square
+    between two half triangles, then each half). BLAS herk/syrk runs far below gemm's rate on a
+    GPU (a whole trailing triangle in one cuBLAS dsyrk measured ~8 TFLOP/s on the H200 against
+    ~50 for dgemm), while the halving keeps almost all flops in large gemms."""
     # a backend whose herk is a gemm on the square (backend/reduced.py: the tensor cores have no
     # herk) gains nothing from halving: one call, the fewest operand roundings
-    if c1 - c0 <= A.nb or getattr(ops, "herk_is_gemm", False):
+    if getattr(ops, "herk_is_gemm", False):
         if uplo == "L":
-            panel_rows = A.block(c0, c1, k0, k1)
-            ops.herk(lane, "L", "N", -1, panel_rows, 1, A.block(c0, c1, c0, c1))
+            ops.herk(lane, "L", "N", -1, A.block(c0, c1, k0, k1), 1, A.block(c0, c1, c0, c1))
         else:
-            panel_cols = A.block(k0, k1, c0, c1)
-            ops.herk(lane, "U", "C", -1, panel_cols, 1, A.block(c0, c1, c0, c1))
+            ops.herk(lane, "U", "C", -1, A.block(k0, k1, c0, c1), 1, A.block(c0, c1, c0, c1))
+        return
+    panel = A.block(c0, c1, k0, k1) if uplo == "L" else A.block(k0, k1, c0, c1)
+    ops.herk_diagonal_blocks(lane, uplo, "N" if uplo == "L" else "C", -1, panel,
+                             A.block(c0, c1, c0, c1), A.nb, A.scratch(lane, A.nb, c1 - c0))
+    _below_diagonal_blocks(ops, lane, A, uplo, k0, k1, c0, c1)
+
+
+def _below_diagonal_blocks(ops, lane, A, uplo, k0, k1, c0, c1):
+    """The triangle c0:c1 less its diagonal blocks of nb, by recursive halving at multiples of nb
+    past c0 (so that the blocks left out are those `herk_diagonal_blocks` updates)."""
+    if c1 - c0 <= A.nb:
         return
     mid = c0 + -(-(c1 - c0) // (2 * A.nb)) * A.nb  # a multiple of nb past c0, near the middle
-    _triangle_update(ops, lane, A, uplo, k0, k1, c0, mid)
+    _below_diagonal_blocks(ops, lane, A, uplo, k0, k1, c0, mid)
     _rectangle_update(ops, lane, A, uplo, k0, k1, (mid, c1), (c0, mid))
-    _triangle_update(ops, lane, A, uplo, k0, k1, mid, c1)
+    _below_diagonal_blocks(ops, lane, A, uplo, k0, k1, mid, c1)
 
 
 def _rectangle_update(ops, lane, A, uplo, k0, k1, rows, cols):
