@@ -27,51 +27,46 @@
 // and each block reading 2 of them. The rank-1 updates run from shared memory.
 
 #include <cuComplex.h>
+#include <cfloat>
 #include <climits>
 
 template <typename T> struct LuArith;
-template <> struct LuArith<float> {
-    typedef float Real;
-    __device__ static Real abs1(float x) { return fabsf(x); }
-    __device__ static Real modulus(float x) { return fabsf(x); }
-    __device__ static float mul(float a, float b) { return a * b; }
-    __device__ static float div(float a, float b) { return a / b; }
-    __device__ static float inv(float a) { return 1.0f / a; }
-    __device__ static float minus_product(float c, float a, float b) { return fmaf(-a, b, c); }
-    __device__ static Real safe_min() { return 1.17549435e-38f; }
+// float and double: one template (the CUDA math functions are overloaded for both)
+template <typename R> struct RealLuArith {
+    typedef R Real;
+    __device__ static Real abs1(R x) { return fabs(x); }
+    __device__ static Real modulus(R x) { return fabs(x); }
+    __device__ static R mul(R a, R b) { return a * b; }
+    __device__ static R div(R a, R b) { return a / b; }
+    __device__ static R inv(R a) { return R(1) / a; }
+    __device__ static R minus_product(R c, R a, R b) { return fma(-a, b, c); }
+    __device__ static Real safe_min() { return sizeof(R) == 4 ? R(FLT_MIN) : R(DBL_MIN); }
 };
-template <> struct LuArith<double> {
-    typedef double Real;
-    __device__ static Real abs1(double x) { return fabs(x); }
-    __device__ static Real modulus(double x) { return fabs(x); }
-    __device__ static double mul(double a, double b) { return a * b; }
-    __device__ static double div(double a, double b) { return a / b; }
-    __device__ static double inv(double a) { return 1.0 / a; }
-    __device__ static double minus_product(double c, double a, double b) { return fma(-a, b, c); }
-    __device__ static Real safe_min() { return 2.2250738585072014e-308; }
+template <> struct LuArith<float> : RealLuArith<float> {};
+template <> struct LuArith<double> : RealLuArith<double> {};
+// complex float and double: one template over the cuComplex functions, overloaded here by type
+__device__ inline float real_abs(float x) { return fabsf(x); }
+__device__ inline double real_abs(double x) { return fabs(x); }
+__device__ inline float cmodulus(cuFloatComplex x) { return cuCabsf(x); }
+__device__ inline double cmodulus(cuDoubleComplex x) { return cuCabs(x); }
+__device__ inline cuFloatComplex cmul(cuFloatComplex a, cuFloatComplex b) { return cuCmulf(a, b); }
+__device__ inline cuDoubleComplex cmul(cuDoubleComplex a, cuDoubleComplex b) { return cuCmul(a, b); }
+__device__ inline cuFloatComplex cdiv(cuFloatComplex a, cuFloatComplex b) { return cuCdivf(a, b); }
+__device__ inline cuDoubleComplex cdiv(cuDoubleComplex a, cuDoubleComplex b) { return cuCdiv(a, b); }
+__device__ inline cuFloatComplex csub(cuFloatComplex a, cuFloatComplex b) { return cuCsubf(a, b); }
+__device__ inline cuDoubleComplex csub(cuDoubleComplex a, cuDoubleComplex b) { return cuCsub(a, b); }
+template <typename T, typename R> struct ComplexLuArith {
+    typedef R Real;
+    __device__ static Real abs1(T x) { return real_abs(x.x) + real_abs(x.y); }
+    __device__ static Real modulus(T x) { return cmodulus(x); }
+    __device__ static T mul(T a, T b) { return cmul(a, b); }
+    __device__ static T div(T a, T b) { return cdiv(a, b); }
+    __device__ static T inv(T a) { T one; one.x = R(1); one.y = R(0); return cdiv(one, a); }
+    __device__ static T minus_product(T c, T a, T b) { return csub(c, cmul(a, b)); }
+    __device__ static Real safe_min() { return RealLuArith<R>::safe_min(); }
 };
-template <> struct LuArith<cuFloatComplex> {
-    typedef float Real;
-    typedef cuFloatComplex T;
-    __device__ static Real abs1(T x) { return fabsf(x.x) + fabsf(x.y); }
-    __device__ static Real modulus(T x) { return cuCabsf(x); }
-    __device__ static T mul(T a, T b) { return cuCmulf(a, b); }
-    __device__ static T div(T a, T b) { return cuCdivf(a, b); }
-    __device__ static T inv(T a) { return cuCdivf(make_cuFloatComplex(1.0f, 0.0f), a); }
-    __device__ static T minus_product(T c, T a, T b) { return cuCsubf(c, cuCmulf(a, b)); }
-    __device__ static Real safe_min() { return 1.17549435e-38f; }
-};
-template <> struct LuArith<cuDoubleComplex> {
-    typedef double Real;
-    typedef cuDoubleComplex T;
-    __device__ static Real abs1(T x) { return fabs(x.x) + fabs(x.y); }
-    __device__ static Real modulus(T x) { return cuCabs(x); }
-    __device__ static T mul(T a, T b) { return cuCmul(a, b); }
-    __device__ static T div(T a, T b) { return cuCdiv(a, b); }
-    __device__ static T inv(T a) { return cuCdiv(make_cuDoubleComplex(1.0, 0.0), a); }
-    __device__ static T minus_product(T c, T a, T b) { return cuCsub(c, cuCmul(a, b)); }
-    __device__ static Real safe_min() { return 2.2250738585072014e-308; }
-};
+template <> struct LuArith<cuFloatComplex> : ComplexLuArith<cuFloatComplex, float> {};
+template <> struct LuArith<cuDoubleComplex> : ComplexLuArith<cuDoubleComplex, double> {};
 
 // (value, row) := the better of the two candidates: the larger magnitude, the lower row on a tie;
 // an empty candidate has row INT_MAX. A NaN never displaces a candidate (i?amax's comparisons).
