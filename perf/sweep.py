@@ -6,6 +6,7 @@ panel, host-memory pinning) against cuSOLVER, in one process, one row per varian
 """
 import argparse
 import itertools
+import os
 import statistics
 import sys
 import time
@@ -62,6 +63,8 @@ def main():
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--trace-dir", default=None, help="trace each variant's last run; report idle")
     a = p.parse_args()
+    if a.trace_dir:
+        os.makedirs(a.trace_dir, exist_ok=True)
     cp = bench._cupy()
     print("| n | interface | nb | look-ahead | panel SMs | host transfer | time s | TFLOP/s | vs cuSOLVER "
           "| GPU idle share of wall (traced run) |")
