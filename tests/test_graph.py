@@ -1,5 +1,6 @@
 """Dependencies derived from read/write sets (hybridla/scheduler/graph.py) and their execution."""
 import threading
+import time
 
 import pytest
 
@@ -75,3 +76,75 @@ def test_run_respects_dependencies_and_reraises_failures():
     with pytest.raises(RuntimeError, match="task failed"):
         run(g, get_backend("host"), workers=2)
     assert ("after", 0) not in order and after.deps
+
+
+
+def _chain_recording(graph, steps, ran, on_record=lambda step: None):
+    """Records one step per item: a chain task through one region and a side task; each chain
+    task calls ran(step) when it runs."""
+    for k in range(steps):
+        on_record(k)
+        graph.add(f"chain{k}", k, "cpu", lambda lane, k=k: ran(k), reads=[A(0, 1, 0, 1)],
+                  writes=[A(0, 1, 0, 1)])
+        graph.add(f"side{k}", k, "cpu", noop, reads=[A(0, 1, 0, 1)],
+                  writes=[A(k + 1, k + 2, 5, 6)])
+        yield k
+
+
+def test_the_head_runs_while_the_rest_is_recorded_and_the_rest_after_it():
+    """Given the recording, the first head_steps steps run while later ones are still being
+    recorded (step 3 is recorded only once step 0 has run: without the overlap this times out),
+    and every task runs once, the chain in order, across the head and the rest."""
+    graph, order, head_ran = TaskGraph(), [], threading.Event()
+
+    def ran(k):
+        order.append(k)
+        head_ran.set()
+
+    def on_record(k):
+        if k == 3:
+            assert head_ran.wait(timeout=30), "the head did not start while the rest was recorded"
+    trace = run(graph, get_backend("host"), workers=3,
+                recording=_chain_recording(graph, 12, ran, on_record), head_steps=2)
+    assert order == list(range(12)) and len(trace.records) == 24
+
+
+@pytest.mark.parametrize("head_steps", [0, 1, 5, 50])
+def test_any_head_runs_every_task_once_in_order(head_steps):
+    graph, order = TaskGraph(), []
+    trace = run(graph, get_backend("host"), workers=2,
+                recording=_chain_recording(graph, 8, order.append), head_steps=head_steps)
+    assert order == list(range(8)) and len(trace.records) == 16
+
+
+
+def test_a_failing_head_task_stops_the_rest():
+    def boom(lane):
+        raise RuntimeError("task failed")
+    graph, order = TaskGraph(), []
+    steps = _chain_recording(graph, 6, order.append)
+    next(steps)  # step 0, then a failing task that the later chain tasks depend on
+    graph.add("boom", 0, "cpu", boom, reads=[A(0, 1, 0, 1)], writes=[A(0, 1, 0, 1)])
+    with pytest.raises(RuntimeError, match="task failed"):
+        run(graph, get_backend("host"), workers=2, recording=steps, head_steps=1)
+    assert order == [0]
+
+
+def test_a_failing_recording_surfaces_once_the_head_has_returned():
+    """A recording that raises (a bug in an algorithm) while the head runs: the error surfaces,
+    and only after every head task that started has returned (the caller frees memory next)."""
+    started, finished = [], []
+
+    def slow(k):
+        started.append(k)
+        time.sleep(0.05)
+        finished.append(k)
+
+    def broken(k):
+        if k == 3:
+            raise ValueError("recording broke")
+    graph = TaskGraph()
+    with pytest.raises(ValueError, match="recording broke"):
+        run(graph, get_backend("host"), workers=2,
+            recording=_chain_recording(graph, 6, slow, broken), head_steps=2)
+    assert started == finished and set(started) <= {0, 1}

@@ -8,6 +8,7 @@ Sizes are small and not multiples of nb, so that every run has several blocks an
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import re
@@ -441,6 +442,35 @@ def test_gpu_lu_factor_returns_device_array_of_input_kind(device_kind, dtype, rn
     assert getrf_ratio(a, lu, piv) < THRESH
     _, piv_cpu = hybridla.lu_factor(a, backend="cuda", nb=32)
     np.testing.assert_array_equal(piv, piv_cpu)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("routine", ["lu", "cholesky", "qr"])
+def test_gpu_factors_identical_whatever_part_runs_while_recording(cuda_backend, routine, rng):
+    """A matrix on the device starts on its first steps while the rest of the graph is being
+    recorded (scheduler.head_steps): the factors are bit for bit those of recording it all
+    first, for any head, panel placement and look-ahead."""
+    a = fortran_random(203, 203, np.float64, rng)
+    a = a @ a.T + 203 * np.eye(203) if routine == "cholesky" else a
+
+    def factor(head_steps, panel, lookahead):
+        options = dict(backend=cuda_backend, nb=16, panel=panel, lookahead=lookahead)
+        with hybridla.config.set({"scheduler.head_steps": head_steps}):
+            a_dev = to_device(a, "cupy" if importlib.util.find_spec("cupy") else "pycuda")
+            if routine == "lu":
+                lu, piv = hybridla.lu_factor(a_dev, overwrite_a=True, **options)
+                return to_host(lu), piv
+            if routine == "cholesky":
+                c, lower = hybridla.cho_factor(a_dev, lower=True, **options)
+                return np.tril(to_host(c)), lower
+            factors, tau = hybridla.geqrf(a_dev, overwrite_a=True, **options)
+            return to_host(factors), to_host(tau)
+    for panel, lookahead in [("gpu", 1), ("cpu", 2), ("auto", 0)]:
+        first = factor(0, panel, lookahead)
+        for head_steps in (1, 2, 5, 100):
+            again = factor(head_steps, panel, lookahead)
+            for x, y in zip(first, again):
+                np.testing.assert_array_equal(x, y, err_msg=f"{routine} head_steps={head_steps}")
 
 
 @pytest.mark.cuda

@@ -366,12 +366,15 @@ def test_streamed_downloads_cover_each_element_once_after_its_last_write(kind, s
     download was recorded (the graph would otherwise send stale data)."""
     from hybridla.lapack._householder import LQ, QL, QR
     from hybridla.lapack.geqrf import record_geqrf
+    from hybridla.scheduler import TaskGraph
     from hybridla.scheduler.plan import make_plan
     m, n = shape
     A = StreamedStoreStub(m, n)
     plan = make_plan(hybridla.backend.get_backend("host"), m, n, np.float64, routine="qr",
                      nb=8, lookahead=1)
-    graph = record_geqrf(A, plan, {"QR": QR, "QL": QL, "LQ": LQ}[kind])
+    graph = TaskGraph()
+    for _ in record_geqrf(graph, A, plan, {"QR": QR, "QL": QL, "LQ": LQ}[kind]):
+        pass
     assert_downloads_cover_once(graph, m, n)
 
 

@@ -7,7 +7,23 @@ from __future__ import annotations
 import functools
 
 from ..backend.pinning import pieces_touched
-from ..scheduler import Region
+from ..scheduler import Region, run
+from ..scheduler.plan import progress_bar
+
+
+def run_recording(graph, steps, A, plan, trace, name):
+    """Run the graph that `steps` records into `graph`, one step per item; returns the trace.
+    A matrix already on the device starts on its first plan.head_steps steps while the rest are
+    recorded (recording and ordering the whole graph first left the GPU idle for milliseconds).
+    A streamed one is recorded whole first: the head of its graph is the upload chain, which the
+    rest must not wait for; so is one with a progress bar, whose total is the graph's size."""
+    head_steps = 0 if A.streamed or plan.progress else plan.head_steps
+    if not head_steps:
+        for _ in steps:
+            pass
+    with progress_bar(plan, len(graph), name) as progress:
+        return run(graph, plan.backend, workers=plan.workers, trace=trace, progress=progress,
+                   recording=steps if head_steps else None, head_steps=head_steps)
 
 
 def first_failure(step_info, nb) -> int:

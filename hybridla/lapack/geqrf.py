@@ -26,11 +26,11 @@ from __future__ import annotations
 import functools
 
 from ..panel.qr import householder_panel_cpu
-from ..scheduler import Region, TaskGraph, run
-from ..scheduler.plan import PANEL_FLOPS, progress_bar
+from ..scheduler import Region, TaskGraph
+from ..scheduler.plan import PANEL_FLOPS
 from ..update.qr import larfb_flops
 from ._blocked import (first_failure, record_cpu_panel, record_download, record_uploads,
-                       steps_hidden_by_upload, trailing_chunks)
+                       run_recording, steps_hidden_by_upload, trailing_chunks)
 from ._householder import QR, record_block_update, record_reflectors, reserve_reflector_slots
 
 
@@ -43,18 +43,17 @@ def geqrf(A, plan, trace=None):
 def householder_factorization(A, plan, form, name, trace=None):
     """Record and run the blocked factorization of `form` (QR, QL, LQ) on A; returns (tau,
     info, trace)."""
-    graph = record_geqrf(A, plan, form)
-    with progress_bar(plan, len(graph), name) as progress:
-        trace = run(graph, plan.backend, workers=plan.workers, trace=trace, progress=progress)
+    graph = TaskGraph()
+    trace = run_recording(graph, record_geqrf(graph, A, plan, form), A, plan, trace, name)
     tau, step_info = A.finish_tau()
     return tau, first_failure(step_info, plan.nb), trace
 
 
-def record_geqrf(A, plan, form=QR) -> TaskGraph:
+def record_geqrf(graph, A, plan, form=QR):
+    """Record the factorization's tasks into `graph`, yielding after each step."""
     ops, nb = plan.backend, plan.nb
     m, n = form.shape(A.m, A.n)  # the QR problem's
     k_end = min(m, n)
-    graph = TaskGraph()
     rect = functools.partial(form.rect, A.m, A.n)
     side, trans = form.trailing_update()
     slots = plan.lookahead + 2
@@ -100,7 +99,7 @@ def record_geqrf(A, plan, form=QR) -> TaskGraph:
             record_download(graph, A, plan, step, *rect(k0, m, k0, k1))
             if k1 < n:
                 record_download(graph, A, plan, step, *rect(k0, k1, k1, n))
-    return graph
+        yield step
 
 
 def record_panel(graph, A, plan, form, step, panel, taus, where):

@@ -13,36 +13,35 @@ soon as its own column is updated, while the GPU is still busy with the rest of 
 CPU interface on a device backend (a host-resident matrix): block columns are uploaded in order,
 each just before the first task that touches it, and the row block k, final once step k is done
 (later steps touch only rows below it), goes back to the host while the factorization goes on.
-The algorithm records tasks; `scheduler.run` executes them.
+The algorithm records tasks, step by step; `scheduler.run` executes them (the first steps while
+the rest are being recorded).
 """
 from __future__ import annotations
 
 import functools
 
 from ..panel.lu import getrf_panel_cpu, getrf_panel_recursive
-from ..scheduler import Region, TaskGraph, run
-from ..scheduler.plan import panel_flops, progress_bar
+from ..scheduler import Region, TaskGraph
+from ..scheduler.plan import panel_flops
 from ..update import lu as lu_update
 from ._blocked import (first_failure, record_cpu_panel, record_download, record_uploads,
-                       steps_hidden_by_upload, trailing_chunks)
+                       run_recording, steps_hidden_by_upload, trailing_chunks)
 
 
 def getrf(A, plan, trace=None):
     """Factor the tile store's matrix A in place. Returns (pivots 0-based global, info, trace),
     with info as LAPACK's: 0, or i > 0 when U(i, i) (1-based) is exactly zero."""
-    graph = record_getrf(A, plan)
-    with progress_bar(plan, len(graph), "getrf") as progress:
-        trace = run(graph, plan.backend, workers=plan.workers, trace=trace, progress=progress)
+    graph = TaskGraph()
+    trace = run_recording(graph, record_getrf(graph, A, plan), A, plan, trace, "getrf")
     pivots, step_info = A.finish()
     return pivots, first_failure(step_info, plan.nb), trace
 
 
-def record_getrf(A, plan) -> TaskGraph:
+def record_getrf(graph, A, plan):
+    """Record the factorization's tasks into `graph`, yielding after each step."""
     ops, m, n, nb = plan.backend, A.m, A.n, plan.nb
     k_end = min(m, n)
     streamed = A.streamed
-    graph = TaskGraph()
-    bytes_per_element = A.dtype.itemsize
 
     def region(r0, r1, c0, c1):
         return Region("A", r0, r1, c0, c1)
@@ -80,7 +79,7 @@ def record_getrf(A, plan) -> TaskGraph:
         # rows k0:k1 are final now (all rows that remain, after the last step): send them home
         if streamed:
             record_download(graph, A, plan, step, k0, k1 if k1 < k_end else m, 0, n)
-    return graph
+        yield step
 
 
 def record_panel(graph, A, plan, step, k0, k1, where, panel, pivots):

@@ -17,25 +17,23 @@ from __future__ import annotations
 import functools
 
 from ..panel.chol import potrf_panel_cpu
-from ..scheduler import Region, TaskGraph, run
-from ..scheduler.plan import progress_bar
+from ..scheduler import Region, TaskGraph
 from ..update import chol as chol_update
 from ._blocked import (first_failure, record_cpu_panel, record_download, record_uploads,
-                       steps_hidden_by_upload, trailing_chunks)
+                       run_recording, steps_hidden_by_upload, trailing_chunks)
 
 
 def potrf(A, plan, uplo="L", trace=None):
     """Factor the tile store's square Hermitian matrix A in place. Returns (info, trace)."""
-    graph = record_potrf(A, plan, uplo)
-    with progress_bar(plan, len(graph), "potrf") as progress:
-        trace = run(graph, plan.backend, workers=plan.workers, trace=trace, progress=progress)
+    graph = TaskGraph()
+    trace = run_recording(graph, record_potrf(graph, A, plan, uplo), A, plan, trace, "potrf")
     _, step_info = A.finish()
     return first_failure(step_info, plan.nb), trace
 
 
-def record_potrf(A, plan, uplo) -> TaskGraph:
+def record_potrf(graph, A, plan, uplo):
+    """Record the factorization's tasks into `graph`, yielding after each step."""
     ops, n, nb = plan.backend, A.n, plan.nb
-    graph = TaskGraph()
 
     def region(r0, r1, c0, c1):
         return Region("A", r0, r1, c0, c1)
@@ -81,7 +79,7 @@ def record_potrf(A, plan, uplo) -> TaskGraph:
         # this step's block column (row) of the factor is final: send it home
         if A.streamed:
             record_download(graph, A, plan, step, *chol_update.finished_region(uplo, n, k0, k1))
-    return graph
+        yield step
 
 
 def _cpu_panel(lane, A, step, k0, k1, uplo):

@@ -8,11 +8,20 @@ host waits inside a factorization, and each one is for data the CPU is about to 
 
 A task that raises marks the run failed; tasks not yet started then skip, and `run` waits for
 those in flight before re-raising, so the caller can free device memory safely.
+
+Recording a whole factorization's graph and letting Dask order it takes milliseconds of host
+time, in which the GPU would have nothing to do. Given the recording itself (an iterator that
+adds one step's tasks per item), `run` starts the first `head_steps` steps on the workers and
+records the rest meanwhile, then runs the rest: the tasks are recorded in order and depend only
+on earlier ones, so the head is complete once recorded, and the rest needs from it only what
+the head leaves behind (its events; its host side has returned).
 """
 from __future__ import annotations
 
+import itertools
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import dask.threaded
 from dask.task_spec import Task as DaskTask, TaskRef
@@ -84,34 +93,90 @@ class _Run:
             self.idle.wait_for(lambda: self.in_flight == 0)
 
 
-def run(graph, backend, *, workers: int = 4, trace: Trace | None = None, progress=None) -> Trace:
+def run(graph, backend, *, workers: int = 4, trace: Trace | None = None, progress=None,
+        recording=None, head_steps: int = 0) -> Trace:
     """Execute every task of `graph`; return the trace. Raises the first task failure after all
     running tasks have returned and the device is idle. `progress(task)`, if given, is called as
-    each task is done (the CLI's progress bar)."""
+    each task is done (the CLI's progress bar). `recording`, if given, is the iterator that
+    records `graph` step by step: its first `head_steps` steps run while it records the rest."""
     trace = trace if trace is not None else Trace()
     state = _Run(graph, backend, trace)
     state.progress = progress
+    if recording is not None and head_steps <= 0:
+        for _ in recording:
+            pass
+        recording = None
     backend.begin_run(workers)
     try:
-        return _run(state, graph, backend, workers, trace)
+        return _run(state, graph, backend, workers, trace, recording, head_steps)
     finally:
         backend.end_run()
 
 
-def _run(state, graph, backend, workers, trace):
+class _Workers(threading.local):
+    """Per calling thread: the Dask worker pools (by size), shared by a run's head and rest so
+    that one worker keeps one trace lane, and the thread that runs the head meanwhile."""
+
+    def __init__(self):
+        self.pools = {}
+        self.head_runner = None
+
+    def pool(self, workers):
+        if workers not in self.pools:
+            self.pools[workers] = ThreadPoolExecutor(workers, thread_name_prefix="hybridla")
+        return self.pools[workers]
+
+    def runner(self):
+        if self.head_runner is None:
+            self.head_runner = ThreadPoolExecutor(1, thread_name_prefix="hybridla-head")
+        return self.head_runner
+
+
+_workers = _Workers()
+
+
+def _execute(state, tasks, pool):
+    """Run `tasks` (a contiguous slice of the graph) through Dask; their dependencies on tasks
+    before the slice are left out: those have run, and their events are in `state`."""
+    if not tasks:
+        return
+    first = tasks[0].index
+    dsk = {("task", t.index): DaskTask(("task", t.index), state.execute, t.index,
+                                       *[TaskRef(("task", d)) for d in t.deps if d >= first])
+           for t in tasks}
+    dask.threaded.get(dsk, list(dsk), pool=pool)
+
+
+def _execute_while_recording(state, graph, recording, head_steps, pool):
+    for _ in itertools.islice(recording, head_steps):
+        pass
+    head = len(graph.tasks)
+    head_run = _workers.runner().submit(_execute, state, graph.tasks[:head], pool)
+    try:
+        for _ in recording:
+            pass
+    except BaseException as exc:
+        state.failure = state.failure or exc  # the head's tasks not yet started skip
+        raise
+    finally:
+        wait([head_run])  # the head's tasks have returned before we go on, or raise
+    head_run.result()
+    _execute(state, graph.tasks[head:], pool)
+
+
+def _run(state, graph, backend, workers, trace, recording, head_steps):
     if backend.has_device:
         backend.synchronize()  # a clean origin for the device clock (not inside the run)
         origin_lane = backend.lane("gpu:update")
         with origin_lane:
             state.origin_event = origin_lane.record()
     state.origin_time = time.perf_counter()
-    # task-spec objects directly: Dask's conversion of legacy tuples costs more than running them
-    dsk = {("task", t.index): DaskTask(("task", t.index), state.execute, t.index,
-                                       *[TaskRef(("task", d)) for d in t.deps])
-           for t in graph.tasks}
+    pool = _workers.pool(workers)
     try:
-        if dsk:
-            dask.threaded.get(dsk, list(dsk), num_workers=workers)
+        if recording is None:
+            _execute(state, graph.tasks, pool)
+        else:
+            _execute_while_recording(state, graph, recording, head_steps, pool)
     except BaseException:
         state.wait_for_in_flight()
         backend.synchronize()  # nothing may still write to memory the caller is about to free

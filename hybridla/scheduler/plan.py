@@ -101,6 +101,8 @@ class Plan:
     #                      it (panel/lu.py); 0: the whole panel in one getrf
     upload_group: int = 2  # staged uploads: block columns per trailing-update task while the
     #                        matrix arrives (config device.upload_group)
+    head_steps: int = 2  # steps that start running while the rest are recorded (config
+    #                      scheduler.head_steps; 0: record everything first)
 
     def panel_placement(self, rows, cols, hiding_update_flops, kind="getrf") -> str:
         """Where this step's panel (of `kind`, see PANEL_FLOPS) runs: always the CPU on the host
@@ -152,6 +154,7 @@ def make_plan(backend, m, n, dtype, *, routine="lu", nb=None, lookahead=None, pa
     pin_pieces = _positive_int("device.pin_pieces", cfg.get("device.pin_pieces"), 1)
     panel_leaf = _positive_int(f"{routine}.panel_leaf", cfg.get(f"{routine}.panel_leaf", 0), 0)
     upload_group = _positive_int("device.upload_group", cfg.get("device.upload_group"), 1)
+    head_steps = _positive_int("scheduler.head_steps", cfg.get("scheduler.head_steps", 2), 0)
     return Plan(backend, nb, lookahead, panel, workers, CostModel(table, dtype),
                 str(trace) if trace else None, bool(progress), pin_pieces, panel_leaf,
-                upload_group)
+                upload_group, head_steps)
