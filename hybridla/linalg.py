@@ -365,12 +365,19 @@ _MODES = ("full", "r", "economic", "raw")
 _FACTORIZATIONS = {"QR": _lapack.geqrf, "QL": _lapack.geqlf, "LQ": _lapack.gelqf}
 
 
-def _householder_driver(form):
-    """`_factor`'s driver for geqrf, geqlf or gelqf: its extra result is tau."""
+def _householder_factor(a, form, overwrite_a, check_finite, backend, options):
+    """`_factor` with geqrf, geqlf or gelqf as its driver: returns (factors, info, tau).
+
+    QL's first panel is the last block column and LQ's the first block row: they start once the
+    whole matrix is up, so a host matrix goes up the way that brings all of it fastest,
+    config qr.whole_upload_transfer (H100, n = 16384: staged copies kept the GPU idle for the
+    first 155 ms of a 447 ms gelqf; perf/RESULTS.md)."""
     def driver(A, plan):
         tau, info, trace = _FACTORIZATIONS[form.storage](A, plan)
         return info, tau.copy(), trace
-    return driver
+    transfer = None if form.uploads_in_order else _config.get("qr.whole_upload_transfer", None)
+    with _config.set({"device.host_transfer": transfer or _config.get("device.host_transfer")}):
+        return _factor(a, overwrite_a, check_finite, backend, options, "qr", driver)
 
 
 def geqrf(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, lookahead=None,
@@ -398,9 +405,9 @@ def gelqf(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, loo
 
 def _householder_factors(a, form, overwrite_a, check_finite, backend, nb, lookahead, panel,
                          trace):
-    factors, _, tau = _factor(a, overwrite_a, check_finite, backend,
-                              dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace), "qr",
-                              _householder_driver(form))
+    factors, _, tau = _householder_factor(a, form, overwrite_a, check_finite, backend,
+                                          dict(nb=nb, lookahead=lookahead, panel=panel,
+                                               trace=trace))
     return factors, (np.zeros(0, _shape_and_dtype(factors)[1]) if tau is None else tau)
 
 
@@ -452,8 +459,7 @@ def _householder(a, form, mode, overwrite_a, check_finite, backend, options):
     ((factors, tau), T)."""
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {_MODES}; got mode={mode!r}")
-    factors, _, tau = _factor(a, overwrite_a, check_finite, backend, options, "qr",
-                              _householder_driver(form))
+    factors, _, tau = _householder_factor(a, form, overwrite_a, check_finite, backend, options)
     (m, n), dtype = _shape_and_dtype(factors)
     k = min(m, n)
     tau = np.zeros(0, dtype) if tau is None else tau
@@ -624,8 +630,7 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
         rhs = np.asfortranarray(b_array.reshape(m, nrhs), dtype=dtype)
     form, solve = (QR, geqrs) if m >= n else (LQ, gelqs)
     options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace)
-    factors, _, tau = _factor(a_work, overwrite_a, False, backend, options, "qr",
-                              _householder_driver(form))
+    factors, _, tau = _householder_factor(a_work, form, overwrite_a, False, backend, options)
     ops = _backends.get_backend("cuda" if device else "host")
     plan = make_plan(ops, m, n, dtype, routine="qr", nb=nb, lookahead=lookahead)
     rank_tol = max(m, n) * np.finfo(dtype).eps if cond is None else float(np.real(cond))
