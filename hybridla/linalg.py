@@ -366,18 +366,11 @@ _FACTORIZATIONS = {"QR": _lapack.geqrf, "QL": _lapack.geqlf, "LQ": _lapack.gelqf
 
 
 def _householder_factor(a, form, overwrite_a, check_finite, backend, options):
-    """`_factor` with geqrf, geqlf or gelqf as its driver: returns (factors, info, tau).
-
-    QL's first panel is the last block column and LQ's the first block row: they start once the
-    whole matrix is up, so a host matrix goes up the way that brings all of it fastest,
-    config qr.whole_upload_transfer (H100, n = 16384: staged copies kept the GPU idle for the
-    first 155 ms of a 447 ms gelqf; perf/RESULTS.md)."""
+    """`_factor` with geqrf, geqlf or gelqf as its driver: returns (factors, info, tau)."""
     def driver(A, plan):
         tau, info, trace = _FACTORIZATIONS[form.storage](A, plan)
         return info, tau.copy(), trace
-    transfer = None if form.uploads_in_order else _config.get("qr.whole_upload_transfer", None)
-    with _config.set({"device.host_transfer": transfer or _config.get("device.host_transfer")}):
-        return _factor(a, overwrite_a, check_finite, backend, options, "qr", driver)
+    return _factor(a, overwrite_a, check_finite, backend, options, "qr", driver)
 
 
 def geqrf(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, lookahead=None,

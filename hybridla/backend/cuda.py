@@ -780,8 +780,8 @@ class CudaBackend:
         dtype = np.dtype(dtype or source.dtype)
         transfer = _config_get("device.host_transfer")
         if transfer not in HOST_TRANSFERS:
-            raise ValueError(f"device.host_transfer (mixed.host_transfer, qr.whole_upload_"
-                             f"transfer) must be one of {HOST_TRANSFERS}; got {transfer!r}")
+            raise ValueError(f"device.host_transfer must be one of {HOST_TRANSFERS}; got "
+                             f"{transfer!r}")
         # Only matrices of pages of their own are pinned: a small array lives in the heap,
         # sharing pages with other objects, and pinning those pages made copies fail ("invalid
         # argument") in the tests on the H200. Below the threshold the pageable copies take
