@@ -43,10 +43,10 @@ def measure_rates(backend, n: int, nb: int) -> dict:
                 backend.synchronize()
             return _best_of(3, run)
 
-        up_pageable = timed(h2d, lambda lane: A.upload_columns(lane, 0, n))
+        up_pageable = timed(h2d, lambda lane: A.upload_block(lane, 0, n, 0, n))
         A.plan_pin_pieces(1)
         A.pin_piece(0)
-        up = timed(h2d, lambda lane: A.upload_columns(lane, 0, n))
+        up = timed(h2d, lambda lane: A.upload_block(lane, 0, n, 0, n))
         down = timed(d2h, lambda lane: A.download_rows(lane, 0, n))
         gpu_panel = timed(gpu, lambda lane: backend.getrf_panel(lane, A, 0, 0, 0, nb))
         gemm = timed(gpu, lambda lane: backend.gemm(lane, -1, A.block(nb, n, 0, nb),

@@ -371,10 +371,31 @@ class StreamedStoreStub:
     def block(self, r0, r1, c0, c1):
         return None
 
-    def upload_columns(self, lane, c0, c1):
+    def upload_block(self, lane, r0, r1, c0, c1):
         pass
 
     def download_block(self, lane, r0, r1, c0, c1):
+        pass
+
+
+class StagedStoreStub(StreamedStoreStub):
+    """The same, staged through pinned slots (device.host_transfer: staged)."""
+    staged, transfer, up_slots, down_slots = True, "staged", 4, 4
+
+    def __init__(self, m, n, nb):
+        super().__init__(m, n)
+        self.slot_elements = nb * max(m, n)
+
+    def stage_block(self, lane, slot, r0, r1, c0, c1):
+        pass
+
+    def upload_staged(self, lane, slot, r0, r1, c0, c1):
+        pass
+
+    def download_staged(self, lane, slot, r0, r1, c0, c1):
+        pass
+
+    def unstage_block(self, lane, slot, r0, r1, c0, c1):
         pass
 
 

@@ -330,12 +330,12 @@ def test_cpu_interface_overflow_and_failed_upload_free_everything(cuda_backend, 
     assert info.fell_back and solve_backward_error(a, x[:, None], b[:, None]) < 30
     assert backend.allocated_bytes() == before
 
-    def failing_stage(self, lane, slot, c0, c1):
+    def failing_stage(self, lane, slot, r0, r1, c0, c1):
         if self.dtype == np.float64 and c0 > 0:
             raise RuntimeError("injected upload failure")
-        return original(self, lane, slot, c0, c1)
-    original = DeviceMatrix.stage_columns
-    monkeypatch.setattr(DeviceMatrix, "stage_columns", failing_stage)
+        return original(self, lane, slot, r0, r1, c0, c1)
+    original = DeviceMatrix.stage_block
+    monkeypatch.setattr(DeviceMatrix, "stage_block", failing_stage)
     with pytest.raises(RuntimeError, match="injected upload failure"):
         hybridla.solve_mixed(a, b, backend="cuda")
     assert backend.allocated_bytes() == before

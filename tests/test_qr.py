@@ -6,13 +6,15 @@ and against scipy. Sizes are small and not multiples of nb, so every run has a r
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import scipy.linalg
 import scipy.linalg.lapack
 
 import hybridla
-from _lapack_checks import (DTYPES, StreamedStoreStub, assert_downloads_cover_once, eps_of,
+from _lapack_checks import (DTYPES, StagedStoreStub, StreamedStoreStub, assert_downloads_cover_once, eps_of,
                             factorization_ratio,
                             least_squares_ratio,
                             match_phases, norm1, orthogonality_ratio, random_matrix,
@@ -374,6 +376,42 @@ def test_driver_apply_q_both_sides_both_ways(kind, rng):
                 expected = op_q @ wide(c) if side == "L" else wide(c) @ op_q
                 apply(ops.wrap(a, tau=tau), ops.wrap(c), plan, side, trans)
                 assert np.abs(c - expected).max() <= 100 * eps_of(dtype) * np.abs(expected).max()
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["pageable", "staged"])
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_streamed_uploads_go_in_the_order_the_panels_take_them(kind, shape, staged):
+    """A host matrix goes up in the order its form's panels need it (QL: block columns right to
+    left, LQ: block rows): the first panel waits for one upload, not for the whole matrix, and
+    the uploads cover the matrix exactly once."""
+    from hybridla.lapack._householder import LQ, QL, QR
+    from hybridla.lapack.geqrf import record_geqrf
+    from hybridla.scheduler import TaskGraph
+    from hybridla.scheduler.plan import make_plan
+    m, n = shape
+    nb = 8
+    A = StagedStoreStub(m, n, nb) if staged else StreamedStoreStub(m, n)
+    plan = make_plan(hybridla.backend.get_backend("host"), m, n, np.float64, routine="qr",
+                     nb=nb, lookahead=1)
+    plan = dataclasses.replace(plan, panel="gpu")  # a device backend's panel tasks
+    graph = TaskGraph()
+    for _ in record_geqrf(graph, A, plan, {"QR": QR, "QL": QL, "LQ": LQ}[kind]):
+        pass
+    uploads = [t for t in graph.tasks if t.name == "upload"]
+    covered = np.zeros((m, n), int)
+    for task in uploads:
+        (region,) = [w for w in task.writes if w.resource == "A"]
+        covered[region.r0:region.r1, region.c0:region.c1] += 1
+    np.testing.assert_array_equal(covered, 1)
+    first_panel = next(t for t in graph.tasks if t.name == "panel")
+    before, stack = set(), list(first_panel.deps)
+    while stack:
+        index = stack.pop()
+        if index not in before:
+            before.add(index)
+            stack.extend(graph.tasks[index].deps)
+    assert sum(graph.tasks[i].name == "upload" for i in before) == 1
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)

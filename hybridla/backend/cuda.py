@@ -163,8 +163,10 @@ class DeviceMatrix:
     device array in place), the pivots on both sides, per-step info, the cuSOLVER workspace and
     the pinned buffers for CPU panels. It is the only owner of device memory; `close` frees it all.
 
-    For a host-resident matrix it also moves data: block columns up before they are first needed,
-    finished row blocks down while the factorization goes on (`upload_columns`, `download_rows`).
+    For a host-resident matrix it also moves data: blocks up before they are first needed (block
+    columns, or block rows for LQ), finished blocks down while the factorization goes on
+    (`upload_block`, `download_block`; staged through pinned slots: `stage_block`,
+    `upload_staged`, `download_staged`, `unstage_block`).
     """
 
     def __init__(self, backend, m, n, dtype, nb, *, device_ptr=None, ld=None, host_source=None,
@@ -295,8 +297,8 @@ class DeviceMatrix:
                     c1, slot = min(c0 + self.nb, self.n), block % 2
                     if in_flight[slot] is not None:  # the slot's last DMA must be done
                         in_flight[slot].synchronize()
-                    self.stage_columns(lane, slot, c0, c1)
-                    self.upload_staged(lane, slot, c0, c1)
+                    self.stage_block(lane, slot, 0, self.m, c0, c1)
+                    self.upload_staged(lane, slot, 0, self.m, c0, c1)
                     in_flight[slot] = lane.record()
                 _driver.stream_synchronize(lane.handle)
             except BaseException as exc:  # re-raised by the waiter, in the caller's thread
@@ -323,14 +325,15 @@ class DeviceMatrix:
         raw = self._slots[direction][slot][: rows * cols * self.itemsize]
         return raw.view(self.dtype).reshape((rows, cols), order="F")
 
-    def stage_columns(self, lane, slot, c0, c1):
-        """Host side of an upload: block columns c0:c1 of the user's array into an up slot."""
-        self.backend.host_copy(self._slot("up", slot, self.m, c1 - c0),
-                               self.host_source[:, c0:c1])
+    def stage_block(self, lane, slot, r0, r1, c0, c1):
+        """Host side of an upload: rows r0:r1 x columns c0:c1 of the user's array into an up
+        slot (a block column or a block row: at most nb x max(m, n) elements)."""
+        self.backend.host_copy(self._slot("up", slot, r1 - r0, c1 - c0),
+                               self.host_source[r0:r1, c0:c1])
 
-    def upload_staged(self, lane, slot, c0, c1):
-        self._copy2d(lane, 0, self.m, c0, c1, to_device=True,
-                     host_array=self._slot("up", slot, self.m, c1 - c0))
+    def upload_staged(self, lane, slot, r0, r1, c0, c1):
+        self._copy2d(lane, r0, r1, c0, c1, to_device=True,
+                     host_array=self._slot("up", slot, r1 - r0, c1 - c0))
 
     def download_staged(self, lane, slot, r0, r1, c0, c1):
         self._copy2d(lane, r0, r1, c0, c1, to_device=False,
@@ -380,10 +383,10 @@ class DeviceMatrix:
         copy.height = c1 - c0
         copy(lane.stream)
 
-    def upload_columns(self, lane, c0, c1):
-        """Block columns c0:c1 of the host matrix to the device (all rows)."""
-        if c1 > c0 and self.m:
-            self._copy2d(lane, 0, self.m, c0, c1, to_device=True)
+    def upload_block(self, lane, r0, r1, c0, c1):
+        """Rows r0:r1 x columns c0:c1 of the host matrix to the same place on the device."""
+        if r1 > r0 and c1 > c0:
+            self._copy2d(lane, r0, r1, c0, c1, to_device=True)
 
     def download_rows(self, lane, r0, r1):
         """Rows r0:r1 of the device matrix, all columns, to the host matrix: they are final."""

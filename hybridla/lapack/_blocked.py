@@ -34,43 +34,47 @@ def first_failure(step_info, nb) -> int:
     return 0
 
 
-def record_uploads(graph, A, plan):
-    """The host matrix goes up block column by block column, in order. Staged, a CPU task copies
-    each block column into a pinned slot and the DMA follows it; the copies form one chain (each
-    runs on several threads of its own), so the Dask workers stay free to enqueue GPU work.
-    Pinned in place, the pieces are pinned one after the other on a CPU worker, each upload
-    waiting only for its own. Returns how many block columns the trailing update takes at once
-    while the matrix arrives: plan.upload_group when staged (the block columns arrive one by
-    one), a piece's when pinned (they arrive as their piece is pinned)."""
+def record_uploads(graph, A, plan, blocks=None):
+    """The host matrix goes up block by block, in the order the algorithm first needs them:
+    `blocks`, rectangles (r0, r1, c0, c1); the block columns left to right by default (QL takes
+    them right to left, LQ takes block rows). Staged, a CPU task copies each block into a pinned
+    slot and the DMA follows it; the copies form one chain (each runs on several threads of its
+    own), so the Dask workers stay free to enqueue GPU work. Pinned in place, the pieces (column
+    ranges) are pinned one after the other on a CPU worker, each upload waiting only for the
+    pieces it lies in. Returns how many blocks the trailing update takes at once while the
+    matrix arrives: plan.upload_group when staged (the blocks arrive one by one), a piece's
+    when pinned (they arrive as their piece is pinned)."""
     m, n, nb = A.m, A.n, plan.nb
-    blocks = -(-n // nb)
+    if blocks is None:
+        blocks = [(0, m, c0, min(c0 + nb, n)) for c0 in range(0, n, nb)]
     if A.staged:
-        for block, c0 in enumerate(range(0, n, nb)):
-            c1, slot = min(c0 + nb, n), block % A.up_slots
+        for index, (r0, r1, c0, c1) in enumerate(blocks):
+            slot = index % A.up_slots
             buffer = Region("stage-up", slot, slot + 1)
-            nbytes = m * (c1 - c0) * A.dtype.itemsize
-            graph.add("stage", -1, "cpu",
-                      functools.partial(A.stage_columns, slot=slot, c0=c0, c1=c1),
+            nbytes = (r1 - r0) * (c1 - c0) * A.dtype.itemsize
+            rectangle = dict(slot=slot, r0=r0, r1=r1, c0=c0, c1=c1)
+            graph.add("stage", -1, "cpu", functools.partial(A.stage_block, **rectangle),
                       reads=[Region("stage-chain", 0, 1)],
                       writes=[buffer, Region("stage-chain", 0, 1)], bytes=nbytes)
-            graph.add("upload", -1, "copy:h2d",
-                      functools.partial(A.upload_staged, slot=slot, c0=c0, c1=c1),
+            graph.add("upload", -1, "copy:h2d", functools.partial(A.upload_staged, **rectangle),
                       reads=[Region("copy:h2d", 0, 1), buffer],
-                      writes=[Region("A", 0, m, c0, c1), Region("copy:h2d", 0, 1)], bytes=nbytes)
+                      writes=[Region("A", r0, r1, c0, c1), Region("copy:h2d", 0, 1)],
+                      bytes=nbytes)
         return plan.upload_group
     piece_starts = A.plan_pin_pieces(plan.pin_pieces) if A.pin else [0]
     for piece in range(len(piece_starts) if A.pin else 0):
         graph.add("pin", -1, "cpu", lambda lane, piece=piece: A.pin_piece(piece),
                   reads=[Region("pin-chain", 0, 1)],
                   writes=[Region("pinned", piece, piece + 1), Region("pin-chain", 0, 1)])
-    for block, c0 in enumerate(range(0, n, nb)):
-        c1 = min(c0 + nb, n)
-        first, last = pieces_touched(block, piece_starts)
-        graph.add("upload", -1, "copy:h2d", functools.partial(A.upload_columns, c0=c0, c1=c1),
+    for r0, r1, c0, c1 in blocks:
+        first = pieces_touched(c0 // nb, piece_starts)[0]
+        last = pieces_touched((c1 - 1) // nb, piece_starts)[1]
+        graph.add("upload", -1, "copy:h2d",
+                  functools.partial(A.upload_block, r0=r0, r1=r1, c0=c0, c1=c1),
                   reads=[Region("copy:h2d", 0, 1), Region("pinned", first, last + 1)],
-                  writes=[Region("A", 0, m, c0, c1), Region("copy:h2d", 0, 1)],
-                  bytes=m * (c1 - c0) * A.dtype.itemsize)
-    return max(1, blocks // len(piece_starts))
+                  writes=[Region("A", r0, r1, c0, c1), Region("copy:h2d", 0, 1)],
+                  bytes=(r1 - r0) * (c1 - c0) * A.dtype.itemsize)
+    return max(1, len(blocks) // len(piece_starts))
 
 
 def steps_hidden_by_upload(A, plan, step_update_flops) -> int:

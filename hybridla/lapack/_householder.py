@@ -25,7 +25,6 @@ class Form:
     reverse: bool     # canonical = J A J (rows and columns reversed)
     transpose: bool   # canonical = A^H
     direction: str    # T's order: "forward", G = H(k0) ... H(k1-1), or "backward", the reverse
-    uploads_in_order: bool  # the panels take the block columns left to right, as they go up
 
     def shape(self, m, n):
         """The canonical shape of an m x n matrix."""
@@ -57,12 +56,9 @@ class Form:
         return ("R" if self.transpose else "L"), self.on_p("C")
 
 
-QR = Form("QR", reverse=False, transpose=False, direction="forward",
-          uploads_in_order=True)
-QL = Form("QL", reverse=True, transpose=False, direction="backward",
-          uploads_in_order=False)
-LQ = Form("LQ", reverse=False, transpose=True, direction="forward",
-          uploads_in_order=False)
+QR = Form("QR", reverse=False, transpose=False, direction="forward")
+QL = Form("QL", reverse=True, transpose=False, direction="backward")
+LQ = Form("LQ", reverse=False, transpose=True, direction="forward")
 
 
 def reserve_reflector_slots(F, count, rows, nb):

@@ -59,13 +59,13 @@ def record_geqrf(graph, A, plan, form=QR):
     slots = plan.lookahead + 2
     reserve_reflector_slots(A, slots, m, min(nb, k_end))
 
-    # QR takes the block columns in the order they go up; QL's first panel is the last block
-    # column, LQ's the first block row across all of them: those start once all is up, so
-    # there is nothing to gain from cutting their updates by upload groups
-    upload_group = record_uploads(graph, A, plan) if A.streamed else None
+    # the matrix goes up in the order of the canonical block columns: QR's left to right, QL's
+    # (J A J) right to left, LQ's (A^H) A's block rows top to bottom, so that every form's
+    # first panel starts once its own block is up
+    upload_group = record_uploads(graph, A, plan, blocks=[
+        rect(0, m, c0, min(c0 + nb, n)) for c0 in range(0, n, nb)]) if A.streamed else None
     split_steps = steps_hidden_by_upload(
-        A, plan, lambda k0, k1: larfb_flops(m - k0, k1 - k0, n - k1)) \
-        if A.streamed and form.uploads_in_order else 0
+        A, plan, lambda k0, k1: larfb_flops(m - k0, k1 - k0, n - k1)) if A.streamed else 0
 
     previous_update_flops = 0.0
     for step, k0 in enumerate(range(0, k_end, nb)):
