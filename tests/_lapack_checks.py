@@ -374,9 +374,6 @@ class StreamedStoreStub:
     def upload_block(self, lane, r0, r1, c0, c1):
         pass
 
-    def reserve_scratch(self, *lane_names):
-        pass
-
     def download_block(self, lane, r0, r1, c0, c1):
         pass
 

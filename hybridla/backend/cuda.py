@@ -424,12 +424,6 @@ class DeviceMatrix:
         return DeviceBlock(self._buffer("scratch " + lane.name, need), rows, cols, max(rows, 1),
                            self.dtype)
 
-    def reserve_scratch(self, *lane_names):
-        """Allocate these lanes' scratch blocks now, before the run: the first `scratch` of a
-        lane inside a task allocates (cuMemAlloc of nb x max(m, n) elements) between launches."""
-        for name in lane_names:
-            self._buffer("scratch " + name, self.nb * max(self.m, self.n))
-
     def pinned_panel(self, step, rows, cols):
         """A pinned F-ordered buffer for the CPU panel of `step`; two alternate, so the download
         of the next panel never waits for the upload of this one to free its buffer."""

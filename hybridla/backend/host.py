@@ -106,9 +106,6 @@ class HostMatrix:
             self._workspaces[name] = buffer
         return buffer[:rows, :cols]
 
-    def reserve_scratch(self, *lane_names):
-        pass  # scratch is fresh per call here (see `scratch`)
-
     def scratch(self, lane, rows, cols):
         """A temporary rows x cols block for one operation of a task on `lane` (the W of a block
         reflector). Fresh each call here: host tasks of one lane run concurrently in worker

@@ -31,9 +31,6 @@ class SubMatrix:
     def workspace(self, name, rows, cols):
         return self.parent.workspace(name, rows, cols)
 
-    def reserve_scratch(self, *lane_names):
-        self.parent.reserve_scratch(*lane_names)
-
     def scratch(self, lane, rows, cols):
         return self.parent.scratch(lane, rows, cols)
 

@@ -58,7 +58,6 @@ def record_geqrf(graph, A, plan, form=QR):
     side, trans = form.trailing_update()
     slots = plan.lookahead + 2
     reserve_reflector_slots(A, slots, m, min(nb, k_end))
-    A.reserve_scratch("gpu:panel", "gpu:update")  # the block reflectors' W
 
     # the matrix goes up in the order of the canonical block columns: QR's left to right, QL's
     # (J A J) right to left, LQ's (A^H) A's block rows top to bottom, so that every form's

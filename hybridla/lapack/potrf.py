@@ -38,7 +38,6 @@ def record_potrf(graph, A, plan, uplo):
     def region(r0, r1, c0, c1):
         return Region("A", r0, r1, c0, c1)
 
-    A.reserve_scratch("gpu:panel", "gpu:update")  # the off-diagonal solve's, the updates'
     upload_group = record_uploads(graph, A, plan) if A.streamed else None
     split_steps = steps_hidden_by_upload(
         A, plan, lambda k0, k1: chol_update.herk_flops(n, k0, k1, k1, n)) if A.streamed else 0
