@@ -17,8 +17,12 @@ call's wall time into
 
 overhead = wall - GPU busy (the union of the GPU tasks' intervals) = the sum of the four; its
 share of the wall is what issue 2 asks to be under 5% at n = 16384. Medians over --repeat calls.
+With --profile, one more call per size runs under cProfile: the calling thread's functions by
+cumulative wall time (where "before the run" and "after" go).
 """
 import argparse
+import cProfile
+import pstats
 import statistics
 import sys
 import time
@@ -49,6 +53,8 @@ def main():
     p.add_argument("--n", type=int, nargs="+", default=[16384])
     p.add_argument("--nb", type=int, default=None)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--profile", action="store_true",
+                   help="profile one more call per size (calling thread, wall time)")
     a = p.parse_args()
     cp = bench._cupy()
 
@@ -100,11 +106,20 @@ def main():
             if i:
                 rows.append((wall, busy, wall - busy, (wall - busy) / wall, origin - t0, first,
                              last - first - busy, t1 - (origin + last)))
-        del source, d_a
         med = [statistics.median(col) for col in zip(*rows)]
         ms = [f"{x * 1e3:.2f}" for x in med]
         print(f"| {n} | {ms[0]} | {ms[1]} | {ms[2]} | {med[3]:.1%} | {ms[4]} | {ms[5]} | {ms[6]} "
               f"| {ms[7]} |", flush=True)
+        if a.profile:
+            d_a[...] = source
+            bench.cupy_sync()
+            profiler = cProfile.Profile(time.perf_counter)
+            profiler.runcall(call)
+            bench.cupy_sync()
+            print(f"profile of one call at n = {n}, calling thread, cumulative seconds:")
+            stats = pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative")
+            stats.print_stats(r"hybridla|pycuda", 60)  # ours and the driver calls
+        del source, d_a
 
 
 if __name__ == "__main__":

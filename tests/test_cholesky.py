@@ -149,3 +149,37 @@ def test_cpu_interface_pinned_cholesky(cuda_backend, transfer):
         c, _ = hybridla.cho_factor(a, lower=True, backend="cuda", nb=256)
     ref, _ = scipy.linalg.cho_factor(a, lower=True)
     assert np.abs(np.tril(c) - np.tril(ref)).max() <= 1e-10 * np.abs(ref).max()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("tail", [0, 70, 150, 400])
+def test_gpu_interface_tail_in_one_device_potrf(device_kind, dtype, lower, tail, rng):
+    """cho.tail: the trailing matrix of that order or less goes to cuSOLVER's potrf whole (tail
+    70 starts it inside a block of 32; 400 covers the whole matrix); the factor is the same as
+    without it, and the other triangle is left as it was."""
+    n = 173
+    a = hpd_matrix(n, dtype, rng)
+    marked = a.copy(order="F")
+    other = np.triu_indices(n, 1) if lower else np.tril_indices(n, -1)
+    marked[other] = 7
+    with hybridla.config.set({"cho.tail": tail}):
+        c_dev, _ = hybridla.cho_factor(to_device(marked, device_kind), lower=lower, nb=32)
+    c = to_host(c_dev)
+    assert potrf_ratio(a, c, lower) < THRESH
+    assert (c[other] == 7).all()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("failing", [17, 120, 173])
+def test_gpu_interface_tail_info_matches_lapack(device_kind, failing, rng):
+    """A minor that fails before the tail starts (17) or inside it: LAPACK's info either way."""
+    n = 173
+    a = hpd_matrix(n, np.float64, rng)
+    a[failing - 1, failing - 1] = -abs(a[failing - 1, failing - 1])
+    _, info_ref = scipy.linalg.lapack.dpotrf(a, lower=1)
+    assert info_ref == failing
+    with hybridla.config.set({"cho.tail": 80}):
+        with pytest.raises(scipy.linalg.LinAlgError, match=f"^{info_ref}-th leading minor"):
+            hybridla.cho_factor(to_device(a, device_kind), lower=True, nb=32)

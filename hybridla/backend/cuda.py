@@ -720,9 +720,9 @@ class CudaBackend:
         pass
 
     def begin_run(self, workers: int):
-        """Settings read at the start of each run. PyCUDA cannot make priority streams, so the
-        critical path (panels, look-ahead columns) would queue behind the trailing GEMM's blocks;
-        instead the bulk update's cuBLAS calls leave `device.panel_sms` multiprocessors to it."""
+        """Settings read at the start of each run: the bulk update's cuBLAS calls leave
+        `device.panel_sms` multiprocessors to the critical path (panels, look-ahead columns),
+        on top of its stream's priority."""
         reserved = int(_config_get("device.panel_sms") or 0)
         lane = self.lane("gpu:update")
         cublas.set_sm_count_target(lane.blas, max(self.multiprocessors - reserved, 0)

@@ -7,6 +7,9 @@ For each step k (diagonal block k0:k1, kb = k1 - k0 <= nb), lower shown (upper: 
     for the next `lookahead` block columns, then all the others in one task:
         A22 := A22 - A21 A21^H          herk on the diagonal blocks, gemm below them
 
+On a device, once the trailing matrix is of order plan.tail or less (config cho.tail), it is
+factored whole by the device's potrf (cuSOLVER) as the last task.
+
 Only the `uplo` triangle is read and written; the other keeps what it held (LAPACK's contract).
 A host-resident matrix streams as in getrf: block columns up as they are first needed, and each
 step's finished block column (row, for upper) back to the host while the factorization goes on.
@@ -44,6 +47,10 @@ def record_potrf(graph, A, plan, uplo):
 
     previous_update_flops = 0.0
     for step, k0 in enumerate(range(0, n, nb)):
+        if n - k0 <= _tail(plan, A):
+            record_tail(graph, A, plan, uplo, step, k0)
+            yield step
+            return
         k1 = min(k0 + nb, n)
         diagonal, panel = region(k0, k1, k0, k1), region(*chol_update.finished_region(uplo, n,
                                                                                      k0, k1))
@@ -80,6 +87,23 @@ def record_potrf(graph, A, plan, uplo):
         if A.streamed:
             record_download(graph, A, plan, step, *chol_update.finished_region(uplo, n, k0, k1))
         yield step
+
+
+def _tail(plan, A):
+    """The order up to which the trailing matrix goes to the device's potrf in one call: its
+    last steps are bound by the diagonal block, the off-diagonal solve and the look-ahead column
+    one after the other, which cuSOLVER's own potrf does without a task hand-off between them.
+    Not for a streamed matrix, whose tail would then come home in one piece after the rest."""
+    return plan.tail if getattr(plan.backend, "has_device", False) and not A.streamed else 0
+
+
+def record_tail(graph, A, plan, uplo, step, k0):
+    """A[k0:n, k0:n] = L L^H in one device potrf, after every update of it; its info is the
+    step's, as a diagonal block's."""
+    graph.add("tail", step, "gpu:panel",
+              functools.partial(plan.backend.potrf_panel, A=A, step=step, uplo=uplo, k0=k0,
+                                k1=A.n),
+              writes=[Region("A", k0, A.n, k0, A.n)], flops=(A.n - k0) ** 3 / 3)
 
 
 def _cpu_panel(lane, A, step, k0, k1, uplo):

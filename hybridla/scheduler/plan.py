@@ -103,6 +103,8 @@ class Plan:
     #                        matrix arrives (config device.upload_group)
     head_steps: int = 2  # steps that start running while the rest are recorded (config
     #                      scheduler.head_steps; 0: record everything first)
+    tail: int = 0  # Cholesky on a device: the trailing matrix of this order or less is factored
+    #                in one call of the device's potrf (config cho.tail); 0: never
 
     def panel_placement(self, rows, cols, hiding_update_flops, kind="getrf") -> str:
         """Where this step's panel (of `kind`, see PANEL_FLOPS) runs: always the CPU on the host
@@ -148,6 +150,10 @@ def make_plan(backend, m, n, dtype, *, routine="lu", nb=None, lookahead=None, pa
         nb = table["nb_small"] if min(m, n) < table["nb_switch"] else large
     nb = _positive_int("nb", nb, 1)
     lookahead = _positive_int("lookahead", lookahead, 0)
+    if panel == "auto":
+        # a device's measured choice for this routine where the cost model's is worse
+        # ("cho_panel": the per-step model misjudges the CPU round trip of a Cholesky block)
+        panel = table.get(f"{routine}_panel", "auto")
     if panel not in PANEL_CHOICES:
         raise ValueError(f"panel must be one of {PANEL_CHOICES}; got panel={panel!r}")
     workers = _positive_int("scheduler.workers", cfg.get("scheduler.workers"), 1)
@@ -155,6 +161,10 @@ def make_plan(backend, m, n, dtype, *, routine="lu", nb=None, lookahead=None, pa
     panel_leaf = _positive_int(f"{routine}.panel_leaf", cfg.get(f"{routine}.panel_leaf", 0), 0)
     upload_group = _positive_int("device.upload_group", cfg.get("device.upload_group"), 1)
     head_steps = _positive_int("scheduler.head_steps", cfg.get("scheduler.head_steps", 2), 0)
+    tail = cfg.get(f"{routine}.tail", 0)
+    if isinstance(tail, str) and tail == "auto":
+        tail = table.get(f"{routine}_tail", 0)
+    tail = _positive_int(f"{routine}.tail", tail, 0)
     return Plan(backend, nb, lookahead, panel, workers, CostModel(table, dtype),
                 str(trace) if trace else None, bool(progress), pin_pieces, panel_leaf,
-                upload_group, head_steps)
+                upload_group, head_steps, tail)
