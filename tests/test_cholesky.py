@@ -183,3 +183,22 @@ def test_gpu_interface_tail_info_matches_lapack(device_kind, failing, rng):
     with hybridla.config.set({"cho.tail": 80}):
         with pytest.raises(scipy.linalg.LinAlgError, match=f"^{info_ref}-th leading minor"):
             hybridla.cho_factor(to_device(a, device_kind), lower=True, nb=32)
+
+
+def test_plan_takes_the_tuning_entrys_panel_place_and_tail():
+    """panel "auto" resolves to the device entry's cho_panel where it has one, cho.tail "auto"
+    to its cho_tail; explicit values win; a bad tail names the option."""
+    from hybridla.scheduler.plan import make_plan
+    ops = hybridla.backend.get_backend("host")  # its entry is "host": tuning.host.*
+    plain = make_plan(ops, 100, 100, np.float64, routine="cho")
+    assert (plain.panel, plain.tail) == ("auto", 0)
+    with hybridla.config.set({"tuning.host.cho_panel": "gpu", "tuning.host.cho_tail": 64}):
+        tuned = make_plan(ops, 100, 100, np.float64, routine="cho")
+        assert (tuned.panel, tuned.tail) == ("gpu", 64)
+        assert make_plan(ops, 100, 100, np.float64, routine="cho", panel="cpu").panel == "cpu"
+        assert make_plan(ops, 100, 100, np.float64, routine="lu").panel == "auto"
+        with hybridla.config.set({"cho.tail": 7}):
+            assert make_plan(ops, 100, 100, np.float64, routine="cho").tail == 7
+    with hybridla.config.set({"cho.tail": 2.5}):
+        with pytest.raises(ValueError, match="cho.tail"):
+            make_plan(ops, 100, 100, np.float64, routine="cho")
