@@ -57,6 +57,17 @@ def test_cho_factor_lookahead_and_panel_placement(backend, lookahead, panel, rng
     assert np.allclose(np.tril(c), np.tril(c_ref), rtol=0, atol=1e3 * eps_of(a.dtype) * 150)
 
 
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("n, nb, dtype", [(1700, 512, np.complex64), (2600, 1024, np.float64)])
+def test_cho_factor_large_blocks(backend, dtype, lower, n, nb, rng):
+    """Blocks wide enough that the off-diagonal solve is cut into column blocks of the inverse
+    (update/chol.SOLVE_BLOCK) and, on a device, the diagonal blocks of the trailing update are
+    halved in batched gemms."""
+    a = hpd_matrix(n, dtype, rng)
+    c, _ = hybridla.cho_factor(a, lower=lower, backend=backend, nb=nb, lookahead=1)
+    assert potrf_ratio(a, c, lower) < THRESH
+
+
 @pytest.mark.parametrize("cond", [1e4, 1e8])
 def test_cho_factor_prescribed_condition(backend, cond, rng):
     a = hpd_matrix(120, np.float64, rng, cond=cond)

@@ -260,6 +260,29 @@ def test_memory_budget_exceeded_raises_before_any_work(cuda_backend, rng):
     assert hybridla.backend.get_backend(cuda_backend).allocated_bytes() == 0
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("pool", [True, False])
+def test_device_memory_pool_keeps_workspaces_for_the_next_call(cuda_backend, rng, pool):
+    """With device.memory_pool a call's workspaces stay cached for the next call of the same
+    shape, which takes them instead of allocating more; free_cached gives them back. Without
+    it nothing stays."""
+    backend = hybridla.backend.get_backend(cuda_backend)
+    backend.free_cached()
+    a = np.asfortranarray(rng.standard_normal((600, 600)))
+    ref_lu, ref_piv = scipy.linalg.lu_factor(a)
+    with hybridla.config.set({"device.memory_pool": pool}):
+        hybridla.lu_factor(a, backend=cuda_backend, nb=64)
+        cached = backend.cached_bytes()
+        lu, piv = hybridla.lu_factor(a, backend=cuda_backend, nb=64)
+        assert backend.cached_bytes() == cached
+    assert backend.allocated_bytes() == 0
+    assert (cached > 0) == pool
+    assert (piv == ref_piv).all()
+    assert np.abs(lu - ref_lu).max() <= 1e-10 * np.abs(ref_lu).max()
+    backend.free_cached()
+    assert backend.cached_bytes() == 0
+
+
 # -- failure inside the engine ----------------------------------------------------------
 
 def test_injected_update_failure_propagates_and_leaves_input_untouched(backend, monkeypatch,

@@ -44,6 +44,9 @@ _DIAG = {"N": 0, "U": 1}
 _LASWP_THREADS = 128
 _LASET_PART = {"A": 0, "U": 1, "L": 2}  # lapack_aux.cu's uplo codes
 _AUX_BLOCK = (32, 8)
+# herk_diagonal_blocks halves a diagonal block down to this order: its gemms of 256 x 256 from
+# a panel of 1024 still fill the device as one batch of the trailing matrix's blocks
+_DIAGONAL_LEAF = 256
 # cudaDataType and cublasComputeType_t values (library_types.h, cublas_api.h) for cublasGemmEx
 _CUDA_R_32F, _CUDA_R_16F, _CUDA_C_32F, _CUDA_R_16BF = 0, 2, 4, 14
 _COMPUTE_32F, _COMPUTE_32F_FAST_TF32 = 68, 77
@@ -652,6 +655,7 @@ class CudaBackend:
         self._allocated = 0
         self._sizes = {}  # pointer -> bytes of the allocations the tile stores hold
         self._alloc_lock = threading.Lock()
+        self._pool = None  # pycuda's DeviceMemoryPool, made on first use (device.memory_pool)
         self._scalars = {dt: (np.array(1, dt), np.array(-1, dt), np.array(0, dt)) for dt in _PREFIX}
         self._scalar_ring = threading.local()
         # dtype -> {1: pointer, -1: pointer, 0: pointer}: the common scalars without a lookup cost
@@ -744,9 +748,17 @@ class CudaBackend:
 
     # -- memory --------------------------------------------------------------------------------
     def alloc(self, nbytes):
+        """Device memory for a tile store, from the pool when `device.memory_pool` is on: a
+        cuMemAlloc while a run is under way can stall it, and cuMemFree synchronizes the
+        device; with the pool both are paid on the first call only (as CuPy's pool does)."""
         nbytes = max(int(nbytes), 1)
-        allocation = drv.mem_alloc(nbytes)
         with self._alloc_lock:
+            if _config_get("device.memory_pool"):
+                if self._pool is None:
+                    self._pool = drv.DeviceMemoryPool()
+                allocation = self._pool.allocate(nbytes)
+            else:
+                allocation = drv.mem_alloc(nbytes)
             self._allocated += nbytes
             self._sizes[int(allocation)] = nbytes
         return allocation
@@ -754,16 +766,33 @@ class CudaBackend:
     def free(self, allocation):
         with self._alloc_lock:
             self._allocated -= self._sizes.pop(int(allocation))
-        allocation.free()
+            allocation.free()  # a pooled block goes back to the pool
 
     def allocated_bytes(self) -> int:
-        """Device memory hybridla holds right now (0 between calls: nothing leaks)."""
+        """Device memory hybridla's tile stores hold right now (0 between calls: nothing
+        leaks); the pool's cached blocks are `cached_bytes`."""
         return self._allocated
 
-    def free_memory(self) -> int:
+    def cached_bytes(self) -> int:
+        """Device memory the pool keeps for the next call (see `free_cached`)."""
+        with self._alloc_lock:
+            return 0 if self._pool is None else self._pool.managed_bytes - self._pool.active_bytes
+
+    def free_cached(self):
+        """Give the pool's cached device memory back to the driver."""
         self.context.push()
         try:
-            return drv.mem_get_info()[0]
+            with self._alloc_lock:
+                if self._pool is not None:
+                    self._pool.free_held()
+        finally:
+            drv.Context.pop()
+
+    def free_memory(self) -> int:
+        """Device memory a call can have: what the driver has free, and the pool's cache."""
+        self.context.push()
+        try:
+            return drv.mem_get_info()[0] + self.cached_bytes()
         finally:
             drv.Context.pop()
 
@@ -1382,9 +1411,12 @@ class CudaBackend:
         """The `uplo` triangles of C's diagonal blocks of nb (the last one may be smaller)
         += alpha op(A) op(A)^H for the matching rows ("N") or columns ("C") of A. cuBLAS's herk
         on one small block runs far below gemm's rate and each is a launch of its own, so the
-        full blocks are one strided-batched gemm into `scratch` (nb x C.rows or more), both
-        triangles, whose `uplo` triangles one kernel adds to C (the other triangle of C is not
-        touched: LAPACK's contract for the user's matrix)."""
+        full blocks are strided-batched gemms: each block's triangle halved (the square between
+        its halves, for all blocks in one call) down to blocks of `_DIAGONAL_LEAF`, whose full
+        squares, both triangles, go to `scratch` (nb x C.rows or more) in one more call, and
+        whose `uplo` triangles one kernel adds to C (the other triangle of C is not touched:
+        LAPACK's contract for the user's matrix). Squares of the leaf's order rather than nb's
+        cut the flops spent on the other triangle by nb / leaf."""
         full, rest = divmod(C.rows, nb)
         if rest:
             start = full * nb
@@ -1394,16 +1426,34 @@ class CudaBackend:
         if not full:
             return
         dtype, k = C.dtype, A.cols if trans == "N" else A.rows
-        step_a = nb if trans == "N" else nb * A.ld  # from one block's rows (columns) to the next
+        item = dtype.itemsize
+        # from one row (column) of op(A) to the next, in elements of A
+        unit = 1 if trans == "N" else A.ld
         ops = ("N", "C") if trans == "N" else ("C", "N")
-        _GEMM_STRIDED[dtype](lane.blas, _OP[ops[0]], _OP[ops[1]], nb, nb, k,
-                             self._scalar(dtype, alpha), A.ptr, A.ld, step_a, A.ptr, A.ld, step_a,
-                             self._scalar(dtype, 0), scratch.ptr, nb, nb * nb, full)
-        self.kernels.launch(f"add_triangles_{_PREFIX[dtype]}", (*self._aux_grid(nb, nb), full),
+        leaf = nb
+        while leaf % 2 == 0 and leaf // 2 >= _DIAGONAL_LEAF:
+            half, leaf = leaf // 2, leaf // 2
+            # in each block of 2 half on the diagonal, the square below (lower) or right of
+            # (upper) its two half triangles
+            first, second = (half, 0) if uplo == "L" else (0, half)
+            _GEMM_STRIDED[dtype](
+                lane.blas, _OP[ops[0]], _OP[ops[1]], half, half, k, self._scalar(dtype, alpha),
+                A.ptr + first * unit * item, A.ld, 2 * half * unit,
+                A.ptr + second * unit * item, A.ld, 2 * half * unit,
+                self._scalar(dtype, 1),
+                C.ptr + (first + second * C.ld) * item, C.ld, 2 * half * (C.ld + 1),
+                full * nb // (2 * half))
+        blocks = full * nb // leaf
+        _GEMM_STRIDED[dtype](lane.blas, _OP[ops[0]], _OP[ops[1]], leaf, leaf, k,
+                             self._scalar(dtype, alpha), A.ptr, A.ld, leaf * unit, A.ptr, A.ld,
+                             leaf * unit, self._scalar(dtype, 0), scratch.ptr, leaf, leaf * leaf,
+                             blocks)
+        self.kernels.launch(f"add_triangles_{_PREFIX[dtype]}", (*self._aux_grid(leaf, leaf),
+                                                                blocks),
                             _AUX_BLOCK, lane.handle, ctypes.c_void_p(scratch.ptr),
-                            ctypes.c_longlong(nb), ctypes.c_longlong(nb * nb),
+                            ctypes.c_longlong(leaf), ctypes.c_longlong(leaf * leaf),
                             ctypes.c_void_p(C.ptr), ctypes.c_longlong(C.ld),
-                            ctypes.c_longlong(nb * (C.ld + 1)), ctypes.c_int(nb),
+                            ctypes.c_longlong(leaf * (C.ld + 1)), ctypes.c_int(leaf),
                             ctypes.c_int(_LASET_PART[uplo]))
 
     def trsm(self, lane, side, uplo, trans, diag, alpha, T: DeviceBlock, B: DeviceBlock):

@@ -157,6 +157,12 @@ class HostBackend:
     def allocated_bytes(self) -> int:
         return 0
 
+    def cached_bytes(self) -> int:
+        return 0
+
+    def free_cached(self):
+        pass
+
     # -- operations on blocks ------------------------------------------------------------------
     @staticmethod
     def getrf_panel(lane, A: HostMatrix, step, r0, c0, c1):

@@ -15,26 +15,49 @@ from __future__ import annotations
 
 
 def solve_off_diagonal(ops, lane, A, uplo: str, k0: int, k1: int) -> None:
-    """A21 := A21 L11^-H (lower) or A12 := U11^-H A12 (upper), as a gemm with the inverse of the
+    """A21 := A21 L11^-H (lower) or A12 := U11^-H A12 (upper), as gemms with the inverse of the
     diagonal block, as MAGMA does: cuBLAS trsm on the 16384 x 768 block ran at 4-11 TFLOP/s on
     the H200 and was the longest task of the critical path; the kb x kb inverse (a small trsm
-    on the identity) and one gemm take a fraction of that."""
+    on the identity) and gemms take a fraction of that.
+
+    The inverse W is triangular, so the product is cut into column blocks J of the solved block
+    (rows, for upper), each a gemm over only the columns of W that are not zero in J: lower,
+    X[:, J] = A21[:, :j1] W[J, :j1]^H. With blocks of kb / 4 that is 1.25 kb^2 flops per row
+    where one gemm with all of W takes 2 kb^2 (a trsm's are kb^2); over the first half of an
+    n = 32768 Cholesky with kb = 1024 that is 0.3 of 11 TFLOP of device work."""
     n, kb = A.n, k1 - k0
     if k1 >= n:
         return
     inverse = A.workspace("diagonal inverse", kb, kb)
     ops.laset(lane, "A", 0, 1, inverse)
     ops.trsm(lane, "L", uplo, "N", "N", 1, A.block(k0, k1, k0, k1), inverse)
+    sub = ops.sub_block
     if uplo == "L":
-        block = A.block(k1, n, k0, k1)
         solved_from = A.scratch(lane, n - k1, kb)
-        ops.lacpy(lane, "A", block, solved_from)
-        ops.gemm(lane, 1, solved_from, inverse, 0, block, trans_b="C")
-    else:
-        block = A.block(k0, k1, k1, n)
+        ops.lacpy(lane, "A", A.block(k1, n, k0, k1), solved_from)
+        for j0, j1 in _solve_blocks(ops, kb):
+            ops.gemm(lane, 1, sub(solved_from, 0, n - k1, 0, j1), sub(inverse, j0, j1, 0, j1), 0,
+                     A.block(k1, n, k0 + j0, k0 + j1), trans_b="C")
+    else:  # X = W^H A12 with W = U11^-1 upper: X[J, :] = W[:j1, J]^H A12[:j1, :]
         solved_from = A.scratch(lane, kb, n - k1)
-        ops.lacpy(lane, "A", block, solved_from)
-        ops.gemm(lane, 1, inverse, solved_from, 0, block, trans_a="C")
+        ops.lacpy(lane, "A", A.block(k0, k1, k1, n), solved_from)
+        for j0, j1 in _solve_blocks(ops, kb):
+            ops.gemm(lane, 1, sub(inverse, 0, j1, j0, j1), sub(solved_from, 0, j1, 0, n - k1), 0,
+                     A.block(k0 + j0, k0 + j1, k1, n), trans_a="C")
+
+
+# the solve's column blocks: narrower ones save flops but run gemms of a lower rate
+SOLVE_BLOCK = 256
+
+
+def _solve_blocks(ops, kb):
+    """(j0, j1) of the solve's column blocks. One block on a backend whose gemms run on the tensor
+    cores (backend/reduced.py), where flops are cheap and each gemm rounds its operands again."""
+    if getattr(ops, "herk_is_gemm", False) or kb <= SOLVE_BLOCK:
+        return [(0, kb)]
+    parts = kb // SOLVE_BLOCK
+    edges = [kb * j // parts for j in range(parts + 1)]
+    return list(zip(edges, edges[1:]))
 
 
 def herk_update(ops, lane, A, uplo: str, k0: int, k1: int, c0: int, c1: int) -> None:
