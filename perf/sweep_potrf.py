@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Tuning sweep for potrf through the GPU interface: hybridla variants against cuSOLVER's dpotrf
+in one process, one row per variant (medians; the cuSOLVER reference is re-timed after every
+variant, and each row's ratio is against the mean of the references around it, since the
+device's clock drifts over a long sweep).
+
+    python3 perf/sweep_potrf.py --n 32768 --nb 1024 --tail 12288 16384 --leaf 128 256 \
+        --solve-block 128 256 [--repeat 5]
+
+--leaf sets backend/cuda._DIAGONAL_LEAF (the diagonal blocks' halving) and --solve-block sets
+update/chol.SOLVE_BLOCK (the off-diagonal solve's column blocks) for the variant's calls.
+"""
+import argparse
+import itertools
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+
+import bench  # noqa: E402  (SPD matrix, cuSOLVER baseline, CuPy helpers)
+import hybridla  # noqa: E402
+import hybridla.backend.cuda as cuda_backend  # noqa: E402
+import hybridla.update.chol as chol_update  # noqa: E402
+
+
+def median_time(fn, original, repeat):
+    times = []
+    for _ in range(repeat):
+        a = original.copy(order="F")
+        bench.cupy_sync()
+        t0 = time.perf_counter()
+        fn(a)
+        bench.cupy_sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--n", type=int, default=32768)
+    p.add_argument("--nb", type=int, nargs="+", default=[1024])
+    p.add_argument("--tail", type=int, nargs="+", default=[16384])
+    p.add_argument("--leaf", type=int, nargs="+", default=[cuda_backend._DIAGONAL_LEAF])
+    p.add_argument("--solve-block", type=int, nargs="+", default=[chol_update.SOLVE_BLOCK])
+    p.add_argument("--repeat", type=int, default=5)
+    a = p.parse_args()
+    cp = bench._cupy()
+    original = cp.asarray(bench.spd_matrix(a.n, "float64", 0), order="F")
+
+    def cusolver(x):
+        bench.cusolver_potrf(x)
+
+    def variant(nb, tail):
+        def call(x):
+            with hybridla.config.set({"cho.tail": tail}):
+                hybridla.cho_factor(x, lower=True, overwrite_a=True, nb=nb, panel="gpu")
+        return call
+
+    now = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    print(f"potrf n = {a.n}, GPU interface, {bench.device_name()}, {now}, median of {a.repeat}")
+    print("| nb | tail | leaf | solve block | hybridla (s) | cuSOLVER (s) | vs cuSOLVER |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    before = median_time(cusolver, original, a.repeat)
+    for nb, tail, leaf, block in itertools.product(a.nb, a.tail, a.leaf, a.solve_block):
+        cuda_backend._DIAGONAL_LEAF, chol_update.SOLVE_BLOCK = leaf, block
+        ours = median_time(variant(nb, tail), original, a.repeat)
+        after = median_time(cusolver, original, a.repeat)
+        reference = (before + after) / 2
+        print(f"| {nb} | {tail} | {leaf} | {block} | {ours:.4f} | {reference:.4f} | "
+              f"{reference / ours:.3f}x |", flush=True)
+        before = after
+
+
+if __name__ == "__main__":
+    main()
