@@ -12,7 +12,6 @@ update/chol.SOLVE_BLOCK (the off-diagonal solve's column blocks) for the variant
 """
 import argparse
 import itertools
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -24,18 +23,7 @@ import bench  # noqa: E402  (SPD matrix, cuSOLVER baseline, CuPy helpers)
 import hybridla  # noqa: E402
 import hybridla.backend.cuda as cuda_backend  # noqa: E402
 import hybridla.update.chol as chol_update  # noqa: E402
-
-
-def median_time(fn, original, repeat):
-    times = []
-    for _ in range(repeat):
-        a = original.copy(order="F")
-        bench.cupy_sync()
-        t0 = time.perf_counter()
-        fn(a)
-        bench.cupy_sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from sweep import median_time  # noqa: E402
 
 
 def main():
@@ -50,6 +38,9 @@ def main():
     cp = bench._cupy()
     original = cp.asarray(bench.spd_matrix(a.n, "float64", 0), order="F")
 
+    def copy():
+        return original.copy(order="F")
+
     def cusolver(x):
         bench.cusolver_potrf(x)
 
@@ -63,11 +54,11 @@ def main():
     print(f"potrf n = {a.n}, GPU interface, {bench.device_name()}, {now}, median of {a.repeat}")
     print("| nb | tail | leaf | solve block | hybridla (s) | cuSOLVER (s) | vs cuSOLVER |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
-    before = median_time(cusolver, original, a.repeat)
+    before = median_time(cusolver, copy, a.repeat)
     for nb, tail, leaf, block in itertools.product(a.nb, a.tail, a.leaf, a.solve_block):
         cuda_backend._DIAGONAL_LEAF, chol_update.SOLVE_BLOCK = leaf, block
-        ours = median_time(variant(nb, tail), original, a.repeat)
-        after = median_time(cusolver, original, a.repeat)
+        ours = median_time(variant(nb, tail), copy, a.repeat)
+        after = median_time(cusolver, copy, a.repeat)
         reference = (before + after) / 2
         print(f"| {nb} | {tail} | {leaf} | {block} | {ours:.4f} | {reference:.4f} | "
               f"{reference / ours:.3f}x |", flush=True)
