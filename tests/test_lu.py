@@ -604,3 +604,18 @@ def test_tall_singular_panel_info_matches_lapack(backend, leaf, rng):
         lu, piv, info = driver_getrf(a, backend=backend, nb=128)
     assert int(info) == info_ref
     assert getrf_ratio(a, to_host(lu), piv) < THRESH
+
+
+def test_progress_bar_counts_every_task_of_the_whole_graph(backend, rng, capsys, tmp_path):
+    """With a progress bar the graph is recorded whole before it runs (the bar's total is its
+    size, every task the trace records); the factors are the same as without one."""
+    from hybridla.scheduler.trace import Trace
+
+    a = np.asfortranarray(rng.standard_normal((300, 300)))
+    path = tmp_path / "run.json"
+    lu, piv = hybridla.lu_factor(a, backend=backend, nb=32, progress=True, trace=str(path))
+    ref_lu, ref_piv = scipy.linalg.lu_factor(a)
+    assert (piv == ref_piv).all()
+    assert np.abs(lu - ref_lu).max() <= 1e-10 * np.abs(ref_lu).max()
+    totals = {int(total) for total in re.findall(r"\d+/(\d+) \[", capsys.readouterr().err)}
+    assert totals == {Trace.load(path).summary()["tasks"]}

@@ -1433,8 +1433,8 @@ class CudaBackend:
         leaf = nb
         while leaf % 2 == 0 and leaf // 2 >= _DIAGONAL_LEAF:
             half, leaf = leaf // 2, leaf // 2
-            # in each block of 2 half on the diagonal, the square below (lower) or right of
-            # (upper) its two half triangles
+            # in each diagonal block of order 2 half: the square below (lower) or right of
+            # (upper) its two triangles of order half
             first, second = (half, 0) if uplo == "L" else (0, half)
             _GEMM_STRIDED[dtype](
                 lane.blas, _OP[ops[0]], _OP[ops[1]], half, half, k, self._scalar(dtype, alpha),

@@ -17,12 +17,13 @@ def run_recording(graph, steps, A, plan, trace, name):
     recorded (recording and ordering the whole graph first left the GPU idle for milliseconds).
     A streamed one is recorded whole first: the head of its graph is the upload chain, which the
     rest must not wait for; so is one with a progress bar, whose total is the graph's size."""
+    head_steps = 0 if A.streamed or plan.progress else plan.head_steps
     if plan.progress:
-        for _ in steps:
+        for _ in steps:  # the bar's total is the graph's size
             pass
     with progress_bar(plan, len(graph), name) as progress:
         return run(graph, plan.backend, workers=plan.workers, trace=trace, progress=progress,
-                   recording=steps, head_steps=0 if A.streamed else plan.head_steps)
+                   recording=steps, head_steps=head_steps)
 
 
 def first_failure(step_info, nb) -> int:
