@@ -11,6 +11,8 @@
 //                 a scaled entry exceeds `limit` (the largest finite value of the precision the
 //                 tensor cores will see: 65504 for half), so that the caller can fall back
 //                 (one read of A, one write of the copy)
+//   narrow_hermitian  narrow of the stored triangle of a Hermitian matrix, with its row and column
+//                 sums (the norm) in the same read (below)
 //   round_half    out = (__half) a for a float block, a GEMM operand for the tensor cores;
 //   round_bf16    the same to bfloat16; both set *overflow on a result that is not finite
 //                 (one read of 4 bytes and one write of 2 per element)
@@ -105,6 +107,42 @@ __device__ void narrow(const T* A, long long lda, int m, int n, const double* r,
     if (!(size <= limit)) atomicOr(overflow, 1);  // beyond the limit, infinite or NaN
 }
 
+// narrow_hermitian: narrow of a Hermitian matrix stored in one triangle (part 1 upper, 2 lower),
+// out_ij = (low) (d_i d_j a_ij) on that triangle only, with the row and column sums of |a_ij|
+// over it (||A||_inf = max_i rsum_i + csum_i - |a_ii|) in the same pass: half the reads of
+// row_stats + col_stats + narrow over the square. Launched as row_stats (a thread per row, a
+// strip of STRIP columns); thread blocks wholly outside the triangle return at once.
+template <typename T, typename L>
+__device__ void narrow_hermitian(const T* A, long long lda, int n, int part, const double* d,
+                                 L* out, long long ldo, double limit, int* overflow,
+                                 double* rsum, double* csum)
+{
+    const int first_row = blockIdx.x * blockDim.x, last_row = first_row + blockDim.x - 1;
+    const int j0 = blockIdx.y * STRIP, j1 = min(j0 + STRIP, n);
+    if ((part == 2 && last_row < j0) || (part == 1 && first_row >= j1)) return;
+    const int i = first_row + threadIdx.x;
+    const bool row_inside = i < n;
+    const double di = row_inside ? d[i] : 0.0;
+    double total = 0.0;
+    bool too_large = false;
+    for (int j = j0; j < j1; ++j) {
+        double a = 0.0;
+        if (row_inside && in_stored_part(i, j, part)) {
+            const long long at = i + (long long)j * lda;
+            const L low = scaled_to_low(A[at], di * d[j]);
+            a = modulus(A[at]);
+            out[i + (long long)j * ldo] = low;
+            too_large |= !(largest_part(low) <= limit);
+            total += a;
+        }
+        for (int offset = 16; offset > 0; offset /= 2)
+            a += __shfl_xor_sync(0xffffffff, a, offset);
+        if ((threadIdx.x & 31) == 0 && a != 0.0) atomicAdd(csum + j, a);
+    }
+    if (row_inside && total != 0.0) atomicAdd(rsum + i, total);
+    if (too_large) atomicOr(overflow, 1);
+}
+
 template <typename L, typename F>
 __device__ void round_to(const float* A, long long lda, int rows, int cols, L* out, long long ldo,
                          int* overflow, F convert)
@@ -132,7 +170,11 @@ STATS(z, cuDoubleComplex)
 #define NARROW(S, T, L)                                                                        \
 extern "C" __global__ void narrow_##S(const T* A, long long lda, int m, int n, const double* r, \
     const double* c, L* out, long long ldo, double limit, int* overflow)                       \
-{ narrow<T, L>(A, lda, m, n, r, c, out, ldo, limit, overflow); }
+{ narrow<T, L>(A, lda, m, n, r, c, out, ldo, limit, overflow); }                            \
+extern "C" __global__ void narrow_hermitian_##S(const T* A, long long lda, int n, int part,      \
+    const double* d, L* out, long long ldo, double limit, int* overflow, double* rsum,          \
+    double* csum)                                                                              \
+{ narrow_hermitian<T, L>(A, lda, n, part, d, out, ldo, limit, overflow, rsum, csum); }
 
 NARROW(s, float, float)
 NARROW(d, double, float)

@@ -197,6 +197,42 @@ def test_reduced_herk_strips_cover_the_triangle(uplo, rng):
     assert np.allclose(triangle(C), triangle(expected), rtol=0, atol=1e-3)
 
 
+@pytest.mark.parametrize("uplo", ["L", "U"])
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_narrow_hermitian_reads_one_triangle_and_sums_it(backend, uplo, dtype, rng):
+    """posv_mixed's one pass over the stored triangle: its scaled, rounded copy (the copy's
+    other triangle left as it was), the row and column sums that give ||A||_inf of the
+    Hermitian matrix, and the overflow flag; the other triangle is never read (NaN there)."""
+    ops = hybridla.backend.get_backend(backend)
+    n, low_dtype = 300, np.complex64 if dtype == np.complex128 else np.float32
+    h = random_matrix(n, n, dtype, rng)
+    h = h + h.conj().T
+    other = np.tri(n, k=-1, dtype=bool)
+    other = other.T if uplo == "L" else other
+    d = 2.0 ** rng.integers(-3, 4, n)
+    src, dst = ops.matrix(n, n, dtype, 64), ops.matrix(n, n, low_dtype, 64)
+    try:
+        lane = ops.lane("gpu:update")
+        whole_src, whole_dst = src.block(0, n, 0, n), dst.block(0, n, 0, n)
+        ops.from_host(lane, np.where(other, np.nan, h), whole_src)
+        ops.from_host(lane, np.full((n, n), 7, low_dtype), whole_dst)
+        overflow, rows, cols = ops.narrow_hermitian(lane, dst, whole_src, whole_dst, d, uplo,
+                                                    65504.0)
+        low = ops.to_host(lane, whole_dst)
+        assert not overflow
+        assert np.isclose((rows + cols - np.abs(np.diag(h))).max(),
+                          np.abs(h).sum(axis=1).max(), rtol=1e-12)
+        expected = (d[:, None] * h * d[None, :]).astype(low_dtype)
+        assert np.array_equal(low[~other], expected[~other])
+        assert np.all(low[other] == 7)
+        overflow, _, _ = ops.narrow_hermitian(lane, dst, whole_src, whole_dst, d * 1e3, uplo,
+                                              65504.0)
+        assert overflow
+    finally:
+        src.close()
+        dst.close()
+
+
 @pytest.mark.parametrize("kappa", [1e6, 1e8, 1e12])
 def test_cholesky_shift_or_fallback_always_accurate(backend, kappa, rng):
     a = spd(N, kappa, np.float64, rng)

@@ -1280,6 +1280,38 @@ class CudaBackend:
             _driver.stream_synchronize(gpu.handle)
         return bool(result.view(np.int32)[0])
 
+    def narrow_hermitian(self, lane, owner: DeviceMatrix, src: DeviceBlock, dst: DeviceBlock,
+                         scale, uplo, limit):
+        """The `uplo` triangle of dst := (d_i d_j src_ij) rounded to dst's precision, d = scale,
+        with the sums of |src_ij| over that triangle per row and per column (float64 host
+        arrays) from the same read: (overflow as `narrow`'s, row sums, column sums). dst's other
+        triangle is not written."""
+        n = dst.rows
+        sums = np.zeros(2 * n, dtype=np.float64)
+        if n == 0:
+            return False, sums[:0], sums[:0]
+        # the scale, the sums, the flag (read back with the sums)
+        buffer = owner.extra_workspace("narrow hermitian", (3 * n + 1) * 8)
+        sums_ptr, flag = buffer + n * 8, buffer + 3 * n * 8
+        head = np.concatenate([np.asarray(scale, np.float64), sums, np.zeros(1)])
+        result = np.empty_like(head)
+        gpu = self.lane("gpu:update")
+        with gpu:
+            cublas.set_vector_async(head.size, 8, head.ctypes.data, 1, buffer, 1, gpu.handle)
+            self.kernels.launch(f"narrow_hermitian_{_PREFIX[src.dtype]}",
+                                (-(-n // _STATS_THREADS), -(-n // _STATS_STRIP)),
+                                (_STATS_THREADS,), gpu.handle, ctypes.c_void_p(src.ptr),
+                                ctypes.c_longlong(src.ld), ctypes.c_int(n),
+                                ctypes.c_int(_STATS_PART[uplo]), ctypes.c_void_p(buffer),
+                                ctypes.c_void_p(dst.ptr), ctypes.c_longlong(dst.ld),
+                                ctypes.c_double(limit), ctypes.c_void_p(flag),
+                                ctypes.c_void_p(sums_ptr), ctypes.c_void_p(sums_ptr + n * 8))
+            cublas.get_vector_async(2 * n + 1, 8, sums_ptr, 1, result[n:].ctypes.data, 1,
+                                    gpu.handle)
+            _driver.stream_synchronize(gpu.handle)
+        overflow = bool(result[3 * n:].view(np.int32)[0])
+        return overflow, result[n:2 * n].copy(), result[2 * n:3 * n].copy()
+
     def add_to_diagonal(self, lane, owner: DeviceMatrix, B: DeviceBlock, sigma):
         """B's diagonal += sigma: one axpy with stride ld + 1 (a shifted low-precision
         Cholesky)."""

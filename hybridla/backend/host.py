@@ -376,6 +376,21 @@ class HostBackend:
         return not bool(np.all(largest <= limit))
 
     @staticmethod
+    def narrow_hermitian(lane, owner, src, dst, scale, uplo, limit):
+        """The `uplo` triangle of dst := (d_i d_j src_ij) rounded, d = scale, and the sums of
+        |src_ij| over that triangle per row and per column (cuda/convert.cu's
+        narrow_hermitian): (overflow, row sums, column sums). dst's other triangle is not
+        written."""
+        inside = _part(np.ones(src.shape, dtype=bool), uplo)
+        modulus = np.where(inside, np.abs(src).astype(np.float64), 0.0)
+        scaled = src * (scale[:, None] * scale[None, :])
+        with np.errstate(over="ignore", invalid="ignore"):
+            rounded = scaled.astype(dst.dtype)
+        np.copyto(dst, rounded, where=inside)
+        largest = np.maximum(np.abs(rounded.real), np.abs(rounded.imag))[inside]
+        return not bool(np.all(largest <= limit)), modulus.sum(axis=1), modulus.sum(axis=0)
+
+    @staticmethod
     def add_to_diagonal(lane, owner, B, sigma):
         """B's diagonal += sigma (a shifted low-precision Cholesky)."""
         k = np.arange(min(B.shape))

@@ -2,7 +2,8 @@
 factorization in a low precision (SLATE's posv_mixed; cuSOLVER has none):
 
     [convert]  d = 2^-round(log2 sqrt(a_ii)): diag(d) A diag(d) has a diagonal of about 1 and
-               stays positive definite;  A_low := fl32(d A d) (the `uplo` triangle is what counts)
+               stays positive definite;  A_low := fl32(d A d), its `uplo` triangle only, in the
+               pass over A that also sums the rows and columns for ||A||_inf
     [factor]   A_low + sigma I = L L^H (or U^H U): potrf on the engine, its GEMMs and HERKs in
                `lowest` on the tensor cores. sigma = 0 first; when the low-precision Cholesky
                breaks down (kappa(A) u_low near 1 or beyond), A_low is made again and factored
@@ -17,8 +18,10 @@ Codes beyond refine's: -2 (overflow, as gesv_mixed), -3 when even the largest sh
 """
 from __future__ import annotations
 
-from ..backend.reduced import UNIT_ROUNDOFF
-from ._mixed import MixedSolver, TriangularPreconditioner, hermitian_scaling, narrow
+import numpy as np
+
+from ..backend.reduced import LARGEST, UNIT_ROUNDOFF
+from ._mixed import MixedSolver, TriangularPreconditioner, inverse_power_of_two, narrow
 from .potrf import potrf
 
 SHIFT_ATTEMPTS = 4  # shifts u_low * 4, 16, 64, 256 after an unshifted breakdown
@@ -29,9 +32,19 @@ class PosvMixed(MixedSolver):
         super().__init__(ops, options, plan)
         self.uplo, self.shift = uplo, 0.0
 
-    def scale(self, A):
-        d, norm_inf = hermitian_scaling(self.ops, A, self.uplo, self.options.equilibrate)
-        return d, d, norm_inf
+    def scale_and_narrow(self, source, low):
+        """d = 2^-round(log2 sqrt(a_ii)) (ones when not `equilibrate`), which keeps a Hermitian
+        positive definite matrix so and brings its diagonal to about 1 (off-diagonal entries
+        follow: |a_ij| <= sqrt(a_ii a_jj)); then one pass over the `uplo` triangle for its
+        scaled copy and ||A||_inf (row sums of the triangle plus its column sums, less the
+        diagonal). The copy's other triangle is never read: the factorization's scratch."""
+        diagonal = np.abs(source.diagonal()).astype(np.float64)
+        d = inverse_power_of_two(np.sqrt(diagonal)) if self.options.equilibrate else \
+            np.ones(source.n)
+        overflow, row_sum, col_sum = self.ops.narrow_hermitian(
+            self.ops.lane("gpu:update"), low, source.block(0, source.n, 0, source.n),
+            low.block(0, low.n, 0, low.n), d, self.uplo, LARGEST[self.options.lowest])
+        return d, d, float((row_sum + col_sum - diagonal).max(initial=0.0)), overflow
 
     def factor(self, A, low, plan, r, c) -> int:
         shifts = [0.0] + [UNIT_ROUNDOFF[self.options.lowest] * 4.0 ** k
