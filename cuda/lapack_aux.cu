@@ -26,6 +26,7 @@
 //                   of the column.
 //   t_column        larft's column i of T from V^H v and T[:i, :i] already applied to it:
 //                   t[0:i] *= -tau, t[i] = tau (gehrd's panel)
+//   invert_leaves   the inverses of a batch of small triangular blocks at a fixed stride (below)
 //   add_triangles   a batch of nb x nb blocks at a fixed stride: the upper or lower triangle
 //                   (with the diagonal) of D_b += S_b, the diagonal's imaginary part then set to
 //                   zero as herk does: the diagonal blocks of a Cholesky update, computed by one
@@ -193,6 +194,39 @@ __device__ void add_triangles(const T* S, long long lds, long long stride_s, T* 
     *d = Num<T>::make(real_part(*d) + real_part(s), im);
 }
 
+__device__ inline float plus(float a, float b) { return a + b; }
+__device__ inline double plus(double a, double b) { return a + b; }
+__device__ inline cuFloatComplex plus(cuFloatComplex a, cuFloatComplex b) { return cuCaddf(a, b); }
+__device__ inline cuDoubleComplex plus(cuDoubleComplex a, cuDoubleComplex b) { return cuCadd(a, b); }
+
+// invert_leaves: W_b := T_b^-1 for a batch of small triangular blocks of one order (blockIdx.x
+// is the block, at strides stride_t and stride_w): each thread makes columns of the inverse by
+// substitution against the identity, reading the entries it wrote before; the other triangle
+// of W_b := 0. The leaves of backend/cuda.py's recursive inversion (a few dozen rows: O(order^2)
+// steps per thread, from L1).
+template <typename T>
+__device__ void invert_leaves(const T* A, long long lda, long long stride_a, T* W, long long ldw,
+                              long long stride_w, int order, int lower, int unit)
+{
+    const T* a = A + blockIdx.x * stride_a;
+    T* w = W + blockIdx.x * stride_w;
+    const T zero = Num<T>::make(0.0, 0.0), one = Num<T>::make(1.0, 0.0);
+    for (int j = threadIdx.x; j < order; j += blockDim.x) {
+        T* x = w + (long long)j * ldw;
+        const int first = lower ? j + 1 : 0, last = lower ? order : j;  // rows below (above) j
+        for (int i = lower ? 0 : j + 1; i < (lower ? j : order); ++i) x[i] = zero;
+        x[j] = unit ? one : Num<T>::inv(a[j + (long long)j * lda]);
+        for (int step = 0; step < last - first; ++step) {
+            const int i = lower ? first + step : last - 1 - step;
+            T sum = zero;
+            const int k0 = lower ? j : i + 1, k1 = lower ? i : j + 1;  // x_k known, k in [k0, k1)
+            for (int k = k0; k < k1; ++k) sum = plus(sum, times(a[i + (long long)k * lda], x[k]));
+            const T minus_sum = Num<T>::make(-real_part(sum), -imag_part(sum));
+            x[i] = unit ? minus_sum : times(minus_sum, Num<T>::inv(a[i + (long long)i * lda]));
+        }
+    }
+}
+
 #define AUX(S, T)                                                                              \
 extern "C" __global__ void laset_##S(T* A, long long lda, int rows, int cols, int uplo,         \
     double are, double aim, double bre, double bim)                                            \
@@ -215,7 +249,10 @@ extern "C" __global__ void larfg_##S(T* x, int n, T* tau) { larfg<T>(x, n, tau);
 extern "C" __global__ void t_column_##S(T* t, int i, const T* tau) { t_column<T>(t, i, tau); } \
 extern "C" __global__ void add_triangles_##S(const T* S_, long long lds, long long stride_s,    \
     T* D, long long ldd, long long stride_d, int nb, int uplo)                                 \
-{ add_triangles<T>(S_, lds, stride_s, D, ldd, stride_d, nb, uplo); }
+{ add_triangles<T>(S_, lds, stride_s, D, ldd, stride_d, nb, uplo); }                            \
+extern "C" __global__ void invert_leaves_##S(const T* A, long long lda, long long stride_a,     \
+    T* W, long long ldw, long long stride_w, int order, int lower, int unit)                   \
+{ invert_leaves<T>(A, lda, stride_a, W, ldw, stride_w, order, lower, unit); }
 
 AUX(s, float)
 AUX(d, double)

@@ -233,6 +233,46 @@ def test_narrow_hermitian_reads_one_triangle_and_sums_it(backend, uplo, dtype, r
         dst.close()
 
 
+@pytest.mark.parametrize("uplo, diag", [("L", "N"), ("U", "N"), ("L", "U")])
+@pytest.mark.parametrize("dtype", [np.float32, np.complex128])
+@pytest.mark.parametrize("b", [128, 150])
+def test_invert_triangular_blocks(backend, uplo, diag, dtype, b, rng):
+    """The inverses of a triangle's diagonal blocks (the preconditioner's and the Cholesky
+    solve's): W_c T_cc = I for each block, the last one shorter, at columns c (b + 1) of W and
+    nothing but the triangle written there. b = 128: halves down to leaves of 64 and a last
+    block of 44; b = 150: leaves of 75, an odd order taken whole."""
+    ops = hybridla.backend.get_backend(backend)
+    n = 300
+    t = random_matrix(n, n, dtype, rng) / np.sqrt(b) + 4 * np.eye(n, dtype=dtype)
+    t = np.tril(t) if uplo == "L" else np.triu(t)
+    blocks = [(j0, min(j0 + b, n)) for j0 in range(0, n, b)]
+    T, W = ops.matrix(n, n, dtype, b), ops.matrix(b, len(blocks) * (b + 1), dtype, b)
+    scratch = ops.matrix(b, -(-n // 4), dtype, b)
+    try:
+        lane = ops.lane("gpu:panel")
+        ops.from_host(lane, np.where(t == 0, np.nan, t).astype(dtype), T.block(0, n, 0, n))
+        ops.from_host(lane, np.full((b, W.n), np.nan, dtype), W.block(0, b, 0, W.n))
+        ops.invert_triangular_blocks(lane, uplo, diag, T.block(0, n, 0, n), b,
+                                     W.block(0, b, 0, W.n), scratch.block(0, b, 0, scratch.n))
+        w = ops.to_host(lane, W.block(0, b, 0, W.n))
+    finally:
+        for store in (T, W, scratch):
+            store.close()
+    if diag == "U":
+        np.fill_diagonal(t, 1)
+    unwritten = np.ones(w.shape, dtype=bool)
+    for c, (j0, j1) in enumerate(blocks):
+        kb, at = j1 - j0, c * (b + 1)
+        inverse = w[:kb, at:at + kb]
+        residual = inverse @ t[j0:j1, j0:j1] - np.eye(kb)
+        assert np.abs(residual).max() < 50 * kb * np.finfo(dtype).eps
+        other = np.triu(np.ones((kb, kb), bool), 1) if uplo == "L" else \
+            np.tril(np.ones((kb, kb), bool), -1)
+        assert np.all(inverse[other] == 0)
+        unwritten[:kb, at:at + kb] = False
+    assert np.all(w[unwritten] == 0)  # the whole workspace is zeroed first
+
+
 @pytest.mark.parametrize("kappa", [1e6, 1e8, 1e12])
 def test_cholesky_shift_or_fallback_always_accurate(backend, kappa, rng):
     a = spd(N, kappa, np.float64, rng)

@@ -194,6 +194,24 @@ class HostBackend:
         B[...] = trsm(alpha, T, B, side=int(side == "R"), lower=int(uplo == "L"),
                       trans_a="NTC".index(trans), diag=int(diag == "U"))
 
+    @staticmethod
+    def invert_triangular_blocks(lane, uplo, diag, T, b, W, scratch=None):
+        """W_c := T_cc^-1 for the diagonal blocks of order b of the square T (the last may be
+        smaller), W_c at columns c (b + 1) of W, the other triangle zero (the device's layout:
+        backend/cuda.py); LAPACK trtri on each."""
+        trtri, = get_lapack_funcs(("trtri",), dtype=T.dtype)
+        W[...] = 0
+        for c, j0 in enumerate(range(0, T.shape[0], b)):
+            j1 = min(j0 + b, T.shape[0])
+            inverse, info = trtri(T[j0:j1, j0:j1], lower=int(uplo == "L"),
+                                  unitdiag=int(diag == "U"))
+            if info < 0:
+                raise ValueError(f"trtri: argument {-info} is invalid")
+            inverse = np.tril(inverse) if uplo == "L" else np.triu(inverse)
+            if diag == "U":  # trtri leaves a unit diagonal as it found it
+                np.fill_diagonal(inverse, 1)
+            W[:j1 - j0, c * (b + 1):c * (b + 1) + j1 - j0] = inverse
+
     def gemm(self, lane, alpha, A, B, beta, C, trans_a="N", trans_b="N"):
         """C := alpha op(A) op(B) + beta C."""
         if C.size == 0:

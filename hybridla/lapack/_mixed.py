@@ -160,7 +160,7 @@ class TriangularPreconditioner:
     vectors (one gather of n entries, instead of a device pass per interchange).
 
     Each solve goes by blocks of `block` rows (the factorization's nb), with the inverses of the
-    diagonal blocks made once (a trsm on the identity each): per block, y_J := op(W_J) y_J and
+    diagonal blocks made once (the backend's invert_triangular_blocks): per block, y_J := op(W_J) y_J and
     the rest of y less the block column (row, for op "C") of T times y_J. The work is the same
     bandwidth-bound pass over the triangle as trsm's, as gemv-shaped products: cuBLAS strsm on
     one column of n = 32768 ran at 0.9-1.1 TB/s on the H100 (1.9 and 2.4 ms for the two
@@ -170,9 +170,10 @@ class TriangularPreconditioner:
         self.ops, self.low, self.n, self.solves = ops, low, n, solves
         self.scale_in, self.scale_out, self.permutation = scale_in, scale_out, permutation
         self.factors = low.block(0, n, 0, n)
-        self.block = max(1, min(low.nb, n))
+        self.block = b = max(1, min(low.nb, n))
         low.workspace("preconditioner", n, nrhs)  # at its largest now: no allocation later
-        low.workspace("preconditioner block", self.block, nrhs)
+        low.workspace("preconditioner block", b, nrhs)
+        self.scratch = low.workspace("inversion scratch", b, -(-max(b, n) // 4))
         self.seconds = 0.0
         started = time.perf_counter()
         self.inverses = {(uplo, diag): self._invert_diagonal_blocks(uplo, diag)
@@ -190,15 +191,15 @@ class TriangularPreconditioner:
         return [(j0, min(j0 + self.block, self.n)) for j0 in range(0, self.n, self.block)]
 
     def _invert_diagonal_blocks(self, uplo, diag):
-        """W_J = T_JJ^-1 for each diagonal block J, side by side in a block x n workspace."""
-        ops, sub, T = self.ops, self.ops.sub_block, self.factors
-        inverses = self.low.workspace(f"diagonal inverses {uplo}{diag}", self.block, self.n)
+        """The inverses of T's diagonal blocks, W_J at columns J (block + 1) of a workspace
+        (the backend's layout for invert_triangular_blocks)."""
+        ops, b = self.ops, self.block
+        inverses = self.low.workspace(f"diagonal inverses {uplo}{diag}", b,
+                                      len(self._edges()) * (b + 1))
         lane = ops.lane("gpu:panel")
         with lane:
-            for j0, j1 in self._edges():
-                W = sub(inverses, 0, j1 - j0, j0, j1)
-                ops.laset(lane, "A", 0, 1, W)
-                ops.trsm(lane, "L", uplo, "N", diag, 1, sub(T, j0, j1, j0, j1), W)
+            ops.invert_triangular_blocks(lane, uplo, diag, self.factors, b, inverses,
+                                         self.scratch)
         return inverses
 
     def _solve(self, R):
@@ -224,10 +225,12 @@ class TriangularPreconditioner:
         kept = self.low.workspace("preconditioner block", self.block, k)
         forward = (uplo == "L") == (trans == "N")
         edges = self._edges() if forward else self._edges()[::-1]
+        b = self.block
         for j0, j1 in edges:
             Y_J, previous = sub(Y, j0, j1, 0, k), sub(kept, 0, j1 - j0, 0, k)
+            W_J = sub(inverses, 0, j1 - j0, j0 // b * (b + 1), j0 // b * (b + 1) + j1 - j0)
             ops.lacpy(lane, "A", Y_J, previous)
-            ops.gemm(lane, 1, sub(inverses, 0, j1 - j0, j0, j1), previous, 0, Y_J, trans_a=trans)
+            ops.gemm(lane, 1, W_J, previous, 0, Y_J, trans_a=trans)
             r0, r1 = (j1, n) if forward else (0, j0)
             if r0 == r1:
                 continue

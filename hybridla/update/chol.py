@@ -17,8 +17,9 @@ from __future__ import annotations
 def solve_off_diagonal(ops, lane, A, uplo: str, k0: int, k1: int) -> None:
     """A21 := A21 L11^-H (lower) or A12 := U11^-H A12 (upper), as gemms with the inverse of the
     diagonal block, as MAGMA does: cuBLAS trsm on the 16384 x 768 block ran at 4-11 TFLOP/s on
-    the H200 and was the longest task of the critical path; the kb x kb inverse (a small trsm
-    on the identity) and gemms take a fraction of that.
+    the H200 and was the longest task of the critical path; the kb x kb inverse (the backend's
+    invert_triangular_blocks: on a device, recursive halving into gemms, where cuBLAS trsm on
+    the identity took 0.5-0.9 ms in float32) and gemms take a fraction of that.
 
     The inverse W is triangular, so the product is cut into column blocks J of the solved block
     (rows, for upper), each a gemm over only the columns of W that are not zero in J: lower,
@@ -29,8 +30,8 @@ def solve_off_diagonal(ops, lane, A, uplo: str, k0: int, k1: int) -> None:
     if k1 >= n:
         return
     inverse = A.workspace("diagonal inverse", kb, kb)
-    ops.laset(lane, "A", 0, 1, inverse)
-    ops.trsm(lane, "L", uplo, "N", "N", 1, A.block(k0, k1, k0, k1), inverse)
+    ops.invert_triangular_blocks(lane, uplo, "N", A.block(k0, k1, k0, k1), kb, inverse,
+                                 A.scratch(lane, kb, -(-kb // 4)))
     sub = ops.sub_block
     if uplo == "L":
         solved_from = A.scratch(lane, n - k1, kb)
