@@ -246,18 +246,18 @@ def test_invert_triangular_blocks(backend, uplo, diag, dtype, b, rng):
     t = random_matrix(n, n, dtype, rng) / np.sqrt(b) + 4 * np.eye(n, dtype=dtype)
     t = np.tril(t) if uplo == "L" else np.triu(t)
     blocks = [(j0, min(j0 + b, n)) for j0 in range(0, n, b)]
-    T, W = ops.matrix(n, n, dtype, b), ops.matrix(b, len(blocks) * (b + 1), dtype, b)
-    scratch = ops.matrix(b, -(-n // 4), dtype, b)
+    T = ops.matrix(n, n, dtype, b)
     try:
+        # workspaces: leading dimension b, as the layout of the inverses wants
+        W = T.workspace("inverses", b, len(blocks) * (b + 1))
         lane = ops.lane("gpu:panel")
         ops.from_host(lane, np.where(t == 0, np.nan, t).astype(dtype), T.block(0, n, 0, n))
-        ops.from_host(lane, np.full((b, W.n), np.nan, dtype), W.block(0, b, 0, W.n))
-        ops.invert_triangular_blocks(lane, uplo, diag, T.block(0, n, 0, n), b,
-                                     W.block(0, b, 0, W.n), scratch.block(0, b, 0, scratch.n))
-        w = ops.to_host(lane, W.block(0, b, 0, W.n))
+        ops.from_host(lane, np.full(W.shape, np.nan, dtype), W)
+        ops.invert_triangular_blocks(lane, uplo, diag, T.block(0, n, 0, n), b, W,
+                                     T.workspace("scratch", b, -(-n // 4)))
+        w = ops.to_host(lane, W)
     finally:
-        for store in (T, W, scratch):
-            store.close()
+        T.close()
     if diag == "U":
         np.fill_diagonal(t, 1)
     unwritten = np.ones(w.shape, dtype=bool)
