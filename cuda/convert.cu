@@ -197,10 +197,12 @@ extern "C" __global__ void round_bf16(const float* A, long long lda, int rows, i
 // 2^-11 (hi_A lo_B + lo_A hi_B), about float32's accuracy at a third of half's rate. The factor
 // 2^11 lifts lo (|a - hi| <= 2^-11 |a|) back to a's magnitude, so that it keeps its bits as
 // long as a is a normal half number. One read of 4 bytes, two writes of 2 per element; hi and lo go
-// wherever the caller's concatenated operands want them (their own leading dimensions).
+// wherever the caller's concatenated operands want them (their own leading dimensions). A second
+// copy of hi (hi_again, unless null) makes [hi lo hi] of a panel that serves as both operands of
+// a HERK's GEMMs: [hi lo] one side, [lo hi] the other.
 extern "C" __global__ void split_half(const float* A, long long lda, int rows, int cols,
                                       __half* hi, long long ldh, __half* lo, long long ldl,
-                                      int* overflow)
+                                      __half* hi_again, int* overflow)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;
     if (i >= rows || j >= cols) return;
@@ -209,5 +211,6 @@ extern "C" __global__ void split_half(const float* A, long long lda, int rows, i
     const float rest = (a - __half2float(high)) * 2048.0f;
     hi[i + (long long)j * ldh] = high;
     lo[i + (long long)j * ldl] = __float2half_rn(rest);
+    if (hi_again) hi_again[i + (long long)j * ldh] = high;
     if (isfinite(a) && !isfinite(__half2float(high))) atomicOr(overflow, 1);
 }

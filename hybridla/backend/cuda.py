@@ -163,6 +163,26 @@ class _FusedPanelSlots:
                 ctypes.c_void_p(self.tags), ctypes.c_uint(1))
 
 
+class _RoundedPanel:
+    """A HERK's panel rounded once (CudaBackend.round_panel): `ptr` its first (hi) copy, `ld`
+    its leading dimension, `block` the bytes from one copy to the next, `along_rows` whether
+    its long side (the one HERK strips cut) is rows (op "N") or columns (op "C")."""
+
+    def __init__(self, compute, source, ptr, ld, block, along_rows, itemsize):
+        self.compute, self.source, self.ptr, self.ld = compute, source, ptr, ld
+        self.block, self.along_rows, self.itemsize = block, along_rows, itemsize
+        self.k = source.cols if along_rows else source.rows
+
+    def pointer(self, i0):
+        """The address of the part that starts at i0 along the long side."""
+        return self.ptr + (i0 if self.along_rows else i0 * self.ld) * self.itemsize
+
+    def source_part(self, i0, i1):
+        """The part i0:i1 of the float32 panel itself."""
+        A = self.source
+        return A.sub(i0, i1, 0, A.cols) if self.along_rows else A.sub(0, A.rows, i0, i1)
+
+
 class DeviceMatrix:
     """The tile store of one factorization: the device copy of the matrix (ours, or the user's
     device array in place), the pivots on both sides, per-step info, the cuSOLVER workspace and
@@ -1340,10 +1360,12 @@ class CudaBackend:
             cublas.set_vector_async(1, 4, zero.ctypes.data, 1, flag, 1, gpu.handle)
             _driver.stream_synchronize(gpu.handle)
         if compute in _OPERAND_TYPE:
-            largest = owner.nb * max(owner.m, owner.n) * (4 if compute == "half-x3" else 2)
+            elements, copies = owner.nb * max(owner.m, owner.n), 3 if compute == "half-x3" else 1
             for name in ("gpu:update", "gpu:panel"):
                 for operand in "ab":
-                    owner.extra_workspace(f"{compute} {operand} {name}", largest)
+                    owner.extra_workspace(f"{compute} {operand} {name}",
+                                          elements * (4 if compute == "half-x3" else 2))
+                owner.extra_workspace(f"{compute} panel {name}", elements * 2 * copies)
 
     def overflowed(self, owner: DeviceMatrix) -> bool:
         """Whether an operand rounding overflowed (a host wait: after the factorization)."""
@@ -1412,14 +1434,23 @@ class CudaBackend:
             else:              # stored 2 rows x cols, halves at row offsets 0 and rows
                 ld, second = max(2 * X.rows, 1), X.rows * 2
             lo_ptr, hi_ptr = (buffer, buffer + second) if lo_first else (buffer + second, buffer)
-            self.kernels.launch("split_half", self._aux_grid(X.rows, X.cols), _AUX_BLOCK,
-                                lane.handle, ctypes.c_void_p(X.ptr), ctypes.c_longlong(X.ld),
-                                ctypes.c_int(X.rows), ctypes.c_int(X.cols),
-                                ctypes.c_void_p(hi_ptr), ctypes.c_longlong(ld),
-                                ctypes.c_void_p(lo_ptr), ctypes.c_longlong(ld),
-                                ctypes.c_void_p(flag))
-            placed[name] = (buffer, hi_ptr, ld)
-        (a_cat, a_hi, lda), (b_cat, b_hi, ldb) = placed["a"], placed["b"]
+            self._split_half(lane, X, hi_ptr, lo_ptr, ld, 0, flag)
+            placed[name] = (hi_ptr, buffer, ld)
+        self._error_corrected_products(lane, alpha, beta, C, k, trans_a, trans_b, placed["a"],
+                                       placed["b"])
+
+    def _split_half(self, lane, X, hi_ptr, lo_ptr, ld, hi_again_ptr, flag):
+        self.kernels.launch("split_half", self._aux_grid(X.rows, X.cols), _AUX_BLOCK, lane.handle,
+                            ctypes.c_void_p(X.ptr), ctypes.c_longlong(X.ld), ctypes.c_int(X.rows),
+                            ctypes.c_int(X.cols), ctypes.c_void_p(hi_ptr), ctypes.c_longlong(ld),
+                            ctypes.c_void_p(lo_ptr), ctypes.c_longlong(ld),
+                            ctypes.c_void_p(hi_again_ptr), ctypes.c_void_p(flag))
+
+    @staticmethod
+    def _error_corrected_products(lane, alpha, beta, C, k, trans_a, trans_b, a, b):
+        """The two GEMMs of half-x3 from operands already split: a and b are (hi pointer,
+        concatenation pointer, leading dimension), [hi_A lo_A] and [lo_B; hi_B] in op's terms."""
+        (a_hi, a_cat, lda), (b_hi, b_cat, ldb) = a, b
         # (alpha, beta) of hi hi, then (alpha 2^-11, 1) of the correction
         scalars = np.array([alpha, beta, alpha / 2048, 1], dtype=np.float32)
         first = scalars.ctypes.data
@@ -1428,6 +1459,51 @@ class CudaBackend:
             cublas.gemm_ex(lane.blas, _OP[trans_a], _OP[trans_b], C.rows, C.cols, depth, scalar,
                            a_ptr, _CUDA_R_16F, lda, b_ptr, _CUDA_R_16F, ldb, scalar + 4, C.ptr,
                            _CUDA_R_32F, C.ld, _COMPUTE_32F, _GEMM_DEFAULT)
+
+    def round_panel(self, lane, owner: DeviceMatrix, compute, A: DeviceBlock, trans):
+        """The panel of a reduced-precision HERK (backend/reduced.py; op(A) = A for trans "N",
+        A^H for "C") rounded once for all the GEMMs that take parts of it, where each GEMM of
+        gemm_reduced rounds its own operands: one pass over the panel per HERK instead of one
+        per strip and operand. half-x3 keeps [hi lo hi] along k (side by side for "N", stacked
+        for "C"): [hi lo] of a part is one GEMM operand, [lo hi] of another part the other."""
+        if compute not in _OPERAND_TYPE:  # single, tf32: the float32 panel as it is
+            return _RoundedPanel(compute, A, A.ptr, A.ld, 0, trans == "N", 4)
+        operand_type, kernel = _OPERAND_TYPE[compute]
+        copies = 3 if compute == "half-x3" else 1
+        k, along_rows = (A.cols, True) if trans == "N" else (A.rows, False)
+        buffer = owner.extra_workspace(f"{compute} panel {lane.name}", max(A.size, 1) * 2 * copies)
+        ld = max(A.rows, 1) * (1 if along_rows else copies)
+        block = (k * ld if along_rows else k) * 2  # bytes from hi to lo, and lo to hi
+        flag = owner.extra_workspace("overflow flag", 4)
+        if compute == "half-x3":
+            self._split_half(lane, A, buffer, buffer + block, ld, buffer + 2 * block, flag)
+        else:
+            self.kernels.launch(kernel, self._aux_grid(A.rows, A.cols), _AUX_BLOCK, lane.handle,
+                                ctypes.c_void_p(A.ptr), ctypes.c_longlong(A.ld),
+                                ctypes.c_int(A.rows), ctypes.c_int(A.cols),
+                                ctypes.c_void_p(buffer), ctypes.c_longlong(ld),
+                                ctypes.c_void_p(flag))
+        return _RoundedPanel(compute, A, buffer, ld, block, along_rows, 2)
+
+    def gemm_rounded_panel(self, lane, owner, panel, alpha, first, second, beta, C: DeviceBlock,
+                           trans_a, trans_b):
+        """C := alpha op(part first) op(part second) + beta C, the parts (i0, i1) of a
+        round_panel along its long side, on the tensor cores as gemm_reduced."""
+        if panel.compute not in _OPERAND_TYPE:
+            self.gemm_reduced(lane, owner, panel.compute, alpha, panel.source_part(*first),
+                              panel.source_part(*second), beta, C, trans_a, trans_b)
+            return
+        a, b = panel.pointer(first[0]), panel.pointer(second[0])
+        if panel.compute == "half-x3":
+            self._error_corrected_products(lane, alpha, beta, C, panel.k, trans_a, trans_b,
+                                           (a, a, panel.ld), (b, b + panel.block, panel.ld))
+            return
+        operand_type, _ = _OPERAND_TYPE[panel.compute]
+        scalars = np.array([alpha, beta], dtype=np.float32)
+        cublas.gemm_ex(lane.blas, _OP[trans_a], _OP[trans_b], C.rows, C.cols, panel.k,
+                       scalars.ctypes.data, a, operand_type, panel.ld, b, operand_type, panel.ld,
+                       scalars.ctypes.data + 4, C.ptr, _CUDA_R_32F, C.ld, _COMPUTE_32F,
+                       _GEMM_DEFAULT)
 
     def herk(self, lane, uplo, trans, alpha, A: DeviceBlock, beta, C: DeviceBlock):
         """The `uplo` triangle of C := alpha op(A) op(A)^H + beta C, op "N" or "C"."""

@@ -434,6 +434,26 @@ class HostBackend:
         self.gemm(lane, alpha, rounded_a, rounded_b, beta, C, trans_a, trans_b)
 
     @staticmethod
+    def round_panel(lane, owner, compute, A, trans):
+        """A HERK's panel rounded once for all its GEMMs (backend/cuda.py's round_panel): here
+        the float32 array carrying the rounding, and the side its parts are cut along."""
+        rounded = round_to(A, compute)
+        if not np.isfinite(rounded).all():
+            owner.narrowing_overflow = True
+        return rounded, trans == "N"
+
+    def gemm_rounded_panel(self, lane, owner, panel, alpha, first, second, beta, C, trans_a,
+                           trans_b):
+        """C := alpha op(part first) op(part second) + beta C, parts (i0, i1) of a round_panel
+        along its long side: rows for op "N", columns for "C"."""
+        rounded, along_rows = panel
+
+        def part(i0, i1):
+            return rounded[i0:i1] if along_rows else rounded[:, i0:i1]
+
+        self.gemm(lane, alpha, part(*first), part(*second), beta, C, trans_a, trans_b)
+
+    @staticmethod
     def matrix(m, n, dtype, nb) -> HostMatrix:
         """A new m x n working matrix of its own (the low-precision copy of a mixed solve)."""
         return HostMatrix(np.zeros((m, n), dtype=dtype, order="F"), nb)

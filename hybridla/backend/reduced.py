@@ -57,26 +57,29 @@ class ReducedPrecisionOps:
         self._ops.gemm_reduced(lane, self.owner, self.compute, alpha, A, B, beta, C,
                                trans_a, trans_b)
 
-    herk_is_gemm = True  # update/chol.py: no recursive halving of the triangle then
+    herk_is_gemm = True  # update/chol.py: the whole update of a block column in one call
 
     def herk(self, lane, uplo, trans, alpha, A, beta, C):
-        """C := alpha op(A) op(A)^H + beta C as a few GEMMs (no tensor-core HERK exists): strips
-        of C's columns (lower; rows for upper), each from its diagonal block to the edge of the
-        `uplo` triangle. The low-precision copy's other triangle is never read, so the square
-        blocks on the diagonal may be written whole; s strips compute (s + 1) / (2 s) of the
-        square's flops. More strips mean more, narrower GEMMs and more operand roundings (each
-        GEMM rounds its own operands), so they stay few and at least HERK_STRIP wide."""
-        w = C.shape[0]
-        strips = max(1, min(HERK_STRIPS, w // HERK_STRIP))
-        edges = [0] + [-(-w * j // strips) // 32 * 32 for j in range(1, strips)] + [w]
-        sub, k = self._ops.sub_block, A.shape[1] if trans == "N" else A.shape[0]
+        """C := alpha op(A) op(A)^H + beta C as GEMMs (no tensor-core HERK exists), on a
+        trapezoid: C is w x c, c <= w, for lower (op(A) w x k: block columns from the diagonal
+        down, the square when c = w), its transpose for upper. Strips of C's c columns (lower;
+        rows for upper), each from its diagonal block to the edge of C. The low-precision copy's
+        other triangle is never read, so the square blocks on the diagonal may be written whole;
+        s strips of a square compute (s + 1) / (2 s) of its flops. The panel is rounded once
+        (round_panel) and every strip's GEMMs take parts of it; more strips mean more, narrower
+        GEMMs, so they stay few and at least HERK_STRIP wide."""
+        w, c = C.shape if trans == "N" else C.shape[::-1]
+        strips = max(1, min(HERK_STRIPS, c // HERK_STRIP))
+        edges = [0] + [-(-c * j // strips) // 32 * 32 for j in range(1, strips)] + [c]
+        sub = self._ops.sub_block
+        panel = self._ops.round_panel(lane, self.owner, self.compute, A, trans)
         for b0, b1 in zip(edges, edges[1:]):
             if trans == "N":   # lower: C[b0:, b0:b1] = A[b0:] A[b0:b1]^H
-                self.gemm(lane, alpha, sub(A, b0, w, 0, k), sub(A, b0, b1, 0, k), beta,
-                          sub(C, b0, w, b0, b1), trans_b="C")
+                self._ops.gemm_rounded_panel(lane, self.owner, panel, alpha, (b0, w), (b0, b1),
+                                             beta, sub(C, b0, w, b0, b1), "N", "C")
             else:              # upper: C[b0:b1, b0:] = A[:, b0:b1]^H A[:, b0:]
-                self.gemm(lane, alpha, sub(A, 0, k, b0, b1), sub(A, 0, k, b0, w), beta,
-                          sub(C, b0, b1, b0, w), trans_a="C")
+                self._ops.gemm_rounded_panel(lane, self.owner, panel, alpha, (b0, b1), (b0, w),
+                                             beta, sub(C, b0, b1, b0, w), "C", "N")
 
     def overflowed(self) -> bool:
         """Whether a rounding of this factorization overflowed (a host wait on a device)."""

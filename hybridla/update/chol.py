@@ -63,8 +63,16 @@ def _solve_blocks(ops, kb):
 
 def herk_update(ops, lane, A, uplo: str, k0: int, k1: int, c0: int, c1: int) -> None:
     """Update the block column (lower) or row (upper) c0:c1 with the finished panel k0:k1: its
-    triangle on the diagonal, then the rectangle beyond it in one gemm."""
+    triangle on the diagonal, then the rectangle beyond it in one gemm. A backend whose herk is
+    a gemm on the square (backend/reduced.py: the tensor cores have no herk) takes the whole
+    block column in one herk on the trapezoid, whose panel it rounds once."""
     n = A.n
+    if getattr(ops, "herk_is_gemm", False):
+        if uplo == "L":
+            ops.herk(lane, "L", "N", -1, A.block(c0, n, k0, k1), 1, A.block(c0, n, c0, c1))
+        else:
+            ops.herk(lane, "U", "C", -1, A.block(k0, k1, c0, n), 1, A.block(c0, c1, c0, n))
+        return
     _triangle_update(ops, lane, A, uplo, k0, k1, c0, c1)
     if c1 < n:
         _rectangle_update(ops, lane, A, uplo, k0, k1, (c1, n), (c0, c1))
@@ -76,14 +84,6 @@ def _triangle_update(ops, lane, A, uplo, k0, k1, c0, c1):
     between two half triangles, then each half). BLAS herk/syrk runs far below gemm's rate on a
     GPU (a whole trailing triangle in one cuBLAS dsyrk measured ~8 TFLOP/s on the H200 against
     ~50 for dgemm), while the halving keeps almost all flops in large gemms."""
-    # a backend whose herk is a gemm on the square (backend/reduced.py: the tensor cores have no
-    # herk) gains nothing from halving: one call, the fewest operand roundings
-    if getattr(ops, "herk_is_gemm", False):
-        if uplo == "L":
-            ops.herk(lane, "L", "N", -1, A.block(c0, c1, k0, k1), 1, A.block(c0, c1, c0, c1))
-        else:
-            ops.herk(lane, "U", "C", -1, A.block(k0, k1, c0, c1), 1, A.block(c0, c1, c0, c1))
-        return
     _below_diagonal_blocks(ops, lane, A, uplo, k0, k1, c0, c1)
     panel = A.block(c0, c1, k0, k1) if uplo == "L" else A.block(k0, k1, c0, c1)
     ops.herk_diagonal_blocks(lane, uplo, "N" if uplo == "L" else "C", -1, panel,
