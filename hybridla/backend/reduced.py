@@ -34,6 +34,8 @@ LARGEST = {"single": float(np.finfo(np.float32).max), "tf32": float(np.finfo(np.
 UNIT_ROUNDOFF = {name: 2.0 ** -bits for name, bits in SIGNIFICANT_BITS.items()}
 # cuBLAS has no tensor-core GEMM with complex 16-bit operands
 REAL_ONLY = ("half", "bfloat16", "half-x3")
+# the precisions whose GEMM operands are rounded into buffers of their own (not tf32's)
+ROUNDED = ("half", "bfloat16", "half-x3")
 # herk as GEMM strips: at most this many, each at least this wide (ReducedPrecisionOps.herk)
 HERK_STRIPS, HERK_STRIP = 8, 1024
 
@@ -46,6 +48,9 @@ class ReducedPrecisionOps:
         if compute not in COMPUTE:
             raise ValueError(f"compute must be one of {COMPUTE}; got {compute!r}")
         self._ops, self.compute, self.owner = ops, compute, owner
+        # a gemm whose operands are rounded into buffers first may write over one of them
+        # (update/chol.py's solve then needs no copy of the block it solves)
+        self.gemm_copies_operands = compute in ROUNDED
         # the ops a recursive LU panel runs on: panels stay in float32, GEMMs included
         self.panel_ops = ops
         ops.prepare_reduced(owner, compute)
