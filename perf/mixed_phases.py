@@ -4,12 +4,15 @@ built on the GPU with CuPy; GPU interface, or the CPU interface on a copy of it 
 a tuning aid beside perf/mixed.py, which compares with the baselines.
 
     python3 perf/mixed_phases.py --n 32768 --nb 256 512 --lowest half-x3 tf32 \
-        [--assume gen|pos] [--refinement classical-gmres] [--max-inner 50] [--max-iter 30]
+        [--assume gen|pos] [--matrix spd-kappa=1e4] [--refinement classical-gmres]
+        [--inner-tol 1e-4 1e-6] [--max-inner 50] [--max-iter 30] [--repeat 2]
         [--panel-leaf 0 64] [--panel-sms 0 48] [--interface cpu --copy-threads 8 16]
 
-Matrices: gen = standard normal; pos = G G^T / n + I (G standard normal). One untimed warm-up
-solve, then one timed solve per (nb, lowest); each row gives the phases of MixedInfo.seconds,
-the iterations and the backward error ||b - A x||_inf / (||A||_inf ||x||_inf).
+Matrices: gen = standard normal; pos = G G^T / n + I (G standard normal); --matrix takes one of
+perf/mixed.py's words instead (randn, kappa=K, spd-kappa=K: the same matrices as its tables;
+spd-* solve with assume pos). One untimed warm-up solve per block size, then the best of
+--repeat timed solves per setting; each row gives the phases of MixedInfo.seconds, the
+iterations and the backward error ||b - A x||_inf / (||A||_inf ||x||_inf).
 """
 from __future__ import annotations
 
@@ -40,6 +43,11 @@ def main():
     p.add_argument("--nb", type=int, nargs="+", default=[512])
     p.add_argument("--lowest", nargs="+", default=["half-x3"])
     p.add_argument("--assume", default="gen", choices=("gen", "pos"))
+    p.add_argument("--matrix", default=None,
+                   help="a perf/mixed.py matrix word (randn, kappa=K, spd-kappa=K) instead")
+    p.add_argument("--inner-tol", type=float, nargs="+", default=[None],
+                   help="mixed.inner_tol values (default: the configured one)")
+    p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--refinement", default="classical-gmres")
     p.add_argument("--max-inner", type=int, default=50)
     p.add_argument("--max-iter", type=int, default=30)
@@ -51,38 +59,53 @@ def main():
     p.add_argument("--copy-threads", type=int, nargs="+", default=[None],
                    help="device.copy_threads values (default: the configured one)")
     args = p.parse_args()
-    a = matrix(args.n, args.assume)
+    if args.matrix:
+        import mixed as tables  # perf/mixed.py, beside this file
+        spec = tables.parse_matrix(args.matrix)
+        args.assume = "pos" if spec.spd else "gen"
+        a = cp.asfortranarray(tables.MatrixFactory(args.n, 0, cp).make(spec))
+    else:
+        a = matrix(args.n, args.assume)
     b = cp.asarray(cp.random.default_rng(1).standard_normal((args.n, 1)), order="F")
     norm_a = float(cp.abs(a).sum(axis=1).max())
     solve_a, solve_b = (a, b) if args.interface == "gpu" else \
         (cp.asnumpy(a, order="F"), cp.asnumpy(b, order="F"))
     options = dict(assume_a=args.assume, lower=True, refinement=args.refinement,
                    max_inner=args.max_inner, max_iter=args.max_iter, check_finite=False)
-    hybridla.solve_mixed(solve_a, solve_b, lowest=args.lowest[0], nb=args.nb[0],
-                         **options)  # warm-up
-    print(f"| n | assume | interface | lowest | nb | panel leaf | panel SMs | copy threads | "
-          f"time (s) | iterations | inner | fell back | phases (s) | backward error |")
-    print("|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|")
-    for lowest, nb, leaf, sms, threads in itertools.product(
-            args.lowest, args.nb, args.panel_leaf, args.panel_sms, args.copy_threads):
+    print(f"| n | matrix | interface | lowest | nb | inner tol | panel leaf | panel SMs | "
+          f"copy threads | time (s) | iterations | inner | fell back | phases (s) | "
+          f"backward error |")
+    print("|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|")
+    warm = set()
+    for lowest, nb, inner_tol, leaf, sms, threads in itertools.product(
+            args.lowest, args.nb, args.inner_tol, args.panel_leaf, args.panel_sms,
+            args.copy_threads):
+        if (lowest, nb) not in warm:  # the workspaces of this block size, the kernels' loading
+            hybridla.solve_mixed(solve_a, solve_b, lowest=lowest, nb=nb, **options)
+            warm.add((lowest, nb))
         settings = {key: value for key, value in (("mixed.panel_leaf", leaf),
                                                   ("device.panel_sms", sms),
-                                                  ("device.copy_threads", threads))
+                                                  ("device.copy_threads", threads),
+                                                  ("mixed.inner_tol", inner_tol))
                     if value is not None}
         with hybridla.config.set(settings):
-            cp.cuda.Device().synchronize()
-            started = time.perf_counter()
-            x, info = hybridla.solve_mixed(solve_a, solve_b, lowest=lowest, nb=nb, **options)
-            cp.cuda.Device().synchronize()
-            seconds = time.perf_counter() - started
+            seconds = float("inf")
+            for _ in range(args.repeat):
+                cp.cuda.Device().synchronize()
+                started = time.perf_counter()
+                x, info = hybridla.solve_mixed(solve_a, solve_b, lowest=lowest, nb=nb, **options)
+                cp.cuda.Device().synchronize()
+                seconds = min(seconds, time.perf_counter() - started)
             x = cp.asarray(x)
             error = float(cp.abs(b - a @ x).max() / (norm_a * cp.abs(x).max()))
             phases = ", ".join(f"{k} {v:.3f}" for k, v in info.seconds.items())
-            leaf = hybridla.config.get("mixed.panel_leaf")
-            threads = hybridla.config.get("device.copy_threads")
-            sms = hybridla.config.get("device.panel_sms")
-            print(f"| {args.n} | {args.assume} | {args.interface} | {lowest} | {nb} | {leaf} | "
-                  f"{sms} | {threads} | {seconds:.3f} | {info.iterations} | {info.inner_iterations} | "
+            config = {key: hybridla.config.get(key) for key in (
+                "mixed.panel_leaf", "device.copy_threads", "device.panel_sms",
+                "mixed.inner_tol")}
+            print(f"| {args.n} | {args.matrix or args.assume} | {args.interface} | {lowest} | "
+                  f"{nb} | {config['mixed.inner_tol']:g} | {config['mixed.panel_leaf']} | "
+                  f"{config['device.panel_sms']} | {config['device.copy_threads']} | "
+                  f"{seconds:.4f} | {info.iterations} | {info.inner_iterations} | "
                   f"{info.fell_back} | {phases} | {error:.2e} |", flush=True)
 
 
