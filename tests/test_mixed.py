@@ -218,6 +218,31 @@ def test_reduced_herk_strips_cover_the_triangle(backend, uplo, trapezoid, comput
     assert np.all((np.abs(after - expected) <= bound + 1e-6)[inside])
 
 
+@pytest.mark.parametrize("uplo", ["L", "U"])
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+@pytest.mark.parametrize("nrhs", [1, 2])
+def test_hermitian_product_reads_one_triangle(backend, uplo, dtype, nrhs, rng):
+    """The refinement's A X for Hermitian A stored in one triangle (the device's own hemv for
+    one column, hemm for more): the full matrix's product, NaN in the other triangle unread."""
+    ops = hybridla.backend.get_backend(backend)
+    n = 300
+    h = random_matrix(n, n, dtype, rng)
+    h = h + h.conj().T
+    other = np.tri(n, k=-1, dtype=bool)
+    other = other.T if uplo == "L" else other
+    x = random_matrix(n, nrhs, dtype, rng)
+    A = ops.matrix(n, n, dtype, 64)
+    try:
+        lane = ops.lane("gpu:panel")
+        ops.from_host(lane, np.where(other, np.nan, h), A.block(0, n, 0, n))
+        work = A.workspace("refine", 2 * n, nrhs)
+        y = ops.apply_to_host(lane, A.block(0, n, 0, n), x, "N", uplo, work)
+    finally:
+        A.close()
+    scale = np.abs(h) @ np.abs(x)
+    assert np.all(np.abs(y - h @ x) <= 4 * n * np.finfo(dtype).eps * scale)
+
+
 @pytest.mark.parametrize("uplo, diag", [("L", "N"), ("U", "N"), ("L", "U")])
 @pytest.mark.parametrize("dtype", [np.float32, np.complex128])
 @pytest.mark.parametrize("b", [128, 150])

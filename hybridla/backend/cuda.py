@@ -60,7 +60,9 @@ _FUSED_PANEL_COOPERATIVE = True  # cuLaunchCooperativeKernel: the blocks' reside
 # invert_triangular_blocks halves blocks down to this order (invert_leaves' threads per block)
 _INVERSE_LEAF = 64
 _STATS_THREADS, _STATS_STRIP = 256, 64
-_STATS_PART = {"A": 0, "U": 1, "L": 2}  # convert.cu's row_stats/col_stats launch shape and STRIP
+# convert.cu's row_stats/col_stats/narrow_hermitian and hemv.cu's launch shape (HEMV_THREADS,
+# STRIP) and part codes
+_STATS_PART = {"A": 0, "U": 1, "L": 2}
 
 
 def _kernel_source(name: str) -> str:
@@ -660,7 +662,8 @@ class CudaBackend:
         self.context.push()
         try:
             source = "\n".join(_kernel_source(name) for name in ("laswp.cu", "lapack_aux.cu",
-                                                                   "convert.cu", "getrf_panel.cu"))
+                                                                   "convert.cu", "hemv.cu",
+                                                                   "getrf_panel.cu"))
             self.kernels = _driver.Module(compile_cuda(source, no_extern_c=True,
                                                        options=["-O3"]))
             optin = getattr(drv.device_attribute, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", None)
@@ -1222,8 +1225,14 @@ class CudaBackend:
             cublas.set_matrix_async(cols, k, itemsize, X.ctypes.data, cols, x_ptr, cols,
                                     gpu.handle)
             if uplo is not None and k == 1:  # one pass over the triangle (hemm's is slower)
-                hemv = getattr(cublas, prefix + ("hemv" if A.dtype.kind == "c" else "symv"))
-                hemv(gpu.blas, _UPLO[uplo], rows, one, A.ptr, A.ld, x_ptr, 1, zero, y_ptr, 1)
+                # hemv.cu, where cuBLAS's symv reads the triangle at half the copy bandwidth
+                self.laset(gpu, "A", 0, 0, DeviceBlock(y_ptr, rows, 1, rows, A.dtype))
+                self.kernels.launch(f"hemv_{prefix}", (-(-rows // _STATS_THREADS),
+                                                       -(-rows // _STATS_STRIP)),
+                                    (_STATS_THREADS,), gpu.handle, ctypes.c_void_p(A.ptr),
+                                    ctypes.c_longlong(A.ld), ctypes.c_int(rows),
+                                    ctypes.c_int(_STATS_PART[uplo]), ctypes.c_void_p(x_ptr),
+                                    ctypes.c_void_p(y_ptr))
             elif uplo is not None:
                 hemm = getattr(cublas, prefix + ("hemm" if A.dtype.kind == "c" else "symm"))
                 hemm(gpu.blas, _SIDE["L"], _UPLO[uplo], rows, k, one, A.ptr, A.ld, x_ptr, cols,
