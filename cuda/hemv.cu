@@ -68,7 +68,8 @@ __device__ void hemv(const T* A, long long lda, int n, int part, const T* x, T* 
     __syncthreads();
     if (threadIdx.x < j1 - j0) {
         T column = zero;
-        for (int w = 0; w < HEMV_THREADS / 32; ++w) column = plus(column, warp_sums[w][threadIdx.x]);
+        for (int w = 0; w < HEMV_THREADS / 32; ++w)
+            column = plus(column, warp_sums[w][threadIdx.x]);
         if (nonzero(column)) atomic_add(y + j0 + threadIdx.x, column);
     }
     if (row_inside && nonzero(row)) atomic_add(y + i, row);
