@@ -33,21 +33,22 @@ def solve_off_diagonal(ops, lane, A, uplo: str, k0: int, k1: int) -> None:
     ops.invert_triangular_blocks(lane, uplo, "N", A.block(k0, k1, k0, k1), kb, inverse,
                                  A.scratch(lane, kb, -(-kb // 4)))
     sub = ops.sub_block
+    blocks = _solve_blocks(ops, kb)
     # gemm cannot write its own operand, unless the backend copies the operands before it
-    # multiplies (backend/reduced.py: their rounding is a copy)
-    in_place = getattr(ops, "gemm_copies_operands", False)
+    # multiplies (backend/reduced.py: their rounding is a copy) and one gemm does it all
+    in_place = getattr(ops, "gemm_copies_operands", False) and len(blocks) == 1
     if uplo == "L":
         solved_from = A.block(k1, n, k0, k1) if in_place else A.scratch(lane, n - k1, kb)
         if not in_place:
             ops.lacpy(lane, "A", A.block(k1, n, k0, k1), solved_from)
-        for j0, j1 in _solve_blocks(ops, kb):
+        for j0, j1 in blocks:
             ops.gemm(lane, 1, sub(solved_from, 0, n - k1, 0, j1), sub(inverse, j0, j1, 0, j1), 0,
                      A.block(k1, n, k0 + j0, k0 + j1), trans_b="C")
     else:  # X = W^H A12 with W = U11^-1 upper: X[J, :] = W[:j1, J]^H A12[:j1, :]
         solved_from = A.block(k0, k1, k1, n) if in_place else A.scratch(lane, kb, n - k1)
         if not in_place:
             ops.lacpy(lane, "A", A.block(k0, k1, k1, n), solved_from)
-        for j0, j1 in _solve_blocks(ops, kb):
+        for j0, j1 in blocks:
             ops.gemm(lane, 1, sub(inverse, 0, j1, j0, j1), sub(solved_from, 0, j1, 0, n - k1), 0,
                      A.block(k0 + j0, k0 + j1, k1, n), trans_a="C")
 
