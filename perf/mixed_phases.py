@@ -6,6 +6,7 @@ a tuning aid beside perf/mixed.py, which compares with the baselines.
     python3 perf/mixed_phases.py --n 32768 --nb 256 512 --lowest half-x3 tf32 \
         [--assume gen|pos] [--matrix spd-kappa=1e4] [--refinement classical-gmres]
         [--inner-tol 1e-4 1e-6] [--max-inner 50] [--max-iter 30] [--repeat 2]
+        [--lookahead 1 2] [--tail 0 3072]
         [--panel-leaf 0 64] [--panel-sms 0 48] [--interface cpu --copy-threads 8 16]
 
 Matrices: gen = standard normal; pos = G G^T / n + I (G standard normal); --matrix takes one of
@@ -48,6 +49,10 @@ def main():
     p.add_argument("--inner-tol", type=float, nargs="+", default=[None],
                    help="mixed.inner_tol values (default: the configured one)")
     p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--lookahead", type=int, nargs="+", default=[None],
+                   help="mixed.lookahead values (default: the configured one)")
+    p.add_argument("--tail", type=int, nargs="+", default=[None],
+                   help="mixed.tail values: the Cholesky's last columns in one cuSOLVER potrf")
     p.add_argument("--refinement", default="classical-gmres")
     p.add_argument("--max-inner", type=int, default=50)
     p.add_argument("--max-iter", type=int, default=30)
@@ -72,21 +77,23 @@ def main():
         (cp.asnumpy(a, order="F"), cp.asnumpy(b, order="F"))
     options = dict(assume_a=args.assume, lower=True, refinement=args.refinement,
                    max_inner=args.max_inner, max_iter=args.max_iter, check_finite=False)
-    print(f"| n | matrix | interface | lowest | nb | inner tol | panel leaf | panel SMs | "
-          f"copy threads | time (s) | iterations | inner | fell back | phases (s) | "
+    print(f"| n | matrix | interface | lowest | nb | inner tol | lookahead | tail | panel leaf | "
+          f"panel SMs | copy threads | time (s) | iterations | inner | fell back | phases (s) | "
           f"backward error |")
-    print("|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|")
+    print("|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|")
     warm = set()
-    for lowest, nb, inner_tol, leaf, sms, threads in itertools.product(
+    for lowest, nb, inner_tol, leaf, sms, threads, lookahead, tail in itertools.product(
             args.lowest, args.nb, args.inner_tol, args.panel_leaf, args.panel_sms,
-            args.copy_threads):
+            args.copy_threads, args.lookahead, args.tail):
         if (lowest, nb) not in warm:  # the workspaces of this block size, the kernels' loading
             hybridla.solve_mixed(solve_a, solve_b, lowest=lowest, nb=nb, **options)
             warm.add((lowest, nb))
         settings = {key: value for key, value in (("mixed.panel_leaf", leaf),
                                                   ("device.panel_sms", sms),
                                                   ("device.copy_threads", threads),
-                                                  ("mixed.inner_tol", inner_tol))
+                                                  ("mixed.inner_tol", inner_tol),
+                                                  ("mixed.lookahead", lookahead),
+                                                  ("mixed.tail", tail))
                     if value is not None}
         with hybridla.config.set(settings):
             seconds = float("inf")
@@ -99,11 +106,12 @@ def main():
             x = cp.asarray(x)
             error = float(cp.abs(b - a @ x).max() / (norm_a * cp.abs(x).max()))
             phases = ", ".join(f"{k} {v:.3f}" for k, v in info.seconds.items())
-            config = {key: hybridla.config.get(key) for key in (
+            config = {key: hybridla.config.get(key, None) for key in (
                 "mixed.panel_leaf", "device.copy_threads", "device.panel_sms",
-                "mixed.inner_tol")}
+                "mixed.inner_tol", "mixed.lookahead", "mixed.tail")}
             print(f"| {args.n} | {args.matrix or args.assume} | {args.interface} | {lowest} | "
-                  f"{nb} | {config['mixed.inner_tol']:g} | {config['mixed.panel_leaf']} | "
+                  f"{nb} | {config['mixed.inner_tol']:g} | {config['mixed.lookahead']} | "
+                  f"{config['mixed.tail']} | {config['mixed.panel_leaf']} | "
                   f"{config['device.panel_sms']} | {config['device.copy_threads']} | "
                   f"{seconds:.4f} | {info.iterations} | {info.inner_iterations} | "
                   f"{info.fell_back} | {phases} | {error:.2e} |", flush=True)
