@@ -57,10 +57,6 @@ _FUSED_PANEL_THREADS = 256     # getrf_panel.cu: one thread per row of a block's
 _FUSED_PANEL_MIN_ROWS = 256    # a short panel takes fewer blocks: fewer to hear from per column
 _FUSED_PANEL_MAX_WIDTH = 256   # the widest panel it takes
 _FUSED_PANEL_COOPERATIVE = True  # cuLaunchCooperativeKernel: the blocks' residency guaranteed
-# the compute lanes whose streams have the greatest priority (CudaLane); the reduced backend's
-# operand buffers are made for each compute lane beforehand (prepare_reduced)
-_URGENT_LANES = ("gpu:panel", "gpu:lookahead")
-_COMPUTE_LANES = _URGENT_LANES + ("gpu:update",)
 # invert_triangular_blocks halves blocks down to this order (invert_leaves' threads per block)
 _INVERSE_LEAF = 64
 _STATS_THREADS, _STATS_STRIP = 256, 64
@@ -82,9 +78,8 @@ class CudaLane:
     thread-safe, so a lock serializes the worker threads that enqueue on the same lane).
 
     Compute lanes ("gpu:*") get priority streams, made through the driver (PyCUDA's streams have
-    no priority): "gpu:panel", the critical path, and "gpu:lookahead", the part of a look-ahead
-    column that runs beside it, the most urgent, so that their kernels' blocks are scheduled
-    ahead of the trailing update's. Copy lanes ("copy:*") are PyCUDA streams, which
+    no priority): "gpu:panel", the critical path, the most urgent, so that its kernels' blocks are
+    scheduled ahead of the trailing update's. Copy lanes ("copy:*") are PyCUDA streams, which
     its 2-D copies need; `handle` is the raw stream either way."""
 
     def __init__(self, name: str, backend: CudaBackend):
@@ -92,7 +87,7 @@ class CudaLane:
         if name.startswith("gpu:"):
             least, greatest = _driver.stream_priority_range()
             self.stream = None
-            self.handle = _driver.stream_create(greatest if name in _URGENT_LANES else least)
+            self.handle = _driver.stream_create(greatest if name == "gpu:panel" else least)
             self.blas = cublas.create()
             cublas.set_stream(self.blas, self.handle)
             self.solver = cusolverDn.create()
@@ -1375,7 +1370,7 @@ class CudaBackend:
             _driver.stream_synchronize(gpu.handle)
         if compute in _OPERAND_TYPE:
             elements, copies = owner.nb * max(owner.m, owner.n), 3 if compute == "half-x3" else 1
-            for name in _COMPUTE_LANES:
+            for name in ("gpu:update", "gpu:panel"):
                 for operand in "ab":
                     owner.extra_workspace(f"{compute} {operand} {name}",
                                           elements * (4 if compute == "half-x3" else 2))

@@ -6,7 +6,6 @@ For each step k (diagonal block k0:k1, kb = k1 - k0 <= nb), lower shown (upper: 
     A21 := A21 L11^-H                   on the GPU (critical path lane), a gemm with L11^-1
     for the next `lookahead` block columns, then all the others in one task:
         A22 := A22 - A21 A21^H          herk on the diagonal blocks, gemm below them
-    (a look-ahead column's diagonal block on the critical-path lane, the rest of it beside)
 
 On a device, once the trailing matrix is of order plan.tail or less (config cho.tail), it is
 factored whole by the device's potrf (cuSOLVER) as the last task.
@@ -73,11 +72,11 @@ def record_potrf(graph, A, plan, uplo):
                   reads=[diagonal], writes=[panel, Region("diagonal inverse", 0, 1)],
                   flops=float((k1 - k0) ** 2 * (n - k1)))
 
-        # the look-ahead block columns, two tasks each, then the rest of the trailing matrix
+        # the look-ahead block columns, one task each, then the rest of the trailing matrix
         right = list(range(k1, n, nb))
         lookahead_columns, rest = right[:plan.lookahead], right[plan.lookahead:]
         for c0 in lookahead_columns:
-            record_lookahead(graph, ops, A, uplo, step, k0, k1, c0, min(c0 + nb, n))
+            record_update(graph, ops, A, uplo, step, k0, k1, c0, min(c0 + nb, n), "gpu:panel")
         previous_update_flops = 0.0
         for c0, c1 in trailing_chunks(rest, n, nb, ops, plan, upload_group,
                                       uploading=step < split_steps):
@@ -109,39 +108,6 @@ def record_tail(graph, A, plan, uplo, step, k0):
 
 def _cpu_panel(lane, A, step, k0, k1, uplo):
     potrf_panel_cpu(A, step, k0, k1, uplo)
-
-
-def record_lookahead(graph, ops, A, uplo, step, k0, k1, c0, c1):
-    """A look-ahead block column's update from the finished panel k0:k1 in two tasks: its
-    diagonal block on the critical-path lane, so that the next diagonal factorization starts as
-    soon as that is done, and the rest of the column on a high-priority lane of its own
-    meanwhile, which only the next off-diagonal solve waits for (MAGMA's look-ahead splits the
-    column the same way)."""
-    n = A.n
-
-    def region(r0, r1, cc0, cc1):  # lower terms; upper: the transpose
-        return Region("A", r0, r1, cc0, cc1) if uplo == "L" else Region("A", cc0, cc1, r0, r1)
-
-    w, kb = c1 - c0, k1 - k0
-    graph.add("update", step, "gpu:panel",
-              functools.partial(_diagonal_block, ops=ops, A=A, uplo=uplo, k0=k0, k1=k1, c0=c0,
-                                c1=c1),
-              reads=[region(c0, c1, k0, k1)], writes=[region(c0, c1, c0, c1)],
-              flops=float(w * (w + 1) * kb))
-    if c1 < n:
-        graph.add("update", step, "gpu:lookahead",
-                  functools.partial(_off_diagonal, ops=ops, A=A, uplo=uplo, k0=k0, k1=k1, c0=c0,
-                                    c1=c1),
-                  reads=[region(c0, n, k0, k1)], writes=[region(c1, n, c0, c1)],
-                  flops=float(2 * (n - c1) * w * kb))
-
-
-def _diagonal_block(lane, ops, A, uplo, k0, k1, c0, c1):
-    chol_update.diagonal_block_update(ops, lane, A, uplo, k0, k1, c0, c1)
-
-
-def _off_diagonal(lane, ops, A, uplo, k0, k1, c0, c1):
-    chol_update.off_diagonal_update(ops, lane, A, uplo, k0, k1, c0, c1)
 
 
 def record_update(graph, ops, A, uplo, step, k0, k1, c0, c1, lane):

@@ -84,23 +84,6 @@ def herk_update(ops, lane, A, uplo: str, k0: int, k1: int, c0: int, c1: int) -> 
         _rectangle_update(ops, lane, A, uplo, k0, k1, (c1, n), (c0, c1))
 
 
-def diagonal_block_update(ops, lane, A, uplo: str, k0: int, k1: int, c0: int, c1: int) -> None:
-    """A look-ahead block column's first part: its diagonal block c0:c1 alone, all that the
-    next step's diagonal factorization waits for."""
-    if getattr(ops, "herk_is_gemm", False):
-        panel = A.block(c0, c1, k0, k1) if uplo == "L" else A.block(k0, k1, c0, c1)
-        ops.herk(lane, uplo, "N" if uplo == "L" else "C", -1, panel, 1, A.block(c0, c1, c0, c1))
-        return
-    _triangle_update(ops, lane, A, uplo, k0, k1, c0, c1)
-
-
-def off_diagonal_update(ops, lane, A, uplo: str, k0: int, k1: int, c0: int, c1: int) -> None:
-    """A look-ahead block column's second part: the rectangle below (right of, for upper) its
-    diagonal block, one gemm, which only the next step's off-diagonal solve waits for."""
-    if c1 < A.n:
-        _rectangle_update(ops, lane, A, uplo, k0, k1, (c1, A.n), (c0, c1))
-
-
 def _triangle_update(ops, lane, A, uplo, k0, k1, c0, c1):
     """The diagonal triangle c0:c1: its diagonal blocks of nb at once (`herk_diagonal_blocks`:
     one strided-batched gemm on a device), the rest by recursive halving into gemms (the square
