@@ -682,7 +682,7 @@ def solve_mixed(a, b, assume_a="gen", lower=False, overwrite_a=False, overwrite_
     definite a, of which only the `lower` (or upper) triangle is read (lapack/posv_mixed.py).
     On a device, the refinement's product with that triangle adds its terms in an order that
     varies from run to run (cuda/hemv.cu), so a solve at the edge of the stopping test may
-    take one refinement step more or less from one call to the next; x always passes the test.
+    take one refinement step more or less from one call to the next (the test is the same).
 
     lowest      the factorization's GEMM precision: "half-x3" (error-corrected half: each
                 operand split into two halves, three products on the half tensor cores, about
