@@ -32,10 +32,10 @@ SIGNIFICANT_BITS = {"single": 24, "tf32": 11, "half": 11, "bfloat16": 8, "half-x
 LARGEST = {"single": float(np.finfo(np.float32).max), "tf32": float(np.finfo(np.float32).max),
            "half": 65504.0, "bfloat16": float.fromhex("0x1.fep127"), "half-x3": 65504.0}
 UNIT_ROUNDOFF = {name: 2.0 ** -bits for name, bits in SIGNIFICANT_BITS.items()}
-# cuBLAS has no tensor-core GEMM with complex 16-bit operands
-REAL_ONLY = ("half", "bfloat16", "half-x3")
-# the precisions whose GEMM operands are rounded into buffers of their own (not tf32's)
+# the precisions whose GEMM operands are rounded into 16-bit buffers of their own (not tf32's)
 ROUNDED = ("half", "bfloat16", "half-x3")
+# cuBLAS has no tensor-core GEMM with complex 16-bit operands
+REAL_ONLY = ROUNDED
 # herk as GEMM strips: at most this many, each at least this wide (ReducedPrecisionOps.herk)
 HERK_STRIPS, HERK_STRIP = 8, 1024
 
