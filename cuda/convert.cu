@@ -4,8 +4,6 @@
 //   row_stats     per row i:    max_j |a_ij| and sum_j |a_ij|      (STRIP-column strips per
 //                               thread, merged with atomics: one read of A)
 //   col_stats     per column j: max_i r_i |a_ij| and sum_i |a_ij|  (r the row scaling; one read)
-//                 both over a part of A: all of it (part 0), the upper (1) or lower (2) triangle
-//                 with the diagonal, for a Hermitian matrix stored in one triangle
 //   narrow        out_ij = (low) (r_i c_j a_ij), the working matrix scaled and rounded to the
 //                 factorization's storage precision (float or complex float); sets *overflow when
 //                 a scaled entry exceeds `limit` (the largest finite value of the precision the
@@ -44,7 +42,7 @@ __device__ inline bool in_stored_part(int i, int j, int part)
 }
 
 template <typename T>
-__device__ void row_stats(const T* A, long long lda, int m, int n, int part, double* rmax,
+__device__ void row_stats(const T* A, long long lda, int m, int n, double* rmax,
                           double* rsum)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -52,7 +50,6 @@ __device__ void row_stats(const T* A, long long lda, int m, int n, int part, dou
     if (i >= m) return;
     double largest = 0.0, total = 0.0;
     for (int j = j0; j < j1; ++j) {
-        if (!in_stored_part(i, j, part)) continue;
         const double a = modulus(A[i + (long long)j * lda]);
         largest = fmax(largest, a);
         total += a;
@@ -63,7 +60,7 @@ __device__ void row_stats(const T* A, long long lda, int m, int n, int part, dou
 
 // one warp per column strip of 32 rows x STRIP columns: lanes take rows, shuffles reduce
 template <typename T>
-__device__ void col_stats(const T* A, long long lda, int m, int n, int part, const double* r,
+__device__ void col_stats(const T* A, long long lda, int m, int n, const double* r,
                           double* cmax, double* csum)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -71,8 +68,7 @@ __device__ void col_stats(const T* A, long long lda, int m, int n, int part, con
     const bool inside = i < m;
     const double scale = inside ? r[i] : 0.0;
     for (int j = j0; j < j1; ++j) {
-        const double a = inside && in_stored_part(i, j, part) ?
-                         modulus(A[i + (long long)j * lda]) : 0.0;
+        const double a = inside ? modulus(A[i + (long long)j * lda]) : 0.0;
         double largest = scale * a, total = a;
         for (int offset = 16; offset > 0; offset /= 2) {
             largest = fmax(largest, __shfl_xor_sync(0xffffffff, largest, offset));
@@ -156,11 +152,11 @@ __device__ void round_to(const float* A, long long lda, int rows, int cols, L* o
 }
 
 #define STATS(S, T)                                                                            \
-extern "C" __global__ void row_stats_##S(const T* A, long long lda, int m, int n, int part,     \
-    double* rmax, double* rsum) { row_stats<T>(A, lda, m, n, part, rmax, rsum); }              \
-extern "C" __global__ void col_stats_##S(const T* A, long long lda, int m, int n, int part,     \
+extern "C" __global__ void row_stats_##S(const T* A, long long lda, int m, int n,               \
+    double* rmax, double* rsum) { row_stats<T>(A, lda, m, n, rmax, rsum); }                    \
+extern "C" __global__ void col_stats_##S(const T* A, long long lda, int m, int n,               \
     const double* r, double* cmax, double* csum)                                               \
-{ col_stats<T>(A, lda, m, n, part, r, cmax, csum); }
+{ col_stats<T>(A, lda, m, n, r, cmax, csum); }
 
 STATS(s, float)
 STATS(d, double)

@@ -8,17 +8,22 @@ a tuning aid beside perf/mixed.py, which compares with the baselines.
         [--inner-tol 1e-4 1e-6] [--max-inner 50] [--max-iter 30] [--repeat 2]
         [--lookahead 1 2] [--tail 0 3072]
         [--panel-leaf 0 64] [--panel-sms 0 48] [--interface cpu --copy-threads 8 16]
+        [--profile 40]
 
 Matrices: gen = standard normal; pos = G G^T / n + I (G standard normal); --matrix takes one of
 perf/mixed.py's words instead (randn, kappa=K, spd-kappa=K: the same matrices as its tables;
 spd-* solve with assume pos). One untimed warm-up solve per block size, then the best of
 --repeat timed solves per setting; each row gives the phases of MixedInfo.seconds, the
-iterations and the backward error ||b - A x||_inf / (||A||_inf ||x||_inf).
+iterations and the backward error ||b - A x||_inf / (||A||_inf ||x||_inf). --profile N runs one
+more solve of the last setting under cProfile and prints its N costliest functions by cumulative
+and by own time (a host wait shows as the own time of the call that waits).
 """
 from __future__ import annotations
 
 import argparse
+import cProfile
 import itertools
+import pstats
 import time
 
 import cupy as cp
@@ -63,6 +68,8 @@ def main():
     p.add_argument("--interface", default="gpu", choices=("gpu", "cpu"))
     p.add_argument("--copy-threads", type=int, nargs="+", default=[None],
                    help="device.copy_threads values (default: the configured one)")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="profile one more solve of the last setting; print N functions")
     args = p.parse_args()
     if args.matrix:
         import mixed as tables  # perf/mixed.py, beside this file
@@ -115,6 +122,19 @@ def main():
                   f"{config['device.panel_sms']} | {config['device.copy_threads']} | "
                   f"{seconds:.4f} | {info.iterations} | {info.inner_iterations} | "
                   f"{info.fell_back} | {phases} | {error:.2e} |", flush=True)
+        if args.profile:
+            profile = cProfile.Profile()
+            with hybridla.config.set(settings):
+                cp.cuda.Device().synchronize()
+                profile.enable()
+                _, info = hybridla.solve_mixed(solve_a, solve_b, lowest=lowest, nb=nb, **options)
+                cp.cuda.Device().synchronize()
+                profile.disable()
+    if args.profile:
+        print(f"\nprofiled solve: iterations {info.iterations}, inner {info.inner_iterations}, "
+              + ", ".join(f"{k} {v:.4f}" for k, v in info.seconds.items()))
+        for order in ("cumulative", "tottime"):
+            pstats.Stats(profile).sort_stats(order).print_stats(args.profile)
 
 
 if __name__ == "__main__":

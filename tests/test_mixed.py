@@ -8,6 +8,7 @@ import pytest
 import scipy.linalg
 
 import hybridla
+from hybridla.lapack._mixed import lu_permutation
 from _conditioned import general, spd, tall
 from _lapack_checks import (device_kind_of, random_matrix, solve_backward_error, to_device,
                             to_host, wide)
@@ -65,6 +66,16 @@ def test_lu_always_accurate_with_fallback(backend, kappa, refinement, rng):
     if kappa >= 1e10:  # kappa u_half ~ 5e6: classical refinement cannot converge
         if refinement == "classical":
             assert info.fell_back
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 300])
+def test_lu_permutation_is_the_sequential_interchanges(n, rng):
+    pivots = np.array([rng.integers(i, n) for i in range(n)], dtype=np.int64)
+    b = rng.standard_normal(n)
+    expected = b.copy()
+    for i, p in enumerate(pivots):  # LAPACK's order: row i with row pivots[i]
+        expected[[i, p]] = expected[[p, i]]
+    np.testing.assert_array_equal(b[lu_permutation(pivots)], expected)
 
 
 def test_not_converging_without_fallback_returns_the_code(backend, rng):

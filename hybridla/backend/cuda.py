@@ -62,7 +62,7 @@ _INVERSE_LEAF = 64
 _STATS_THREADS, _STATS_STRIP = 256, 64
 # convert.cu's row_stats/col_stats/narrow_hermitian and hemv.cu's launch shape (HEMV_THREADS,
 # STRIP) and part codes
-_STATS_PART = {"A": 0, "U": 1, "L": 2}
+_TRIANGLE_CODE = {"U": 1, "L": 2}  # a kernel's `part` argument: the stored triangle
 
 
 def _kernel_source(name: str) -> str:
@@ -1231,7 +1231,7 @@ class CudaBackend:
                                                        -(-rows // _STATS_STRIP)),
                                     (_STATS_THREADS,), gpu.handle, ctypes.c_void_p(A.ptr),
                                     ctypes.c_longlong(A.ld), ctypes.c_int(rows),
-                                    ctypes.c_int(_STATS_PART[uplo]), ctypes.c_void_p(x_ptr),
+                                    ctypes.c_int(_TRIANGLE_CODE[uplo]), ctypes.c_void_p(x_ptr),
                                     ctypes.c_void_p(y_ptr))
             elif uplo is not None:
                 hemm = getattr(cublas, prefix + ("hemm" if A.dtype.kind == "c" else "symm"))
@@ -1252,16 +1252,15 @@ class CudaBackend:
     # -- mixed precision (lapack/_mixed.py, backend/reduced.py, cuda/convert.cu) ----------------
     # These run before or after a factorization's task graph, on the update stream, and wait:
     # their results (scales, flags) decide what the host does next.
-    def row_stats(self, lane, owner: DeviceMatrix, A: DeviceBlock, part="A"):
-        """Per row of the block A: (max |a_ij|, sum |a_ij|), float64 host arrays, over `part`
-        of A ("A" all, "U" or "L" the triangle with the diagonal). One pass."""
-        return self._stats("row_stats", owner, A, A.rows, None, part)
+    def row_stats(self, lane, owner: DeviceMatrix, A: DeviceBlock):
+        """Per row of the block A: (max |a_ij|, sum |a_ij|), float64 host arrays. One pass."""
+        return self._stats("row_stats", owner, A, A.rows, None)
 
-    def col_stats(self, lane, owner: DeviceMatrix, A: DeviceBlock, row_scale, part="A"):
+    def col_stats(self, lane, owner: DeviceMatrix, A: DeviceBlock, row_scale):
         """Per column of the block A: (max r_i |a_ij|, sum |a_ij|), r = row_scale. One pass."""
-        return self._stats("col_stats", owner, A, A.cols, row_scale, part)
+        return self._stats("col_stats", owner, A, A.cols, row_scale)
 
-    def _stats(self, kernel, owner, A, length, row_scale, part):
+    def _stats(self, kernel, owner, A, length, row_scale):
         out = np.zeros((length, 2), dtype=np.float64, order="F")  # the maxima, the sums
         if A.size == 0:
             return out[:, 0], out[:, 1]
@@ -1272,7 +1271,7 @@ class CudaBackend:
         with gpu:
             cublas.set_vector_async(2 * length, 8, out.ctypes.data, 1, buffer, 1, gpu.handle)
             args = [ctypes.c_void_p(A.ptr), ctypes.c_longlong(A.ld), ctypes.c_int(A.rows),
-                    ctypes.c_int(A.cols), ctypes.c_int(_STATS_PART[part])]
+                    ctypes.c_int(A.cols)]
             if row_scale is not None:
                 scale = np.ascontiguousarray(row_scale, dtype=np.float64)
                 cublas.set_vector_async(A.rows, 8, scale.ctypes.data, 1, scale_ptr, 1,
@@ -1333,7 +1332,7 @@ class CudaBackend:
                                 (-(-n // _STATS_THREADS), -(-n // _STATS_STRIP)),
                                 (_STATS_THREADS,), gpu.handle, ctypes.c_void_p(src.ptr),
                                 ctypes.c_longlong(src.ld), ctypes.c_int(n),
-                                ctypes.c_int(_STATS_PART[uplo]), ctypes.c_void_p(buffer),
+                                ctypes.c_int(_TRIANGLE_CODE[uplo]), ctypes.c_void_p(buffer),
                                 ctypes.c_void_p(dst.ptr), ctypes.c_longlong(dst.ld),
                                 ctypes.c_double(limit), ctypes.c_void_p(flag),
                                 ctypes.c_void_p(sums_ptr), ctypes.c_void_p(sums_ptr + n * 8))

@@ -371,16 +371,15 @@ class HostBackend:
 
     # -- mixed precision (lapack/_mixed.py, backend/reduced.py) ---------------------------------
     @staticmethod
-    def row_stats(lane, owner, A, part="A"):
-        """Per row of the block A: (max |a_ij|, sum |a_ij|), float64 host arrays, over `part`
-        of A ("A" all, "U" or "L" the triangle with the diagonal)."""
-        modulus = _part(np.abs(A).astype(np.float64), part)
+    def row_stats(lane, owner, A):
+        """Per row of the block A: (max |a_ij|, sum |a_ij|), float64 host arrays."""
+        modulus = np.abs(A).astype(np.float64)
         return modulus.max(axis=1, initial=0.0), modulus.sum(axis=1)
 
     @staticmethod
-    def col_stats(lane, owner, A, row_scale, part="A"):
+    def col_stats(lane, owner, A, row_scale):
         """Per column of the block A: (max r_i |a_ij|, sum |a_ij|), r = row_scale."""
-        modulus = _part(np.abs(A).astype(np.float64), part)
+        modulus = np.abs(A).astype(np.float64)
         return (modulus * row_scale[:, None]).max(axis=0, initial=0.0), modulus.sum(axis=0)
 
     @staticmethod
@@ -485,9 +484,9 @@ class HostBackend:
         return np.empty(shape, dtype=dtype, order="F")
 
 
-def _part(X, part):
-    """X with the entries outside `part` ("A", or the triangle "U" / "L") set to zero."""
-    return X if part == "A" else (np.triu(X) if part == "U" else np.tril(X))
+def _part(X, uplo):
+    """X with the entries outside the triangle `uplo` ("U" or "L", with the diagonal) zero."""
+    return np.triu(X) if uplo == "U" else np.tril(X)
 
 
 _HERK = {"f": "syrk", "d": "syrk", "F": "herk", "D": "herk"}

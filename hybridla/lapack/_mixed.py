@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field, replace as dataclass_replace
 
 import numpy as np
+from scipy.linalg import lapack
 
 from ..backend.reduced import COMPUTE, LARGEST, REAL_ONLY, ReducedPrecisionOps
 from ..scheduler import TaskGraph, run
@@ -242,11 +243,13 @@ class TriangularPreconditioner:
 
 def lu_permutation(pivots) -> np.ndarray:
     """LAPACK's sequential interchanges (row i with row pivots[i], 0-based) as one gather:
-    (P b) = b[perm]."""
-    perm = np.arange(len(pivots))
-    for i, p in enumerate(pivots):
-        perm[i], perm[p] = perm[p], perm[i]
-    return perm
+    (P b) = b[perm]. laswp applies them to the row numbers (exact in float64): a Python loop
+    over them took 24 ms at n = 32768, a tenth of the refinement."""
+    pivots = np.asarray(pivots, dtype=np.int32)
+    rows = np.arange(len(pivots), dtype=np.float64).reshape(-1, 1)
+    if not len(pivots):
+        return np.arange(0)
+    return lapack.dlaswp(rows, pivots)[:, 0].astype(np.intp)
 
 
 class WorkingOperator:
