@@ -4,7 +4,7 @@ built on the GPU with CuPy; GPU interface, or the CPU interface on a copy of it 
 a tuning aid beside perf/mixed.py, which compares with the baselines.
 
     python3 perf/mixed_phases.py --n 32768 --nb 256 512 --lowest half-x3 tf32 \
-        [--assume gen|pos] [--matrix spd-kappa=1e4] [--refinement classical-gmres]
+        [--assume gen|pos] [--matrix spd-kappa=1e4] [--refinement classical-gmres classical]
         [--inner-tol 1e-4 1e-6] [--max-inner 50] [--max-iter 30] [--repeat 2]
         [--lookahead 1 2] [--tail 0 3072]
         [--panel-leaf 0 64] [--panel-sms 0 48] [--interface cpu --copy-threads 8 16]
@@ -58,7 +58,7 @@ def main():
                    help="mixed.lookahead values (default: the configured one)")
     p.add_argument("--tail", type=int, nargs="+", default=[None],
                    help="mixed.tail values: the Cholesky's last columns in one cuSOLVER potrf")
-    p.add_argument("--refinement", default="classical-gmres")
+    p.add_argument("--refinement", nargs="+", default=["classical-gmres"])
     p.add_argument("--max-inner", type=int, default=50)
     p.add_argument("--max-iter", type=int, default=30)
     p.add_argument("--panel-leaf", type=int, nargs="+", default=[None],
@@ -82,16 +82,18 @@ def main():
     norm_a = float(cp.abs(a).sum(axis=1).max())
     solve_a, solve_b = (a, b) if args.interface == "gpu" else \
         (cp.asnumpy(a, order="F"), cp.asnumpy(b, order="F"))
-    options = dict(assume_a=args.assume, lower=True, refinement=args.refinement,
+    options = dict(assume_a=args.assume, lower=True,
                    max_inner=args.max_inner, max_iter=args.max_iter, check_finite=False)
-    print(f"| n | matrix | interface | lowest | nb | inner tol | lookahead | tail | panel leaf | "
-          f"panel SMs | copy threads | time (s) | iterations | inner | fell back | phases (s) | "
-          f"backward error |")
-    print("|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|")
+    print(f"| n | matrix | interface | lowest | refinement | nb | inner tol | lookahead | tail | "
+          f"panel leaf | panel SMs | copy threads | time (s) | iterations | inner | fell back | "
+          f"phases (s) | backward error |")
+    print("|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|")
     warm = set()
-    for lowest, nb, inner_tol, leaf, sms, threads, lookahead, tail in itertools.product(
-            args.lowest, args.nb, args.inner_tol, args.panel_leaf, args.panel_sms,
-            args.copy_threads, args.lookahead, args.tail):
+    for lowest, refinement, nb, inner_tol, leaf, sms, threads, lookahead, tail in \
+            itertools.product(args.lowest, args.refinement, args.nb, args.inner_tol,
+                              args.panel_leaf, args.panel_sms, args.copy_threads,
+                              args.lookahead, args.tail):
+        options["refinement"] = refinement
         if (lowest, nb) not in warm:  # the workspaces of this block size, the kernels' loading
             hybridla.solve_mixed(solve_a, solve_b, lowest=lowest, nb=nb, **options)
             warm.add((lowest, nb))
@@ -117,6 +119,7 @@ def main():
                 "mixed.panel_leaf", "device.copy_threads", "device.panel_sms",
                 "mixed.inner_tol", "mixed.lookahead", "mixed.tail")}
             print(f"| {args.n} | {args.matrix or args.assume} | {args.interface} | {lowest} | "
+                  f"{refinement} | "
                   f"{nb} | {config['mixed.inner_tol']:g} | {config['mixed.lookahead']} | "
                   f"{config['mixed.tail']} | {config['mixed.panel_leaf']} | "
                   f"{config['device.panel_sms']} | {config['device.copy_threads']} | "

@@ -3,8 +3,9 @@
 
 - the preconditioner M^-1 r = L^-H L^-1 r with a float32 Cholesky-shaped factor, one column:
   two cuBLAS trsm (what lapack/_mixed.TriangularPreconditioner did before 2026-11-23) against
-  its blocked solves with the inverses of the diagonal blocks of nb (what it does now; their
-  inversion, `invert_triangular_blocks`, timed on its own);
+  its blocked solves with the inverses of the diagonal blocks of nb (what it does now, replayed
+  from a CUDA graph; and the same kernels launched one by one; their inversion,
+  `invert_triangular_blocks`, timed on its own);
 - the product with a float64 symmetric matrix stored in one triangle (CudaBackend.apply_to_host
   with uplo: cuda/hemv.cu) against the product with the whole square (gemv).
 
@@ -88,6 +89,15 @@ def main():
                     ops.trsm(lane, "L", uplo, trans, diag, 1, low.block(0, n, 0, n), work)
             return ops.to_host(lane, work)
 
+        def launched_one_by_one():  # the blocked solves without their CUDA graph
+            ops.from_host(lane, r.astype(np.float32), work)
+            with lane:
+                for uplo, trans, diag in solves:
+                    preconditioner._blocked_solve(lane, uplo, trans,
+                                                  preconditioner.inverses[uplo, diag], work)
+            return ops.to_host(lane, work)
+
+        one_by_one = timed(launched_one_by_one, args.repeat)
         cublas = timed(two_trsm, args.repeat)
         difference = relative_difference(preconditioner(r), two_trsm().astype(np.float64))
     finally:
@@ -95,7 +105,8 @@ def main():
     print(f"n {n}, float32 factor, one column:")
     print(f"  two cuBLAS trsm (L, L^H), vector up and down: {cublas * 1e3:.3f} ms")
     print(f"  blocked solves with inverses of {nb}:          {blocked * 1e3:.3f} ms "
-          f"(relative difference {difference:.1e})")
+          f"(relative difference {difference:.1e}; a CUDA graph replayed)")
+    print(f"  the same, their kernels launched one by one:   {one_by_one * 1e3:.3f} ms")
     print(f"  inverting the diagonal blocks:               {invert * 1e3:.3f} ms "
           f"(setting the preconditioner up the first time: {first * 1e3:.1f} ms)")
 

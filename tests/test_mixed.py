@@ -294,6 +294,47 @@ def test_invert_triangular_blocks(backend, uplo, diag, dtype, b, rng):
     assert np.all(w[unwritten] == 0)  # the whole workspace is zeroed first
 
 
+def test_replay_runs_the_recorded_work_every_time(backend, rng):
+    """backend.replay (the preconditioner's blocked solves: a CUDA graph on the device): the
+    work of each key runs on every call, recorded once; a failure while recording leaves the
+    lane usable."""
+    ops = hybridla.backend.get_backend(backend)
+    n = 96
+    a, x = random_matrix(n, n, np.float64, rng), random_matrix(n, 2, np.float64, rng)
+    A = ops.matrix(n, n, np.float64, 32)
+    try:
+        lane = ops.lane("gpu:panel")
+        X, copy, C = (A.workspace(name, n, 2) for name in ("x", "copy", "c"))
+        ops.from_host(lane, a, A.block(0, n, 0, n))
+        ops.from_host(lane, x, X)
+        ops.from_host(lane, np.zeros((n, 2)), C)
+        recordings = {}
+
+        def accumulate(columns):  # C[:, columns] += A X[:, columns], through a copy of X
+            ops.lacpy(lane, "A", ops.sub_block(X, 0, n, 0, columns),
+                      ops.sub_block(copy, 0, n, 0, columns))
+            ops.gemm(lane, 1, A.block(0, n, 0, n), ops.sub_block(copy, 0, n, 0, columns), 1,
+                     ops.sub_block(C, 0, n, 0, columns))
+
+        def fails():
+            raise RuntimeError("while recording")
+
+        with lane:
+            for columns in (2, 1, 2, 2, 1):
+                ops.replay(lane, recordings, columns, lambda: accumulate(columns))
+            with pytest.raises(RuntimeError, match="while recording"):
+                ops.replay(lane, recordings, "fails", fails)
+            ops.gemm(lane, 1, A.block(0, n, 0, n), X, 1, C)
+        c = ops.to_host(lane, C)
+    finally:
+        A.close()
+    expected = (a @ x) * np.array([6, 4])
+    assert np.abs(c - expected).max() <= 1e-12 * np.abs(a).sum(axis=1).max() * \
+        np.abs(x).max() * 6
+    # one recording per key on a device; the host backend runs the work and keeps nothing
+    assert set(recordings) == (set() if backend == "host" else {1, 2})
+
+
 @pytest.mark.parametrize("kappa", [1e6, 1e8, 1e12])
 def test_cholesky_shift_or_fallback_always_accurate(backend, kappa, rng):
     a = spd(N, kappa, np.float64, rng)

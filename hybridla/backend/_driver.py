@@ -1,8 +1,8 @@
 """The few CUDA driver calls PyCUDA does not offer, through ctypes on the driver library PyCUDA
 already loaded: streams with priorities (PyCUDA's Stream has none, and without them the panel
 queues behind the trailing update's GEMM blocks), events on such streams, kernel launches on
-them, and pinning memory that is not C-contiguous (a Fortran-ordered NumPy matrix) in place.
-Every call's status is checked."""
+them, CUDA graphs captured from them, and pinning memory that is not C-contiguous (a
+Fortran-ordered NumPy matrix) in place. Every call's status is checked."""
 from __future__ import annotations
 
 import ctypes
@@ -11,6 +11,7 @@ _cuda = ctypes.CDLL("libcuda.so.1")
 _CU_EVENT_DEFAULT = 0
 _CU_STREAM_NON_BLOCKING = 1
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1  # other threads may still allocate meanwhile
 
 
 class CudaDriverError(RuntimeError):
@@ -77,6 +78,42 @@ class Event:
     def __del__(self):
         if self.handle and _cuda is not None:
             _cuda.cuEventDestroy_v2(ctypes.c_void_p(self.handle))
+
+
+class Graph:
+    """The work `record()` enqueues on a stream, captured once (stream capture: nothing runs
+    then) and launched as a whole as often as wanted, in that stream's order."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, stream: int, record):
+        self.handle = None
+        _check(_cuda.cuStreamBeginCapture_v2(ctypes.c_void_p(stream),
+                                             _CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+               "cuStreamBeginCapture")
+        graph = ctypes.c_void_p()
+        try:
+            record()
+        finally:  # the stream leaves capture mode whatever happened
+            ended = _cuda.cuStreamEndCapture(ctypes.c_void_p(stream), ctypes.byref(graph))
+        try:
+            _check(ended, "cuStreamEndCapture")
+            handle = ctypes.c_void_p()
+            _check(_cuda.cuGraphInstantiateWithFlags(ctypes.byref(handle), graph,
+                                                     ctypes.c_ulonglong(0)),
+                   "cuGraphInstantiate")
+            self.handle = handle.value
+        finally:
+            if graph.value:
+                _cuda.cuGraphDestroy(graph)  # the executable graph keeps what it needs
+
+    def launch(self, stream: int) -> None:
+        _check(_cuda.cuGraphLaunch(ctypes.c_void_p(self.handle), ctypes.c_void_p(stream)),
+               "cuGraphLaunch")
+
+    def __del__(self):
+        if self.handle and _cuda is not None:
+            _cuda.cuGraphExecDestroy(ctypes.c_void_p(self.handle))
 
 
 class Module:

@@ -341,6 +341,13 @@ class HostBackend:
         B[...] = x
 
     @staticmethod
+    def replay(lane, recordings: dict, key, record):
+        """Run record(), work on `lane` only. A device backend records it once per `key` (into
+        `recordings`, which the caller keeps while it may replay) and replays the recording
+        after that; here it simply runs."""
+        record()
+
+    @staticmethod
     def larfg(lane, x, tau):
         """LAPACK larfg on the column block x (alpha = x[0], the rest below), in place: x :=
         (beta, v[1:]) with H = I - tau v v^H, H^H x = beta e_1; tau (a 1 x 1 block) := tau."""
