@@ -35,7 +35,6 @@ __device__ inline void atomic_max_nonnegative(double* address, double value)
 }
 
 #define STRIP 64   // columns per thread in row_stats, rows per thread-block row in col_stats
-#define CHUNK 8    // loads in flight per thread in col_stats and narrow_hermitian
 
 __device__ inline bool in_stored_part(int i, int j, int part)
 {
@@ -59,8 +58,7 @@ __device__ void row_stats(const T* A, long long lda, int m, int n, double* rmax,
     atomicAdd(rsum + i, total);
 }
 
-// one warp per column strip of 32 rows x STRIP columns: lanes take rows, shuffles reduce; CHUNK
-// loads issued before the reductions that follow them (as narrow_hermitian)
+// one warp per column strip of 32 rows x STRIP columns: lanes take rows, shuffles reduce
 template <typename T>
 __device__ void col_stats(const T* A, long long lda, int m, int n, const double* r,
                           double* cmax, double* csum)
@@ -69,24 +67,16 @@ __device__ void col_stats(const T* A, long long lda, int m, int n, const double*
     const int j0 = blockIdx.y * STRIP, j1 = min(j0 + STRIP, n);
     const bool inside = i < m;
     const double scale = inside ? r[i] : 0.0;
-    for (int jc = j0; jc < j1; jc += CHUNK) {
-        double modulus_of[CHUNK];
-#pragma unroll
-        for (int u = 0; u < CHUNK; ++u)
-            modulus_of[u] = inside && jc + u < j1 ? modulus(A[i + (long long)(jc + u) * lda])
-                                                  : 0.0;
-#pragma unroll
-        for (int u = 0; u < CHUNK; ++u) {
-            if (jc + u >= j1) break;  // the same for the whole warp
-            double largest = scale * modulus_of[u], total = modulus_of[u];
-            for (int offset = 16; offset > 0; offset /= 2) {
-                largest = fmax(largest, __shfl_xor_sync(0xffffffff, largest, offset));
-                total += __shfl_xor_sync(0xffffffff, total, offset);
-            }
-            if ((threadIdx.x & 31) == 0) {
-                atomic_max_nonnegative(cmax + jc + u, largest);
-                atomicAdd(csum + jc + u, total);
-            }
+    for (int j = j0; j < j1; ++j) {
+        const double a = inside ? modulus(A[i + (long long)j * lda]) : 0.0;
+        double largest = scale * a, total = a;
+        for (int offset = 16; offset > 0; offset /= 2) {
+            largest = fmax(largest, __shfl_xor_sync(0xffffffff, largest, offset));
+            total += __shfl_xor_sync(0xffffffff, total, offset);
+        }
+        if ((threadIdx.x & 31) == 0) {
+            atomic_max_nonnegative(cmax + j, largest);
+            atomicAdd(csum + j, total);
         }
     }
 }
@@ -131,33 +121,19 @@ __device__ void narrow_hermitian(const T* A, long long lda, int n, int part, con
     const double di = row_inside ? d[i] : 0.0;
     double total = 0.0;
     bool too_large = false;
-    // CHUNK loads issued before the warp reductions that follow them: one load at a time
-    // between shuffles left too few bytes in flight to reach the memory's bandwidth
-    for (int jc = j0; jc < j1; jc += CHUNK) {
-        T entry[CHUNK];
-        bool stored[CHUNK];
-#pragma unroll
-        for (int u = 0; u < CHUNK; ++u) {
-            const int j = jc + u;
-            stored[u] = row_inside && j < j1 && in_stored_part(i, j, part);
-            if (stored[u]) entry[u] = A[i + (long long)j * lda];
+    for (int j = j0; j < j1; ++j) {
+        double a = 0.0;
+        if (row_inside && in_stored_part(i, j, part)) {
+            const long long at = i + (long long)j * lda;
+            const L low = scaled_to_low(A[at], di * d[j]);
+            a = modulus(A[at]);
+            out[i + (long long)j * ldo] = low;
+            too_large |= !(largest_part(low) <= limit);
+            total += a;
         }
-#pragma unroll
-        for (int u = 0; u < CHUNK; ++u) {
-            const int j = jc + u;
-            if (j >= j1) break;  // the same j for the whole warp
-            double a = 0.0;
-            if (stored[u]) {
-                const L low = scaled_to_low(entry[u], di * d[j]);
-                a = modulus(entry[u]);
-                out[i + (long long)j * ldo] = low;
-                too_large |= !(largest_part(low) <= limit);
-                total += a;
-            }
-            for (int offset = 16; offset > 0; offset /= 2)
-                a += __shfl_xor_sync(0xffffffff, a, offset);
-            if ((threadIdx.x & 31) == 0 && a != 0.0) atomicAdd(csum + j, a);
-        }
+        for (int offset = 16; offset > 0; offset /= 2)
+            a += __shfl_xor_sync(0xffffffff, a, offset);
+        if ((threadIdx.x & 31) == 0 && a != 0.0) atomicAdd(csum + j, a);
     }
     if (row_inside && total != 0.0) atomicAdd(rsum + i, total);
     if (too_large) atomicOr(overflow, 1);
