@@ -7,7 +7,8 @@ a tuning aid beside perf/mixed.py, which compares with the baselines.
         [--assume gen|pos] [--matrix spd-kappa=1e4] [--refinement classical-gmres classical]
         [--inner-tol 1e-4 1e-6] [--max-inner 50] [--max-iter 30] [--repeat 2]
         [--lookahead 1 2] [--tail 0 3072]
-        [--panel-leaf 0 64] [--panel-sms 0 48] [--interface cpu --copy-threads 8 16]
+        [--panel-leaf 0 64] [--panel-sms 0 48] [--lu-panel-sms 0 48]
+        [--interface cpu --copy-threads 8 16]
         [--profile 40]
 
 Matrices: gen = standard normal; pos = G G^T / n + I (G standard normal); --matrix takes one of
@@ -65,6 +66,9 @@ def main():
                    help="mixed.panel_leaf values (default: the configured one)")
     p.add_argument("--panel-sms", type=int, nargs="+", default=[None],
                    help="device.panel_sms values (default: the configured one)")
+    p.add_argument("--lu-panel-sms", type=int, nargs="+", default=[None],
+                   help="mixed.lu_panel_sms values (0: none reserved; default: the configured "
+                        "one); gesv_mixed's panels use this instead of device.panel_sms")
     p.add_argument("--interface", default="gpu", choices=("gpu", "cpu"))
     p.add_argument("--copy-threads", type=int, nargs="+", default=[None],
                    help="device.copy_threads values (default: the configured one)")
@@ -85,20 +89,21 @@ def main():
     options = dict(assume_a=args.assume, lower=True,
                    max_inner=args.max_inner, max_iter=args.max_iter, check_finite=False)
     print(f"| n | matrix | interface | lowest | refinement | nb | inner tol | lookahead | tail | "
-          f"panel leaf | panel SMs | copy threads | time (s) | iterations | inner | fell back | "
-          f"phases (s) | backward error |")
-    print("|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|")
+          f"panel leaf | panel SMs | LU panel SMs | copy threads | time (s) | iterations | inner | "
+          f"fell back | phases (s) | backward error |")
+    print("|---:|---|---|---|---|" + "---:|" * 11 + "---|---|---|")
     warm = set()
-    for lowest, refinement, nb, inner_tol, leaf, sms, threads, lookahead, tail in \
+    for lowest, refinement, nb, inner_tol, leaf, sms, lu_sms, threads, lookahead, tail in \
             itertools.product(args.lowest, args.refinement, args.nb, args.inner_tol,
-                              args.panel_leaf, args.panel_sms, args.copy_threads,
-                              args.lookahead, args.tail):
+                              args.panel_leaf, args.panel_sms, args.lu_panel_sms,
+                              args.copy_threads, args.lookahead, args.tail):
         options["refinement"] = refinement
         if (lowest, nb) not in warm:  # the workspaces of this block size, the kernels' loading
             hybridla.solve_mixed(solve_a, solve_b, lowest=lowest, nb=nb, **options)
             warm.add((lowest, nb))
         settings = {key: value for key, value in (("mixed.panel_leaf", leaf),
                                                   ("device.panel_sms", sms),
+                                                  ("mixed.lu_panel_sms", lu_sms),
                                                   ("device.copy_threads", threads),
                                                   ("mixed.inner_tol", inner_tol),
                                                   ("mixed.lookahead", lookahead),
@@ -117,12 +122,13 @@ def main():
             phases = ", ".join(f"{k} {v:.3f}" for k, v in info.seconds.items())
             config = {key: hybridla.config.get(key, None) for key in (
                 "mixed.panel_leaf", "device.copy_threads", "device.panel_sms",
-                "mixed.inner_tol", "mixed.lookahead", "mixed.tail")}
+                "mixed.lu_panel_sms", "mixed.inner_tol", "mixed.lookahead", "mixed.tail")}
             print(f"| {args.n} | {args.matrix or args.assume} | {args.interface} | {lowest} | "
                   f"{refinement} | "
                   f"{nb} | {config['mixed.inner_tol']:g} | {config['mixed.lookahead']} | "
                   f"{config['mixed.tail']} | {config['mixed.panel_leaf']} | "
-                  f"{config['device.panel_sms']} | {config['device.copy_threads']} | "
+                  f"{config['device.panel_sms']} | {config['mixed.lu_panel_sms']} | "
+                  f"{config['device.copy_threads']} | "
                   f"{seconds:.4f} | {info.iterations} | {info.inner_iterations} | "
                   f"{info.fell_back} | {phases} | {error:.2e} |", flush=True)
         if args.profile:
