@@ -8,7 +8,7 @@ a tuning aid beside perf/mixed.py, which compares with the baselines.
         [--inner-tol 1e-4 1e-6] [--max-inner 50] [--max-iter 30] [--repeat 2]
         [--lookahead 1 2] [--tail 0 3072]
         [--panel-leaf 0 64] [--panel-sms 0 48] [--lu-panel-sms 0 48]
-        [--interface cpu --copy-threads 8 16]
+        [--interface cpu --copy-threads 8 16] [--config mixed.solve_lane=panel,update ...]
         [--profile 40]
 
 Matrices: gen = standard normal; pos = G G^T / n + I (G standard normal); --matrix takes one of
@@ -44,6 +44,16 @@ def matrix(n, assume, seed=0):
     return cp.asfortranarray(a)
 
 
+def _value(text):
+    """A --config value: an integer, a number, or the word itself."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=32768)
@@ -72,6 +82,8 @@ def main():
     p.add_argument("--interface", default="gpu", choices=("gpu", "cpu"))
     p.add_argument("--copy-threads", type=int, nargs="+", default=[None],
                    help="device.copy_threads values (default: the configured one)")
+    p.add_argument("--config", nargs="+", default=[], metavar="KEY=V1,V2",
+                   help="any other config keys, each swept over its values")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="profile one more solve of the last setting; print N functions")
     args = p.parse_args()
@@ -93,10 +105,13 @@ def main():
           f"fell back | phases (s) | backward error |")
     print("|---:|---|---|---|---|" + "---:|" * 11 + "---|---|---|")
     warm = set()
-    for lowest, refinement, nb, inner_tol, leaf, sms, lu_sms, threads, lookahead, tail in \
-            itertools.product(args.lowest, args.refinement, args.nb, args.inner_tol,
-                              args.panel_leaf, args.panel_sms, args.lu_panel_sms,
-                              args.copy_threads, args.lookahead, args.tail):
+    swept = [[(key, _value(v)) for v in values.split(",")]
+             for key, values in (item.split("=", 1) for item in args.config)]
+    for (lowest, refinement, nb, inner_tol, leaf, sms, lu_sms, threads, lookahead, tail,
+         others) in itertools.product(args.lowest, args.refinement, args.nb, args.inner_tol,
+                                      args.panel_leaf, args.panel_sms, args.lu_panel_sms,
+                                      args.copy_threads, args.lookahead, args.tail,
+                                      itertools.product(*swept)):
         options["refinement"] = refinement
         if (lowest, nb) not in warm:  # the workspaces of this block size, the kernels' loading
             hybridla.solve_mixed(solve_a, solve_b, lowest=lowest, nb=nb, **options)
@@ -107,7 +122,7 @@ def main():
                                                   ("device.copy_threads", threads),
                                                   ("mixed.inner_tol", inner_tol),
                                                   ("mixed.lookahead", lookahead),
-                                                  ("mixed.tail", tail))
+                                                  ("mixed.tail", tail), *others)
                     if value is not None}
         with hybridla.config.set(settings):
             seconds = float("inf")
@@ -130,7 +145,8 @@ def main():
                   f"{config['device.panel_sms']} | {config['mixed.lu_panel_sms']} | "
                   f"{config['device.copy_threads']} | "
                   f"{seconds:.4f} | {info.iterations} | {info.inner_iterations} | "
-                  f"{info.fell_back} | {phases} | {error:.2e} |", flush=True)
+                  f"{info.fell_back} | {phases} | {error:.2e} |"
+                  + "".join(f" {key}={value}" for key, value in others), flush=True)
         if args.profile:
             profile = cProfile.Profile()
             with hybridla.config.set(settings):
