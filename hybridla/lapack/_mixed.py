@@ -179,8 +179,9 @@ class TriangularPreconditioner:
         self.seconds = 0.0
         self._recordings = {}
         started = time.perf_counter()
-        self.inverses = {(uplo, diag): self._invert_diagonal_blocks(uplo, diag)
-                         for uplo, _, diag in solves}
+        # one set per triangle: the Cholesky's two solves (op N and C) share L's
+        self.inverses = {key: self._invert_diagonal_blocks(*key)
+                         for key in dict.fromkeys((uplo, diag) for uplo, _, diag in solves)}
         self.seconds += time.perf_counter() - started
 
     def __call__(self, R):
