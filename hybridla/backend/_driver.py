@@ -94,10 +94,14 @@ class Graph:
         graph = ctypes.c_void_p()
         try:
             record()
-        finally:  # the stream leaves capture mode whatever happened
-            ended = _cuda.cuStreamEndCapture(ctypes.c_void_p(stream), ctypes.byref(graph))
+        except BaseException:  # the stream leaves capture mode, the partial graph is freed
+            _cuda.cuStreamEndCapture(ctypes.c_void_p(stream), ctypes.byref(graph))
+            if graph.value:
+                _cuda.cuGraphDestroy(graph)
+            raise
+        _check(_cuda.cuStreamEndCapture(ctypes.c_void_p(stream), ctypes.byref(graph)),
+               "cuStreamEndCapture")
         try:
-            _check(ended, "cuStreamEndCapture")
             handle = ctypes.c_void_p()
             _check(_cuda.cuGraphInstantiateWithFlags(ctypes.byref(handle), graph,
                                                      ctypes.c_ulonglong(0)),
