@@ -15,7 +15,8 @@ Matrices: gen = standard normal; pos = G G^T / n + I (G standard normal); --matr
 perf/mixed.py's words instead (randn, kappa=K, spd-kappa=K: the same matrices as its tables;
 spd-* solve with assume pos). One untimed warm-up solve per block size, then the best of
 --repeat timed solves per setting; each row gives the phases of MixedInfo.seconds, the
-iterations and the backward error ||b - A x||_inf / (||A||_inf ||x||_inf). --profile N runs one
+iterations and the backward error ||b - A x||_inf / (||A||_inf ||x||_inf), with the
+solver's own history of it (MixedInfo.residuals: x_0, then each refinement step). --profile N runs one
 more solve of the last setting under cProfile and prints its N costliest functions by cumulative
 and by own time (a host wait shows as the own time of the call that waits).
 """
@@ -102,8 +103,8 @@ def main():
                    max_inner=args.max_inner, max_iter=args.max_iter, check_finite=False)
     print(f"| n | matrix | interface | lowest | refinement | nb | inner tol | lookahead | tail | "
           f"panel leaf | panel SMs | LU panel SMs | copy threads | time (s) | iterations | inner | "
-          f"fell back | phases (s) | backward error |")
-    print("|---:|---|---|---|---|" + "---:|" * 11 + "---|---|---|")
+          f"fell back | phases (s) | backward error | its history |")
+    print("|---:|---|---|---|---|" + "---:|" * 11 + "---|---|---|---|")
     warm = set()
     swept = [[(key, _value(v)) for v in values.split(",")]
              for key, values in (item.split("=", 1) for item in args.config)]
@@ -145,7 +146,8 @@ def main():
                   f"{config['device.panel_sms']} | {config['mixed.lu_panel_sms']} | "
                   f"{config['device.copy_threads']} | "
                   f"{seconds:.4f} | {info.iterations} | {info.inner_iterations} | "
-                  f"{info.fell_back} | {phases} | {error:.2e} |"
+                  f"{info.fell_back} | {phases} | {error:.2e} | "
+                  f"{' '.join(f'{e:.1e}' for e in info.residuals)} |"
                   + "".join(f" {key}={value}" for key, value in others), flush=True)
         if args.profile:
             profile = cProfile.Profile()

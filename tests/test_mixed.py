@@ -192,28 +192,39 @@ def test_cholesky_converges_reading_one_triangle(backend, lower, kappa, rng):
 @pytest.mark.parametrize("uplo", ["L", "U"])
 @pytest.mark.parametrize("trapezoid", [False, True])
 @pytest.mark.parametrize("compute", ["half", "half-x3", "tf32"])
-def test_reduced_herk_strips_cover_the_triangle(backend, uplo, trapezoid, compute, rng):
+@pytest.mark.parametrize("rounded_ahead", [False, True])
+def test_reduced_herk_strips_cover_the_triangle(backend, uplo, trapezoid, compute,
+                                                rounded_ahead, rng):
     """The tensor-core herk (GEMM strips from a panel rounded once, backend/reduced.py) updates
     the whole `uplo` triangle with the rounded operands' product, the strips' edges included;
     or a trapezoid of fewer block columns (rows, for upper) than rows, from the diagonal down
-    (right)."""
+    (right). `rounded_ahead`: the panel is the part past `ahead` rows (columns) of a larger one
+    rounded before by round_herk_panel, as the Cholesky's look-ahead and rest share theirs."""
     from hybridla.backend.reduced import HERK_STRIP, ReducedPrecisionOps, round_to
     ops = hybridla.backend.get_backend(backend)
-    w, k = 2 * HERK_STRIP + 100, 48
+    w, k, ahead = 2 * HERK_STRIP + 100, 48, 96 if rounded_ahead else 0
     c = HERK_STRIP + 40 if trapezoid else w
-    a_shape, c_shape = ((w, k), (w, c)) if uplo == "L" else ((k, w), (c, w))
+    a_shape, c_shape = ((w + ahead, k), (w, c)) if uplo == "L" else ((k, w + ahead), (c, w))
+    trans = "N" if uplo == "L" else "C"
     a = np.asfortranarray(rng.standard_normal(a_shape), np.float32)
     before = np.asfortranarray(rng.standard_normal(c_shape), np.float32)
-    low = ops.matrix(w, w, np.float32, 64)
+    low = ops.matrix(w + ahead, w + ahead, np.float32, 64)
     try:
         reduced = ReducedPrecisionOps(ops, compute, low)
         lane = ops.lane("gpu:update")
-        A, C = low.workspace("panel", *a_shape), low.workspace("update", *c_shape)
-        ops.from_host(lane, a, A)
+        whole, C = low.workspace("panel", *a_shape), low.workspace("update", *c_shape)
+        ops.from_host(lane, a, whole)
         ops.from_host(lane, before, C)
+        A = ops.sub_block(whole, ahead, ahead + w, 0, k) if uplo == "L" else \
+            ops.sub_block(whole, 0, k, ahead, ahead + w)
         with lane:
-            reduced.herk(lane, uplo, "N" if uplo == "L" else "C", -1, A, 1, C)
+            if rounded_ahead:
+                reduced.round_herk_panel(lane, whole, trans, slot=1)
+                reduced.herk(lane, uplo, trans, -1, A, 1, C, rounded=(1, ahead))
+            else:
+                reduced.herk(lane, uplo, trans, -1, A, 1, C)
         after = ops.to_host(lane, C)
+        a = a[ahead:] if uplo == "L" else a[:, ahead:]
         assert not reduced.overflowed()
     finally:
         low.close()

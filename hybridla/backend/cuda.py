@@ -1481,18 +1481,21 @@ class CudaBackend:
                            a_ptr, _CUDA_R_16F, lda, b_ptr, _CUDA_R_16F, ldb, scalar + 4, C.ptr,
                            _CUDA_R_32F, C.ld, _COMPUTE_32F, _GEMM_DEFAULT)
 
-    def round_panel(self, lane, owner: DeviceMatrix, compute, A: DeviceBlock, trans):
+    def round_panel(self, lane, owner: DeviceMatrix, compute, A: DeviceBlock, trans, key=None):
         """The panel of a reduced-precision HERK (backend/reduced.py; op(A) = A for trans "N",
         A^H for "C") rounded once for all the GEMMs that take parts of it, where each GEMM of
         gemm_reduced rounds its own operands: one pass over the panel per HERK instead of one
         per strip and operand. half-x3 keeps [hi lo hi] along k (side by side for "N", stacked
-        for "C"): [hi lo] of a part is one GEMM operand, [lo hi] of another part the other."""
+        for "C"): [hi lo] of a part is one GEMM operand, [lo hi] of another part the other.
+        The buffer is the store's, one per `key` (default: the lane's name): a rounding waits,
+        through the graph or its lane, for the GEMMs of the last one with its key."""
         if compute not in _OPERAND_TYPE:  # single, tf32: the float32 panel as it is
             return _RoundedPanel(compute, A, A.ptr, A.ld, 0, trans == "N", 4)
         operand_type, kernel = _OPERAND_TYPE[compute]
         copies = 3 if compute == "half-x3" else 1
         k, along_rows = (A.cols, True) if trans == "N" else (A.rows, False)
-        buffer = owner.extra_workspace(f"{compute} panel {lane.name}", max(A.size, 1) * 2 * copies)
+        buffer = owner.extra_workspace(f"{compute} panel {key or lane.name}",
+                                       max(A.size, 1) * 2 * copies)
         ld = max(A.rows, 1) * (1 if along_rows else copies)
         block = (k * ld if along_rows else k) * 2  # bytes from hi to lo, and lo to hi
         flag = owner.extra_workspace("overflow flag", 4)

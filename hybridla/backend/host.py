@@ -440,9 +440,10 @@ class HostBackend:
         self.gemm(lane, alpha, rounded_a, rounded_b, beta, C, trans_a, trans_b)
 
     @staticmethod
-    def round_panel(lane, owner, compute, A, trans):
+    def round_panel(lane, owner, compute, A, trans, key=None):
         """A HERK's panel rounded once for all its GEMMs (backend/cuda.py's round_panel): here
-        the float32 array carrying the rounding, and the side its parts are cut along."""
+        the float32 array carrying the rounding, and the side its parts are cut along (`key`,
+        the device's buffer name, is not needed: each call returns an array of its own)."""
         rounded = round_to(A, compute)
         if not np.isfinite(rounded).all():
             owner.narrowing_overflow = True

@@ -53,6 +53,7 @@ class ReducedPrecisionOps:
         self.gemm_copies_operands = compute in ROUNDED
         # the ops a recursive LU panel runs on: panels stay in float32, GEMMs included
         self.panel_ops = ops
+        self._rounded = {}  # round_herk_panel's panels, by slot
         ops.prepare_reduced(owner, compute)
 
     def __getattr__(self, name):
@@ -64,7 +65,15 @@ class ReducedPrecisionOps:
 
     herk_is_gemm = True  # update/chol.py: the whole update of a block column in one call
 
-    def herk(self, lane, uplo, trans, alpha, A, beta, C):
+    def round_herk_panel(self, lane, A, trans, slot):
+        """Round a panel once for several herks that each take a part of it (update/chol.py: a
+        Cholesky step's look-ahead column and the rest of its trailing matrix both multiply by
+        the step's L21), into a buffer of `slot`'s own, so that the panels of consecutive steps
+        can be in use at once; `herk(..., rounded=(slot, offset))` reads it."""
+        self._rounded[slot] = self._ops.round_panel(lane, self.owner, self.compute, A, trans,
+                                                    key=f"slot {slot}")
+
+    def herk(self, lane, uplo, trans, alpha, A, beta, C, rounded=None):
         """C := alpha op(A) op(A)^H + beta C as GEMMs (no tensor-core HERK exists), on a
         trapezoid: C is w x c, c <= w, for lower (op(A) w x k: block columns from the diagonal
         down, the square when c = w), its transpose for upper. Strips of C's c columns (lower;
@@ -72,18 +81,25 @@ class ReducedPrecisionOps:
         other triangle is never read, so the square blocks on the diagonal may be written whole;
         s strips of a square compute (s + 1) / (2 s) of its flops. The panel is rounded once
         (round_panel) and every strip's GEMMs take parts of it; more strips mean more, narrower
-        GEMMs, so they stay few and at least HERK_STRIP wide."""
+        GEMMs, so they stay few and at least HERK_STRIP wide. `rounded` (slot, offset): A is
+        already rounded, as the part of round_herk_panel(slot) from `offset` on along its long
+        side (rows for op "N", columns for "C")."""
         w, c = C.shape if trans == "N" else C.shape[::-1]
         strips = max(1, min(HERK_STRIPS, c // HERK_STRIP))
         edges = [0] + [-(-c * j // strips) // 32 * 32 for j in range(1, strips)] + [c]
         sub = self._ops.sub_block
-        panel = self._ops.round_panel(lane, self.owner, self.compute, A, trans)
+        if rounded is None:
+            panel, offset = self._ops.round_panel(lane, self.owner, self.compute, A, trans), 0
+        else:
+            slot, offset = rounded
+            panel = self._rounded[slot]
         for b0, b1 in zip(edges, edges[1:]):
+            rows, cols = (offset + b0, offset + w), (offset + b0, offset + b1)
             if trans == "N":   # lower: C[b0:, b0:b1] = A[b0:] A[b0:b1]^H
-                self._ops.gemm_rounded_panel(lane, self.owner, panel, alpha, (b0, w), (b0, b1),
+                self._ops.gemm_rounded_panel(lane, self.owner, panel, alpha, rows, cols,
                                              beta, sub(C, b0, w, b0, b1), "N", "C")
             else:              # upper: C[b0:b1, b0:] = A[:, b0:b1]^H A[:, b0:]
-                self._ops.gemm_rounded_panel(lane, self.owner, panel, alpha, (b0, b1), (b0, w),
+                self._ops.gemm_rounded_panel(lane, self.owner, panel, alpha, cols, rows,
                                              beta, sub(C, b0, b1, b0, w), "C", "N")
 
     def overflowed(self) -> bool:

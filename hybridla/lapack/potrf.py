@@ -4,6 +4,8 @@ For each step k (diagonal block k0:k1, kb = k1 - k0 <= nb), lower shown (upper: 
 
     A11 = L11 L11^H                     diagonal block: CPU (LAPACK) or GPU (cuSOLVER), per plan
     A21 := A21 L11^-H                   on the GPU (critical path lane), a gemm with L11^-1
+    [A21 rounded once]                  where the herks below are gemms on rounded operands
+                                        (mixed solvers), for all of them
     for the next `lookahead` block columns, then all the others in one task:
         A22 := A22 - A21 A21^H          herk on the diagonal blocks, gemm below them
 
@@ -72,16 +74,27 @@ def record_potrf(graph, A, plan, uplo):
                   reads=[diagonal], writes=[panel, Region("diagonal inverse", 0, 1)],
                   flops=float((k1 - k0) ** 2 * (n - k1)))
 
+        # rounded once for all the step's herks, where they are gemms on rounded operands; two
+        # slots, so that this step's rounding need not wait for the last step's herks
+        rounded_slot = None
+        if getattr(ops, "herk_is_gemm", False) and k1 < n:
+            rounded_slot = step % 2
+            graph.add("round", step, "gpu:panel",
+                      functools.partial(chol_update.round_panel, ops, A=A, uplo=uplo, k0=k0,
+                                        k1=k1, slot=rounded_slot),
+                      reads=[panel], writes=[_rounded_region(rounded_slot)])
+
         # the look-ahead block columns, one task each, then the rest of the trailing matrix
         right = list(range(k1, n, nb))
         lookahead_columns, rest = right[:plan.lookahead], right[plan.lookahead:]
         for c0 in lookahead_columns:
-            record_update(graph, ops, A, uplo, step, k0, k1, c0, min(c0 + nb, n), "gpu:panel")
+            record_update(graph, ops, A, uplo, step, k0, k1, c0, min(c0 + nb, n), "gpu:panel",
+                          rounded_slot)
         previous_update_flops = 0.0
         for c0, c1 in trailing_chunks(rest, n, nb, ops, plan, upload_group,
                                       uploading=step < split_steps):
             previous_update_flops += record_update(graph, ops, A, uplo, step, k0, k1, c0, c1,
-                                                   "gpu:update").flops
+                                                   "gpu:update", rounded_slot).flops
 
         # this step's block column (row) of the factor is final: send it home
         if A.streamed:
@@ -110,16 +123,24 @@ def _cpu_panel(lane, A, step, k0, k1, uplo):
     potrf_panel_cpu(A, step, k0, k1, uplo)
 
 
-def record_update(graph, ops, A, uplo, step, k0, k1, c0, c1, lane):
-    """A22 -= A21 A21^H on block columns (rows) c0:c1, from the finished panel k0:k1."""
+def _rounded_region(slot):
+    return Region("rounded panel", slot, slot + 1)
+
+
+def record_update(graph, ops, A, uplo, step, k0, k1, c0, c1, lane, rounded_slot=None):
+    """A22 -= A21 A21^H on block columns (rows) c0:c1, from the finished panel k0:k1 (or its
+    rounded copy in `rounded_slot`)."""
     n = A.n
-    reads = (Region("A", c0, n, k0, k1) if uplo == "L" else Region("A", k0, k1, c0, n))
+    reads = [Region("A", c0, n, k0, k1) if uplo == "L" else Region("A", k0, k1, c0, n)]
+    if rounded_slot is not None:
+        reads.append(_rounded_region(rounded_slot))
     return graph.add(
         "update", step, lane,
-        functools.partial(_update, ops=ops, A=A, uplo=uplo, k0=k0, k1=k1, c0=c0, c1=c1),
-        reads=[reads], writes=[Region("A", *chol_update.update_region(uplo, n, k0, c0, c1))],
+        functools.partial(_update, ops=ops, A=A, uplo=uplo, k0=k0, k1=k1, c0=c0, c1=c1,
+                          rounded_slot=rounded_slot),
+        reads=reads, writes=[Region("A", *chol_update.update_region(uplo, n, k0, c0, c1))],
         flops=chol_update.herk_flops(n, k0, k1, c0, c1))
 
 
-def _update(lane, ops, A, uplo, k0, k1, c0, c1):
-    chol_update.herk_update(ops, lane, A, uplo, k0, k1, c0, c1)
+def _update(lane, ops, A, uplo, k0, k1, c0, c1, rounded_slot):
+    chol_update.herk_update(ops, lane, A, uplo, k0, k1, c0, c1, rounded_slot)

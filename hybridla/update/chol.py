@@ -67,17 +67,34 @@ def _solve_blocks(ops, kb):
     return list(zip(edges, edges[1:]))
 
 
-def herk_update(ops, lane, A, uplo: str, k0: int, k1: int, c0: int, c1: int) -> None:
+def round_panel(ops, lane, A, uplo: str, k0: int, k1: int, slot) -> None:
+    """The step's solved panel (L21 below the diagonal block k0:k1, or U12 beside it) rounded
+    once, into `slot`, for all the herks of the step, on a backend whose herk is gemms on
+    rounded operands (backend/reduced.py): the look-ahead column's and the rest's each rounded
+    it (the rest's rows again) before."""
+    n = A.n
+    if uplo == "L":
+        ops.round_herk_panel(lane, A.block(k1, n, k0, k1), "N", slot)
+    else:
+        ops.round_herk_panel(lane, A.block(k0, k1, k1, n), "C", slot)
+
+
+def herk_update(ops, lane, A, uplo: str, k0: int, k1: int, c0: int, c1: int,
+                rounded_slot=None) -> None:
     """Update the block column (lower) or row (upper) c0:c1 with the finished panel k0:k1: its
     triangle on the diagonal, then the rectangle beyond it in one gemm. A backend whose herk is
     a gemm on the square (backend/reduced.py: the tensor cores have no herk) takes the whole
-    block column in one herk on the trapezoid, whose panel it rounds once."""
+    block column in one herk on the trapezoid, from the panel `round_panel` rounded into
+    `rounded_slot` (or that it rounds itself, when None)."""
     n = A.n
     if getattr(ops, "herk_is_gemm", False):
+        rounded = None if rounded_slot is None else (rounded_slot, c0 - k1)
         if uplo == "L":
-            ops.herk(lane, "L", "N", -1, A.block(c0, n, k0, k1), 1, A.block(c0, n, c0, c1))
+            ops.herk(lane, "L", "N", -1, A.block(c0, n, k0, k1), 1, A.block(c0, n, c0, c1),
+                     rounded=rounded)
         else:
-            ops.herk(lane, "U", "C", -1, A.block(k0, k1, c0, n), 1, A.block(c0, c1, c0, n))
+            ops.herk(lane, "U", "C", -1, A.block(k0, k1, c0, n), 1, A.block(c0, c1, c0, n),
+                     rounded=rounded)
         return
     _triangle_update(ops, lane, A, uplo, k0, k1, c0, c1)
     if c1 < n:
