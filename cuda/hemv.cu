@@ -3,50 +3,24 @@
 // posv_mixed: one read of the triangle. cuBLAS dsymv took 2.8 ms at n = 32768 on the H100
 // (2026-11-23), as long as dgemv over the whole square: half the copy bandwidth.
 //
-// Thread blocks of HEMV_THREADS rows x STRIP columns, thread blocks wholly outside the triangle
+// Thread blocks of STATS_THREADS rows x STRIP columns, thread blocks wholly outside the triangle
 // return at once. Each thread sums a_ij x_j along its row; the transposed part, conj(a_ij) x_i
 // for each column j (off the diagonal), is summed over the thread block (warp shuffles, then the
 // warps' sums in shared memory). Both go to y with atomics: y must be zero before, and the order
 // of the additions (not their precision) varies from run to run.
 // (One module with lapack_aux.cu and convert.cu: plus, times, real_part, imag_part, STRIP,
-// in_stored_part come from there.)
-
-#define HEMV_THREADS 256
+// STATS_THREADS, in_stored_part, warp_sum, atomic_add, nonzero and merge_warp_parts come from
+// there.)
 
 __device__ inline float conjugate(float x) { return x; }
 __device__ inline double conjugate(double x) { return x; }
 __device__ inline cuFloatComplex conjugate(cuFloatComplex x) { return cuConjf(x); }
 __device__ inline cuDoubleComplex conjugate(cuDoubleComplex x) { return cuConj(x); }
 
-__device__ inline float warp_sum(float x)
-{
-    for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffff, x, offset);
-    return x;
-}
-__device__ inline double warp_sum(double x)
-{
-    for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffff, x, offset);
-    return x;
-}
-__device__ inline cuFloatComplex warp_sum(cuFloatComplex x)
-{ return make_cuFloatComplex(warp_sum(x.x), warp_sum(x.y)); }
-__device__ inline cuDoubleComplex warp_sum(cuDoubleComplex x)
-{ return make_cuDoubleComplex(warp_sum(x.x), warp_sum(x.y)); }
-
-__device__ inline void atomic_add(float* y, float v) { atomicAdd(y, v); }
-__device__ inline void atomic_add(double* y, double v) { atomicAdd(y, v); }
-__device__ inline void atomic_add(cuFloatComplex* y, cuFloatComplex v)
-{ atomicAdd(&y->x, v.x); atomicAdd(&y->y, v.y); }
-__device__ inline void atomic_add(cuDoubleComplex* y, cuDoubleComplex v)
-{ atomicAdd(&y->x, v.x); atomicAdd(&y->y, v.y); }
-
-template <typename T>
-__device__ bool nonzero(T v) { return real_part(v) != 0.0 || imag_part(v) != 0.0; }
-
 template <typename T>
 __device__ void hemv(const T* A, long long lda, int n, int part, const T* x, T* y)
 {
-    __shared__ T warp_sums[HEMV_THREADS / 32][STRIP];
+    __shared__ T warp_sums[STATS_THREADS / 32][STRIP];
     const int first_row = blockIdx.x * blockDim.x, last_row = first_row + blockDim.x - 1;
     const int j0 = blockIdx.y * STRIP, j1 = min(j0 + STRIP, n);
     if ((part == 2 && last_row < j0) || (part == 1 && first_row >= j1)) return;
@@ -65,13 +39,7 @@ __device__ void hemv(const T* A, long long lda, int n, int part, const T* x, T* 
         transposed = warp_sum(transposed);
         if (lane == 0) warp_sums[warp][j - j0] = transposed;
     }
-    __syncthreads();
-    if (threadIdx.x < j1 - j0) {
-        T column = zero;
-        for (int w = 0; w < HEMV_THREADS / 32; ++w)
-            column = plus(column, warp_sums[w][threadIdx.x]);
-        if (nonzero(column)) atomic_add(y + j0 + threadIdx.x, column);
-    }
+    merge_warp_parts<T, MergeSum>(warp_sums, j1 - j0, y + j0);
     if (row_inside && nonzero(row)) atomic_add(y + i, row);
 }
 

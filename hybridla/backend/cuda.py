@@ -60,7 +60,7 @@ _FUSED_PANEL_COOPERATIVE = True  # cuLaunchCooperativeKernel: the blocks' reside
 # invert_triangular_blocks halves blocks down to this order (invert_leaves' threads per block)
 _INVERSE_LEAF = 64
 _STATS_THREADS, _STATS_STRIP = 256, 64
-# convert.cu's row_stats/col_stats/narrow_hermitian and hemv.cu's launch shape (HEMV_THREADS,
+# convert.cu's row_stats/col_stats/narrow_hermitian and hemv.cu's launch shape (STATS_THREADS,
 # STRIP) and part codes
 _TRIANGLE_CODE = {"U": 1, "L": 2}  # a kernel's `part` argument: the stored triangle
 
