@@ -1160,10 +1160,13 @@ class CudaBackend:
 
     # -- host-driven loops on store blocks (gehrd's panel): each call is complete on return, as
     # a CPU task that calls them leaves no device event behind for later tasks to wait on
-    def to_host(self, lane, B: DeviceBlock) -> np.ndarray:
-        """A new F-ordered host array holding the block B: one 2-D copy down on the
-        critical-path stream, and a wait."""
-        out = np.empty(B.shape, dtype=B.dtype, order="F")
+    def to_host(self, lane, B: DeviceBlock, out=None) -> np.ndarray:
+        """A new F-ordered host array holding the block B, or `out` (F-ordered, B's shape and
+        dtype) filled and returned: one 2-D copy down on the critical-path stream, and a wait."""
+        if out is None:
+            out = np.empty(B.shape, dtype=B.dtype, order="F")
+        elif out.shape != B.shape or out.dtype != B.dtype or not out.flags.f_contiguous:
+            raise ValueError(f"to_host: out must be an F-ordered {B.shape} {B.dtype} array")
         if out.size:
             gpu = self.lane("gpu:panel")
             with gpu:

@@ -330,10 +330,14 @@ class HostBackend:
     # -- host-driven loops on store blocks (gehrd's panel) -------------------------------------
     # A CPU task that calls these leaves no device event behind (engine.py), so each one is
     # complete when it returns: the device tasks after the CPU task start on the data being there.
-    def to_host(self, lane, B) -> np.ndarray:
+    def to_host(self, lane, B, out=None) -> np.ndarray:
         """A new F-ordered host array holding the block B, complete on return (on a device
-        backend: a copy down and a wait). `lane` is the calling CPU task's lane."""
-        return np.array(B, order="F", copy=True)
+        backend: a copy down and a wait), or `out` (an F-ordered array of B's shape and dtype)
+        filled and returned. `lane` is the calling CPU task's lane."""
+        if out is None:
+            return np.array(B, order="F", copy=True)
+        out[...] = B
+        return out
 
     def from_host(self, lane, x, B):
         """The block B := the host array x (B's shape, B's dtype), complete on return (on a

@@ -175,6 +175,12 @@ class TriangularPreconditioner:
         self.block = b = max(1, min(low.nb, n))
         low.workspace("preconditioner", n, nrhs)  # at its largest now: no allocation later
         low.workspace("preconditioner block", b, nrhs)
+        # the vectors' host side, in the factors' precision, kept for every application: a
+        # fresh 256 KiB array costs more than the arithmetic on it (refine's _Operators)
+        self.host_in, self.host_out = (np.empty((n, nrhs), low.dtype, order="F")
+                                       for _ in range(2))
+        self.gathered = None  # P R, in R's dtype (at the first application)
+        self.permuted_scale_in = None if permutation is None else scale_in[permutation]
         self.scratch = low.workspace("inversion scratch", b, -(-max(b, n) // 4))
         self.seconds = 0.0
         self._recordings = {}
@@ -209,12 +215,18 @@ class TriangularPreconditioner:
     def _solve(self, R):
         ops, n = self.ops, self.n
         k = R.shape[1]
-        Y = self.scale_in[:, None] * R
-        if self.permutation is not None:
-            Y = Y[self.permutation]
+        scale_in = self.scale_in
+        if self.permutation is not None:  # (P diag(s) R) = diag(s[perm]) R[perm]
+            if self.gathered is None or self.gathered.dtype != R.dtype:
+                self.gathered = np.empty(self.host_in.shape, R.dtype, order="F")
+            # mode "clip" (the rows are a permutation): with "raise", take buffers `out`
+            R = np.take(R, self.permutation, axis=0, out=self.gathered[:, :k], mode="clip")
+            scale_in = self.permuted_scale_in
+        Y = self.host_in[:, :k]
+        np.multiply(scale_in[:, None], R, out=Y, casting="same_kind")  # rounded once, as before
         work = self.low.workspace("preconditioner", n, k)
         lane = ops.lane("gpu:panel")
-        ops.from_host(lane, np.asfortranarray(Y, dtype=self.low.dtype), work)
+        ops.from_host(lane, Y, work)
 
         def solves():
             for uplo, trans, diag in self.solves:
@@ -222,7 +234,8 @@ class TriangularPreconditioner:
 
         with lane:  # the same kernels on the same buffers for every R of k columns
             ops.replay(lane, self._recordings, k, solves)
-        return self.scale_out[:, None] * ops.to_host(lane, work).astype(R.dtype)
+        result = ops.to_host(lane, work, out=self.host_out[:, :k])
+        return np.multiply(self.scale_out[:, None], result, dtype=np.result_type(R, result))
 
     def _blocked_solve(self, lane, uplo, trans, inverses, Y):
         """Y := op(T)^-1 Y, op "N" or "C": blocks from the top when op(T) is lower triangular,

@@ -88,7 +88,9 @@ def refine(apply_a, solve_low, b, *, anorm, method, tol, max_iter=30, inner_tol=
     """Solve A X = B to the stopping test by the refinement ``method`` (see the module docstring).
 
     ``b`` (n x k, or n for one column) is not modified; ``x`` has its shape and dtype. The
-    callbacks get n x p arrays (p <= k) of b's dtype that they may keep or overwrite.
+    callbacks get n x p arrays (p <= k) of b's dtype to read only (they may be views of the
+    Krylov basis) and return arrays of their own, which refine then owns and may overwrite (one
+    that shares memory with its argument is copied).
     """
     _check_method_and_limits(method, tol, max_iter, inner_tol, max_inner)
     b = np.asarray(b)
@@ -185,8 +187,11 @@ def _worst(be) -> float:
 
 
 class _Operators:
-    """apply_a and solve_low, counted; their results checked for shape and copied into the working
-    precision (so that neither side can alias the other's arrays)."""
+    """apply_a and solve_low, counted; their results checked for shape and made F-ordered arrays
+    of the working precision that refine may overwrite: copied only where they are not, or where
+    they share memory with the argument. At n = 32768 a fresh 256 KiB array costs the host more
+    than the arithmetic on it (glibc maps and faults in the pages of each one), and GMRES's host
+    side runs once per iteration, between device calls: the copies are kept to those needed."""
 
     def __init__(self, apply_a, solve_low, n, dtype):
         self._apply_a, self._solve_low = apply_a, solve_low
@@ -195,17 +200,21 @@ class _Operators:
 
     def apply_a(self, X):
         self.matvecs += 1
-        return self._working(self._apply_a(X), X.shape[1], "apply_a")
+        return self._owned(self._apply_a(X), X, "apply_a")
 
     def solve_low(self, R):
         self.solves += 1
-        return self._working(self._solve_low(R), R.shape[1], "solve_low")
+        return self._owned(self._solve_low(R), R, "solve_low")
 
-    def _working(self, Y, k, name):
+    def _owned(self, Y, argument, name):
         Y = np.asarray(Y)
-        if Y.shape != (self.n, k):
-            raise ValueError(f"{name} returned shape {Y.shape}; expected {(self.n, k)}")
-        return np.array(Y, dtype=self.dtype, order="F")
+        if Y.shape != (self.n, argument.shape[1]):
+            raise ValueError(f"{name} returned shape {Y.shape}; expected "
+                             f"{(self.n, argument.shape[1])}")
+        if Y.dtype != self.dtype or not Y.flags.f_contiguous or not Y.flags.writeable \
+                or np.may_share_memory(Y, argument):
+            return np.array(Y, dtype=self.dtype, order="F")
+        return Y
 
 
 class _Krylov:
@@ -218,6 +227,8 @@ class _Krylov:
 
     def __init__(self, n, k, m, dtype):
         self.m = m
+        self.complex = np.dtype(dtype).kind == "c"
+        self.scratch = np.empty(n, dtype)  # for the in-place Gram-Schmidt (_Operators' note)
         self.V = np.empty((k, m + 1, n), dtype)
         self.Z = np.empty((k, m, n), dtype)
         self.H = np.zeros((k, m + 1, m), dtype)
@@ -234,27 +245,23 @@ class _Krylov:
         steps = np.zeros(p, dtype=int)
         running = [c for c in range(p) if beta[c] > 0]
         for c in running:
-            V[c, 0] = R[:, c] / beta[c]
+            np.divide(R[:, c], beta[c], out=V[c, 0])
             g[c] = 0
             g[c, 0] = beta[c]
         for j in range(self.m):
             if not running:
                 break
             # One solve and one product for all running columns: each is a round trip to the GPU.
-            Z[running, j] = ops.solve_low(V[running, j].T).T
-            W = ops.apply_a(Z[running, j].T)
+            Z[running, j] = ops.solve_low(_columns(V, running, j)).T
+            W = ops.apply_a(_columns(Z, running, j))
             ops.inner += len(running)
             still = []
             for w, c in zip(W.T, running):
                 steps[c] = j + 1
-                # A V_j = V_{j+1} H_j: orthogonalise w against V[c, :j+1], twice (CGS2).
-                # V^H w is formed as conj(V conj(w)): conjugating w, not a copy of the basis.
-                Vc = V[c, :j + 1]
-                h = (Vc @ w.conj()).conj()
-                w = w - Vc.T @ h
-                h2 = (Vc @ w.conj()).conj()
-                w -= Vc.T @ h2
-                h += h2
+                # A V_j = V_{j+1} H_j: orthogonalise w (a column of W, ours) against
+                # V[c, :j+1], twice (CGS2), in place
+                h = self._orthogonalize(V[c, :j + 1], w)
+                h += self._orthogonalize(V[c, :j + 1], w)
                 hnext = float(np.linalg.norm(w))
                 # The earlier rotations on the new column, then one to zero H[j+1, j].
                 for i in range(j):
@@ -267,7 +274,7 @@ class _Krylov:
                 # |g[j+1]| is the residual 2-norm of the j+1-step solution. hnext = 0: the Krylov
                 # space is invariant and the solution exact; NaN: nothing more to be had.
                 if abs(g[c, j + 1]) > stop_at[c] and hnext > 0 and math.isfinite(hnext):
-                    V[c, j + 1] = w / hnext
+                    np.divide(w, hnext, out=V[c, j + 1])
                     still.append(c)
             running = still
         D = np.zeros_like(R)
@@ -276,6 +283,26 @@ class _Krylov:
             if j:
                 D[:, c] = Z[c, :j].T @ _triangular_solve(H[c, :j, :j], g[c, :j])
         return D
+
+
+    def _orthogonalize(self, basis, w):
+        """One pass of classical Gram-Schmidt: h = B^H w and w := w - B^T h for the rows of
+        `basis` (B), in place through one scratch vector; returns h. B^H w is formed as
+        conj(B conj(w)): conjugating w, not a copy of the basis."""
+        if self.complex:
+            h = (basis @ np.conjugate(w, out=self.scratch)).conj()
+        else:
+            h = basis @ w
+        w -= np.matmul(basis.T, h, out=self.scratch)
+        return h
+
+
+def _columns(stack, running, j):
+    """stack[running, j] as an n x p array: a view where `running` is a run of consecutive
+    columns (the usual case: all of them), else a copy."""
+    if running[-1] - running[0] == len(running) - 1:
+        return stack[running[0]:running[-1] + 1, j].T
+    return stack[running, j].T
 
 
 def _triangular_solve(U, y):
