@@ -689,7 +689,10 @@ def solve_mixed(a, b, assume_a="gen", lower=False, overwrite_a=False, overwrite_
                 float32's accuracy; the default for real a), "half" (IEEE fp16 operands, fp32
                 sums), "bfloat16", "tf32" (the default for complex a: cuBLAS has no complex
                 16-bit tensor-core GEMM), "single" (no tensor cores). Panels and triangular
-                solves are float32 (complex64) in every case.
+                solves are float32 (complex64) in every case. "half" pays off for well-
+                conditioned Hermitian positive definite a: at n = 32768, condition 1e4, its
+                Cholesky (nb=2048) with 10 GMRES iterations beat half-x3's with 2-3; at 1e6 it
+                needed 100-131 and was 4x slower (perf/RESULTS.md).
     refinement  "classical-gmres" (default; GMRES-IR), "gmres", "classical", "none"
     tol         the stopping test ||r||_inf <= tol ||x||_inf ||a||_inf per column; default
                 sqrt(n) eps (MAGMA's, cuSOLVER's)
