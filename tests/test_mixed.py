@@ -305,6 +305,25 @@ def test_invert_triangular_blocks(backend, uplo, diag, dtype, b, rng):
     assert np.all(w[unwritten] == 0)  # the whole workspace is zeroed first
 
 
+def test_to_host_fills_the_given_array(backend, rng):
+    """to_host(..., out=) (the preconditioner's host vectors, kept for a solve): the block's
+    values land in `out`, which is returned; a column slice of a wider F-ordered array is a
+    valid `out`, and its other columns are left alone."""
+    ops = hybridla.backend.get_backend(backend)
+    n = 70
+    a = random_matrix(n, 3, np.float32, rng)
+    A = ops.matrix(n, 3, np.float32, 32)
+    try:
+        lane = ops.lane("gpu:panel")
+        ops.from_host(lane, a, A.block(0, n, 0, 3))
+        wide = np.full((n, 4), 7.0, dtype=np.float32, order="F")
+        got = ops.to_host(lane, A.block(0, n, 0, 2), out=wide[:, :2])
+    finally:
+        A.close()
+    assert np.shares_memory(got, wide)
+    assert np.array_equal(wide[:, :2], a[:, :2]) and np.all(wide[:, 2:] == 7.0)
+
+
 def test_replay_runs_the_recorded_work_every_time(backend, rng):
     """backend.replay (the preconditioner's blocked solves: a CUDA graph on the device): the
     work of each key runs on every call, recorded once; a failure while recording leaves the

@@ -259,6 +259,23 @@ def test_gmres_without_preconditioner_complex_nonnormal(rng):
     assert extended_backward_errors(a, res.x, b, anorm).max() <= 1.25 * tol
 
 
+@pytest.mark.parametrize("method", ["gmres", "classical-gmres"])
+@pytest.mark.parametrize("k", [1, 3])
+def test_callbacks_returning_their_argument(method, k, rng):
+    """The callbacks read views of the Krylov basis. apply_a here is A = I handing back what it
+    got (a view of Z = M^-1 V, which Gram-Schmidt would then overwrite, were it not copied), with
+    M^-1 = I / 2: one GMRES step gives the exact correction, as with an apply_a that copies."""
+    n = 50
+    b = rng.standard_normal((n, k))
+    tol = np.sqrt(n) * np.finfo(np.float64).eps
+    results = [refine(apply_a, lambda r: 0.5 * r, b, anorm=1.0, method=method, tol=tol)
+               for apply_a in (lambda x: x, lambda x: x.copy())]
+    for result in results:
+        assert result.converged and result.iterations == 1, result
+        assert np.abs(result.x - b).max() <= tol * np.abs(b).max()
+    assert np.array_equal(results[0].x, results[1].x)
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128])
 def test_gmres_cycle_minimises_residual(dtype, rng):
     """One cycle of j steps gives the D minimising ||r - A D||_2 over M^-1 K_j(A M^-1, r):

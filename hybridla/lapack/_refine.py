@@ -284,7 +284,6 @@ class _Krylov:
                 D[:, c] = Z[c, :j].T @ _triangular_solve(H[c, :j, :j], g[c, :j])
         return D
 
-
     def _orthogonalize(self, basis, w):
         """One pass of classical Gram-Schmidt: h = B^H w and w := w - B^T h for the rows of
         `basis` (B), in place through one scratch vector; returns h. B^H w is formed as
