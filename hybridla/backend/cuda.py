@@ -165,6 +165,11 @@ class _FusedPanelSlots:
                 ctypes.c_void_p(self.tags), ctypes.c_uint(1))
 
 
+def _panel_buffer(compute, key):
+    """The store's workspace name of round_panel's buffer for `key`."""
+    return f"{compute} panel {key}"
+
+
 class _RoundedPanel:
     """A HERK's panel rounded once (CudaBackend.round_panel): `ptr` its first (hi) copy, `ld`
     its leading dimension, `block` the bytes from one copy to the next, `along_rows` whether
@@ -1373,10 +1378,11 @@ class CudaBackend:
                                                        B.ld + 1)
             _driver.stream_synchronize(gpu.handle)
 
-    def prepare_reduced(self, owner: DeviceMatrix, compute):
+    def prepare_reduced(self, owner: DeviceMatrix, compute, panel_keys=()):
         """Before a reduced-precision factorization: the overflow flag zeroed, and for half and
-        bfloat16 each compute lane's operand buffers allocated at their largest (an allocation
-        during the run could synchronize the device)."""
+        bfloat16 each compute lane's operand buffers, and round_panel's buffers of `panel_keys`,
+        allocated at their largest (an allocation during the run could synchronize the
+        device)."""
         flag = owner.extra_workspace("overflow flag", 4)
         zero = np.zeros(1, np.int32)
         gpu = self.lane("gpu:update")
@@ -1389,7 +1395,8 @@ class CudaBackend:
                 for operand in "ab":
                     owner.extra_workspace(f"{compute} {operand} {name}",
                                           elements * (4 if compute == "half-x3" else 2))
-                owner.extra_workspace(f"{compute} panel {name}", elements * 2 * copies)
+            for key in panel_keys:
+                owner.extra_workspace(_panel_buffer(compute, key), elements * 2 * copies)
 
     def overflowed(self, owner: DeviceMatrix) -> bool:
         """Whether an operand rounding overflowed (a host wait: after the factorization)."""
@@ -1497,7 +1504,7 @@ class CudaBackend:
         operand_type, kernel = _OPERAND_TYPE[compute]
         copies = 3 if compute == "half-x3" else 1
         k, along_rows = (A.cols, True) if trans == "N" else (A.rows, False)
-        buffer = owner.extra_workspace(f"{compute} panel {key or lane.name}",
+        buffer = owner.extra_workspace(_panel_buffer(compute, key or lane.name),
                                        max(A.size, 1) * 2 * copies)
         ld = max(A.rows, 1) * (1 if along_rows else copies)
         block = (k * ld if along_rows else k) * 2  # bytes from hi to lo, and lo to hi

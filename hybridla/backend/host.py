@@ -425,7 +425,7 @@ class HostBackend:
         B[k, k] += sigma
 
     @staticmethod
-    def prepare_reduced(owner, compute):
+    def prepare_reduced(owner, compute, panel_keys=()):
         owner.narrowing_overflow = False
 
     @staticmethod

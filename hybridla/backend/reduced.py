@@ -54,7 +54,8 @@ class ReducedPrecisionOps:
         # the ops a recursive LU panel runs on: panels stay in float32, GEMMs included
         self.panel_ops = ops
         self._rounded = {}  # round_herk_panel's panels, by slot
-        ops.prepare_reduced(owner, compute)
+        ops.prepare_reduced(owner, compute,
+                            panel_keys=[_slot_key(slot) for slot in range(self.herk_panel_slots)])
 
     def __getattr__(self, name):
         return getattr(self._ops, name)
@@ -64,6 +65,7 @@ class ReducedPrecisionOps:
                                trans_a, trans_b)
 
     herk_is_gemm = True  # update/chol.py: the whole update of a block column in one call
+    herk_panel_slots = 2  # round_herk_panel's slots (lapack/potrf.py: one per step, in turn)
 
     def round_herk_panel(self, lane, A, trans, slot):
         """Round a panel once for several herks that each take a part of it (update/chol.py: a
@@ -71,7 +73,7 @@ class ReducedPrecisionOps:
         the step's L21), into a buffer of `slot`'s own, so that the panels of consecutive steps
         can be in use at once; `herk(..., rounded=(slot, offset))` reads it."""
         self._rounded[slot] = self._ops.round_panel(lane, self.owner, self.compute, A, trans,
-                                                    key=f"slot {slot}")
+                                                    key=_slot_key(slot))
 
     def herk(self, lane, uplo, trans, alpha, A, beta, C, rounded=None):
         """C := alpha op(A) op(A)^H + beta C as GEMMs (no tensor-core HERK exists), on a
@@ -105,6 +107,12 @@ class ReducedPrecisionOps:
     def overflowed(self) -> bool:
         """Whether a rounding of this factorization overflowed (a host wait on a device)."""
         return self._ops.overflowed(self.owner)
+
+
+def _slot_key(slot):
+    """round_panel's buffer key of a round_herk_panel slot (allocated up front by
+    prepare_reduced)."""
+    return f"slot {slot}"
 
 
 def round_to(x: np.ndarray, compute: str) -> np.ndarray:

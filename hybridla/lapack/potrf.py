@@ -74,11 +74,11 @@ def record_potrf(graph, A, plan, uplo):
                   reads=[diagonal], writes=[panel, Region("diagonal inverse", 0, 1)],
                   flops=float((k1 - k0) ** 2 * (n - k1)))
 
-        # rounded once for all the step's herks, where they are gemms on rounded operands; two
-        # slots, so that this step's rounding need not wait for the last step's herks
+        # rounded once for all the step's herks, where they are gemms on rounded operands; the
+        # slots in turn, so that this step's rounding need not wait for the last step's herks
         rounded_slot = None
         if getattr(ops, "herk_is_gemm", False) and k1 < n:
-            rounded_slot = step % 2
+            rounded_slot = step % ops.herk_panel_slots
             graph.add("round", step, "gpu:panel",
                       functools.partial(chol_update.round_panel, ops, A=A, uplo=uplo, k0=k0,
                                         k1=k1, slot=rounded_slot),
