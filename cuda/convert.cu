@@ -11,6 +11,8 @@
 //                 (one read of A, one write of the copy)
 //   narrow_hermitian  narrow of the stored triangle of a Hermitian matrix, with its row and column
 //                 sums (the norm) in the same read (below)
+//   vector_to_low, vector_from_low   the refinement's vectors into the factors' precision and
+//                 back, where the Krylov basis lives (below)
 //   round_half    out = (__half) a for a float block, a GEMM operand for the tensor cores;
 //   round_bf16    the same to bfloat16; both set *overflow on a result that is not finite
 //                 (one read of 4 bytes and one write of 2 per element)
@@ -240,6 +242,43 @@ NARROW(s, float, float)
 NARROW(d, double, float)
 NARROW(c, cuFloatComplex, cuFloatComplex)
 NARROW(z, cuDoubleComplex, cuFloatComplex)
+
+// vector_to_low: out_ij = (low) (s_{p_i} x_{p_i j}), p the LU's row permutation (null: none), s
+// the scale of the low-precision copy's rows; vector_from_low: y_ij = s_i (working) low_ij. The
+// preconditioner's way in and out of the factors (lapack/_mixed.TriangularPreconditioner), a
+// thread per entry (grid: row blocks x columns).
+__device__ inline float widened(float a, double s) { return (float)((double)a * s); }
+__device__ inline double widened_to_double(float a, double s) { return (double)a * s; }
+__device__ inline cuFloatComplex widened(cuFloatComplex a, double s)
+{ return make_cuFloatComplex((float)((double)a.x * s), (float)((double)a.y * s)); }
+__device__ inline cuDoubleComplex widened_to_double(cuFloatComplex a, double s)
+{ return make_cuDoubleComplex((double)a.x * s, (double)a.y * s); }
+
+template <typename T, typename L>
+__device__ void vector_to_low(const T* x, long long ldx, int n, int k, const int* perm,
+                              const double* s, L* out, long long ldo)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y;
+    if (i >= n || j >= k) return;
+    const int source = perm ? perm[i] : i;
+    out[i + (long long)j * ldo] = scaled_to_low(x[source + (long long)j * ldx], s[source]);
+}
+
+#define VECTORS(S, T, L, WIDEN)                                                                \
+extern "C" __global__ void vector_to_low_##S(const T* x, long long ldx, int n, int k,          \
+    const int* perm, const double* s, L* out, long long ldo)                                   \
+{ vector_to_low<T, L>(x, ldx, n, k, perm, s, out, ldo); }                                   \
+extern "C" __global__ void vector_from_low_##S(const L* low, long long ldl, int n, int k,      \
+    const double* s, T* y, long long ldy)                                                      \
+{                                                                                              \
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y;                       \
+    if (i < n && j < k) y[i + (long long)j * ldy] = WIDEN(low[i + (long long)j * ldl], s[i]);  \
+}
+
+VECTORS(s, float, float, widened)
+VECTORS(d, double, float, widened_to_double)
+VECTORS(c, cuFloatComplex, cuFloatComplex, widened)
+VECTORS(z, cuDoubleComplex, cuFloatComplex, widened_to_double)
 
 struct ToHalf { __device__ __half operator()(float a) const { return __float2half_rn(a); } };
 struct ToBf16 { __device__ __nv_bfloat16 operator()(float a) const { return __float2bfloat16_rn(a); } };

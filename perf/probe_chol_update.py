@@ -42,13 +42,18 @@ def timed(ops, fn, repeat):
     return statistics.median(times)
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arguments(doc):
+    """--n, --nb, --lowest, --repeat (this probe's and probe_lu_update.py's)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--n", type=int, default=32768)
     p.add_argument("--nb", type=int, default=1536)
     p.add_argument("--lowest", default="half-x3")
     p.add_argument("--repeat", type=int, default=5)
-    args = p.parse_args()
+    return p.parse_args()
+
+
+def main():
+    args = arguments(__doc__)
     n, nb = args.n, args.nb
     w = n - 2 * nb
     ops = hybridla.backend.get_backend("cuda")

@@ -68,6 +68,62 @@ def test_lu_always_accurate_with_fallback(backend, kappa, refinement, rng):
             assert info.fell_back
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+@pytest.mark.parametrize("case", ["preconditioned", "kappa 1e8, no preconditioner"])
+def test_device_space_takes_the_host_space_steps(backend, dtype, case, rng):
+    """GMRES with its Krylov basis where A lives (DeviceSpace: solves, products and
+    Gram-Schmidt there, H's column to the host) gives the cycle of the host basis (HostSpace,
+    tested against an explicit Krylov least-squares solve in test_refine.py), to rounding, and
+    keeps its basis orthonormal. Preconditioned: three columns of which the middle one stops
+    after its first step (the others then run as two runs of one column). Kappa 1e8 without a
+    preconditioner: a nearly dependent Krylov basis, which only the second Gram-Schmidt pass
+    keeps orthonormal."""
+    from hybridla.lapack._mixed import DeviceSpace, WorkingOperator
+    from hybridla.lapack._refine import HostSpace, _Krylov, _Operators
+    ops = hybridla.backend.get_backend(backend)
+    if case == "preconditioned":
+        n, k, m, tolerance = 40, 3, 6, 1e-10
+        a = general(n, 10, dtype, rng)
+        m_inv = np.linalg.inv(a + 0.02 * general(n, 1, dtype, rng))
+        r = general(n, 1, dtype, rng)[:, :k]
+        stop_at = np.array([0.0, 0.9 * np.linalg.norm(r[:, 1]), 0.0])
+    else:
+        n, k, m, tolerance = 80, 1, 40, 1e-6
+        a, m_inv = general(n, 1e8, dtype, rng), np.eye(n, dtype=dtype)
+        r = general(n, 1, dtype, rng)[:, :k]
+        stop_at = np.zeros(k)
+    stores = [ops.matrix(n, n, dtype, 16) for _ in range(2)]
+    try:
+        lane = ops.lane("gpu:panel")
+        for store, matrix in zip(stores, (a, m_inv)):
+            ops.from_host(lane, np.asfortranarray(matrix), store.block(0, n, 0, n))
+
+        class DensePreconditioner:  # M^-1 as a matrix where it lives
+            def apply(self, src, dst):
+                with lane:
+                    ops.apply(lane, stores[1].block(0, n, 0, n), src, dst)
+
+        on_host = _Operators(lambda x: a @ x, lambda x: m_inv @ x, n, np.dtype(dtype))
+        expected = _Krylov(HostSpace(on_host, n, k, m, dtype), k, m, dtype).cycle(
+            on_host, r, stop_at)
+        counter = _Operators(None, None, n, np.dtype(dtype))
+        space = DeviceSpace(ops, WorkingOperator(ops, stores[0], k), DensePreconditioner(),
+                            counter, n, k, m, dtype)
+        got = _Krylov(space, k, m, dtype).cycle(counter, r, stop_at)
+        basis = np.asarray(ops.to_host(lane, space.V))
+    finally:
+        for store in stores:
+            store.close()
+    assert counter.inner == on_host.inner == (2 * m + 1 if k == 3 else m)
+    residual = np.linalg.norm(r - a @ got, axis=0)
+    assert residual == pytest.approx(np.linalg.norm(r - a @ expected, axis=0), rel=tolerance)
+    if case == "preconditioned":
+        assert np.abs(got - expected).max() <= tolerance * np.abs(expected).max()
+    for c in (0, k - 1):
+        v = basis[:, c::k][:, :m + 1]
+        assert np.abs(v.conj().T @ v - np.eye(m + 1)).max() <= 1e-13
+
+
 @pytest.mark.parametrize("n", [0, 1, 2, 7, 300])
 def test_lu_permutation_is_the_sequential_interchanges(n, rng):
     pivots = np.array([rng.integers(i, n) for i in range(n)], dtype=np.int64)

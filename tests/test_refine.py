@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from hybridla.lapack._refine import METHODS, _Krylov, _Operators, refine
+from hybridla.lapack._refine import METHODS, HostSpace, _Krylov, _Operators, refine
 
 from _conditioned import general, spd, tall
 
@@ -285,7 +285,8 @@ def test_gmres_cycle_minimises_residual(dtype, rng):
     m_inv = np.linalg.inv(a + 0.02 * general(n, 1, dtype, rng))
     r = general(n, 1, dtype, rng)[:, :2] * np.array([1.0, 1e-4])
     ops = _Operators(lambda x: a @ x, lambda x: m_inv @ x, n, np.dtype(dtype))
-    d = _Krylov(n, 2, m, np.dtype(dtype)).cycle(ops, r, np.zeros(2))
+    d = _Krylov(HostSpace(ops, n, 2, m, np.dtype(dtype)), 2, m, np.dtype(dtype)).cycle(
+        ops, r, np.zeros(2))
     assert ops.inner == 2 * m and ops.matvecs == ops.solves == m
     for c in range(2):
         u = [r[:, c]]
@@ -307,10 +308,10 @@ def test_arnoldi_basis_stays_orthonormal(dtype, rng):
     a = general(n, 1e8, dtype, rng)
     r = general(n, 1, dtype, rng)[:, :1]
     ops = _Operators(lambda x: a @ x, lambda x: x.copy(), n, np.dtype(dtype))
-    krylov = _Krylov(n, 1, m, np.dtype(dtype))
+    krylov = _Krylov(HostSpace(ops, n, 1, m, np.dtype(dtype)), 1, m, np.dtype(dtype))
     krylov.cycle(ops, r, np.zeros(1))
     assert ops.inner == m
-    v = krylov.V[0, :m + 1]
+    v = krylov.space.V[0, :m + 1]
     assert np.abs(v.conj() @ v.T - np.eye(m + 1)).max() <= 1e-13
 
 

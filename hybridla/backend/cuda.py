@@ -1224,10 +1224,10 @@ class CudaBackend:
     def apply_to_host(self, lane, A: DeviceBlock, X: np.ndarray, trans="N", uplo=None,
                       work: DeviceBlock = None) -> np.ndarray:
         """op(A) X for a host array X (op "N" or "C"; with `uplo` "L" or "U", A is Hermitian
-        and only that triangle is read: hemm, symm when real), as a new host array: X up, one
-        cuBLAS call, the product down and a wait, on the critical-path stream whatever lane
-        calls (a host loop needs the product next). `work` holds X and the product on the
-        device: at least (rows + cols) x k elements of A's dtype. One pass over A."""
+        and only that triangle is read), as a new host array: X up, `apply`, the product down
+        and a wait, on the critical-path stream whatever lane calls (a host loop needs the
+        product next). `work` holds X and the product on the device: at least (rows + cols) x k
+        elements of A's dtype. One pass over A."""
         X = np.asfortranarray(X, dtype=A.dtype)
         rows, cols = (A.rows, A.cols) if trans == "N" else (A.cols, A.rows)
         k = X.shape[1]
@@ -1237,38 +1237,104 @@ class CudaBackend:
         if cols == 0:
             Y[...] = 0
             return Y
-        itemsize = A.dtype.itemsize
-        x_ptr, y_ptr = work.ptr, work.ptr + cols * k * itemsize
-        one, _, zero = (s.ctypes.data for s in self._scalars[A.dtype])
-        prefix = _PREFIX[A.dtype]
+        x_ptr, y_ptr = work.ptr, work.ptr + cols * k * A.dtype.itemsize
+        on_device = DeviceBlock(x_ptr, cols, k, cols, A.dtype)
+        product = DeviceBlock(y_ptr, rows, k, rows, A.dtype)
         gpu = self.lane("gpu:panel")
         with gpu:
-            cublas.set_matrix_async(cols, k, itemsize, X.ctypes.data, cols, x_ptr, cols,
+            cublas.set_matrix_async(cols, k, A.dtype.itemsize, X.ctypes.data, cols, x_ptr, cols,
                                     gpu.handle)
-            if uplo is not None and k == 1:  # one pass over the triangle (hemm's is slower)
-                # hemv.cu, where cuBLAS's symv reads the triangle at half the copy bandwidth
-                self.laset(gpu, "A", 0, 0, DeviceBlock(y_ptr, rows, 1, rows, A.dtype))
-                self.kernels.launch(f"hemv_{prefix}", (-(-rows // _STATS_THREADS),
-                                                       -(-rows // _STATS_STRIP)),
-                                    (_STATS_THREADS,), gpu.handle, ctypes.c_void_p(A.ptr),
-                                    ctypes.c_longlong(A.ld), ctypes.c_int(rows),
-                                    ctypes.c_int(_TRIANGLE_CODE[uplo]), ctypes.c_void_p(x_ptr),
-                                    ctypes.c_void_p(y_ptr))
-            elif uplo is not None:
-                hemm = getattr(cublas, prefix + ("hemm" if A.dtype.kind == "c" else "symm"))
-                hemm(gpu.blas, _SIDE["L"], _UPLO[uplo], rows, k, one, A.ptr, A.ld, x_ptr, cols,
-                     zero, y_ptr, rows)
-            elif k == 1:
-                getattr(cublas, prefix + "gemv")(gpu.blas, _OP[trans], A.rows, A.cols, one,
-                                                 A.ptr, A.ld, x_ptr, 1, zero, y_ptr, 1)
-            else:
-                getattr(cublas, prefix + "gemm")(gpu.blas, _OP[trans], _OP["N"], rows, k, cols,
-                                                 one, A.ptr, A.ld, x_ptr, cols, zero, y_ptr,
-                                                 rows)
-            cublas.get_matrix_async(rows, k, itemsize, y_ptr, rows, Y.ctypes.data, rows,
+            self.apply(gpu, A, on_device, product, trans, uplo)
+            cublas.get_matrix_async(rows, k, A.dtype.itemsize, y_ptr, rows, Y.ctypes.data, rows,
                                     gpu.handle)
             _driver.stream_synchronize(gpu.handle)
         return Y
+
+    def apply(self, lane, A: DeviceBlock, X: DeviceBlock, Y: DeviceBlock, trans="N", uplo=None):
+        """Y := op(A) X on the device, no wait (op "N" or "C"; with `uplo` "L" or "U", A is
+        Hermitian and only that triangle is read: hemm, symm when real). One pass over A."""
+        rows, cols = (A.rows, A.cols) if trans == "N" else (A.cols, A.rows)
+        k = X.cols
+        if rows == 0 or k == 0:
+            return
+        if cols == 0:
+            self.laset(lane, "A", 0, 0, Y)
+            return
+        one, _, zero = (s.ctypes.data for s in self._scalars[A.dtype])
+        prefix = _PREFIX[A.dtype]
+        if uplo is not None and k == 1:  # one pass over the triangle (hemm's is slower)
+            # hemv.cu, where cuBLAS's symv reads the triangle at half the copy bandwidth
+            self.laset(lane, "A", 0, 0, Y)
+            self.kernels.launch(f"hemv_{prefix}", (-(-rows // _STATS_THREADS),
+                                                   -(-rows // _STATS_STRIP)),
+                                (_STATS_THREADS,), lane.handle, ctypes.c_void_p(A.ptr),
+                                ctypes.c_longlong(A.ld), ctypes.c_int(rows),
+                                ctypes.c_int(_TRIANGLE_CODE[uplo]), ctypes.c_void_p(X.ptr),
+                                ctypes.c_void_p(Y.ptr))
+        elif uplo is not None:
+            hemm = getattr(cublas, prefix + ("hemm" if A.dtype.kind == "c" else "symm"))
+            hemm(lane.blas, _SIDE["L"], _UPLO[uplo], rows, k, one, A.ptr, A.ld, X.ptr, X.ld,
+                 zero, Y.ptr, Y.ld)
+        elif k == 1:
+            getattr(cublas, prefix + "gemv")(lane.blas, _OP[trans], A.rows, A.cols, one, A.ptr,
+                                             A.ld, X.ptr, 1, zero, Y.ptr, 1)
+        else:
+            getattr(cublas, prefix + "gemm")(lane.blas, _OP[trans], _OP["N"], rows, k, cols, one,
+                                             A.ptr, A.ld, X.ptr, X.ld, zero, Y.ptr, Y.ld)
+
+    @staticmethod
+    def strided_columns(B: DeviceBlock, first, count, step) -> DeviceBlock:
+        """Columns first, first + step, ... (count of them) of B, as a block (its leading
+        dimension step times B's): no copy."""
+        return DeviceBlock(B.ptr + first * B.ld * B.dtype.itemsize, B.rows, count,
+                           B.ld * step, B.dtype)
+
+    def scale_copy(self, lane, alpha, src: DeviceBlock, dst: DeviceBlock):
+        """dst := alpha src (same shape): one cuBLAS geam, no wait."""
+        if dst.size == 0:
+            return
+        geam = getattr(cublas, _PREFIX[dst.dtype] + "geam")
+        geam(lane.blas, _OP["N"], _OP["N"], dst.rows, dst.cols, self._scalar(dst.dtype, alpha),
+             src.ptr, src.ld, self._scalars[dst.dtype][2].ctypes.data, dst.ptr, dst.ld, dst.ptr,
+             dst.ld)
+
+    def keep_on_device(self, owner: DeviceMatrix, name, array):
+        """A host vector copied once to the device for later kernels (`vector_to_low`'s scale
+        and permutation): a handle to pass them, here its device address (the store's
+        workspace `name`, freed with it). None stays None."""
+        if array is None:
+            return None
+        array = np.ascontiguousarray(array)
+        pointer = owner.extra_workspace(f"kept {name}", array.nbytes)
+        gpu = self.lane("gpu:panel")
+        with gpu:
+            cublas.set_vector_async(array.size, array.itemsize, array.ctypes.data, 1, pointer, 1,
+                                    gpu.handle)
+            _driver.stream_synchronize(gpu.handle)
+        return pointer
+
+    def vector_to_low(self, lane, src: DeviceBlock, dst: DeviceBlock, scale, permutation=None):
+        """dst_ij := (s_{p_i} src_{p_i j}) rounded to dst's precision, s and p (the LU's row
+        permutation; None: none) kept on the device (`keep_on_device`). No wait."""
+        if dst.size == 0:
+            return
+        self.kernels.launch(f"vector_to_low_{_PREFIX[src.dtype]}",
+                            (-(-dst.rows // 256), dst.cols), (256,), lane.handle,
+                            ctypes.c_void_p(src.ptr), ctypes.c_longlong(src.ld),
+                            ctypes.c_int(dst.rows), ctypes.c_int(dst.cols),
+                            ctypes.c_void_p(permutation or 0), ctypes.c_void_p(scale),
+                            ctypes.c_void_p(dst.ptr), ctypes.c_longlong(dst.ld))
+
+    def vector_from_low(self, lane, src: DeviceBlock, dst: DeviceBlock, scale):
+        """dst_ij := s_i src_ij in dst's precision, s kept on the device. No wait."""
+        if dst.size == 0:
+            return
+        self.kernels.launch(f"vector_from_low_{_PREFIX[dst.dtype]}",
+                            (-(-dst.rows // 256), dst.cols), (256,), lane.handle,
+                            ctypes.c_void_p(src.ptr), ctypes.c_longlong(src.ld),
+                            ctypes.c_int(dst.rows), ctypes.c_int(dst.cols),
+                            ctypes.c_void_p(scale), ctypes.c_void_p(dst.ptr),
+                            ctypes.c_longlong(dst.ld))
 
     # -- mixed precision (lapack/_mixed.py, backend/reduced.py, cuda/convert.cu) ----------------
     # These run before or after a factorization's task graph, on the update stream, and wait:

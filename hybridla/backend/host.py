@@ -380,6 +380,40 @@ class HostBackend:
             return hemm(1, A, X, lower=int(uplo == "L"))
         return np.matmul(_op(A, trans), X)
 
+    def apply(self, lane, A, X, Y, trans="N", uplo=None):
+        """Y := op(A) X, in place (the device backends' form of apply_to_host)."""
+        Y[...] = self.apply_to_host(lane, A, X, trans, uplo)
+
+    @staticmethod
+    def strided_columns(B, first, count, step):
+        """Columns first, first + step, ... (count of them) of B: a view."""
+        return B[:, first::step][:, :count]
+
+    @staticmethod
+    def scale_copy(lane, alpha, src, dst):
+        """dst := alpha src (same shape)."""
+        np.multiply(src, alpha, out=dst, casting="same_kind")
+
+    @staticmethod
+    def keep_on_device(owner, name, array):
+        """A vector for later `vector_to_low` calls: here the array itself (a device keeps a
+        copy)."""
+        return None if array is None else np.array(array)
+
+    @staticmethod
+    def vector_to_low(lane, src, dst, scale, permutation=None):
+        """dst_ij := (s_{p_i} src_{p_i j}) rounded to dst's precision (cuda/convert.cu's
+        vector_to_low); p None: no permutation."""
+        if permutation is None:
+            dst[...] = scale[:, None] * src
+        else:
+            dst[...] = scale[permutation][:, None] * src[permutation]
+
+    @staticmethod
+    def vector_from_low(lane, src, dst, scale):
+        """dst_ij := s_i src_ij in dst's precision."""
+        np.multiply(scale[:, None], src, out=dst, casting="same_kind")
+
     # -- mixed precision (lapack/_mixed.py, backend/reduced.py) ---------------------------------
     @staticmethod
     def row_stats(lane, owner, A):

@@ -17,6 +17,7 @@ unscaled A: M^-1 r = C (LU)^-1 R r for the factors of R A C.
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from dataclasses import dataclass, field, replace as dataclass_replace
 
@@ -52,8 +53,9 @@ class MixedInfo:
     shift       the diagonal shift the low-precision Cholesky needed (posv_mixed), else 0
     seconds     wall time of each phase: convert, factor, refine, fallback, total; inside
                 convert, "convert: upload" (a host matrix's rounded copy going up); inside
-                refine, "refine: A products" and "refine: preconditioner" (the rest of
-                refine is the host's Krylov arithmetic)
+                refine, "refine: A products" and "refine: preconditioner": the host's time in
+                them, which inside GMRES is only their enqueueing (its Krylov basis is where A
+                lives, DeviceSpace: the device's time shows where the Arnoldi step waits)
     """
     iterations: int = 0
     fell_back: bool = False
@@ -184,6 +186,7 @@ class TriangularPreconditioner:
         self.scratch = low.workspace("inversion scratch", b, -(-max(b, n) // 4))
         self.seconds = 0.0
         self._recordings = {}
+        self._kept = None  # the scales and permutation where the factors are (`apply`)
         started = time.perf_counter()
         # one set per triangle: the Cholesky's two solves (op N and C) share L's
         self.inverses = {key: self._invert_diagonal_blocks(*key)
@@ -227,15 +230,40 @@ class TriangularPreconditioner:
         work = self.low.workspace("preconditioner", n, k)
         lane = ops.lane("gpu:panel")
         ops.from_host(lane, Y, work)
+        with lane:
+            self._replay_solves(lane, work)
+        result = ops.to_host(lane, work, out=self.host_out[:, :k])
+        return np.multiply(self.scale_out[:, None], result, dtype=np.result_type(R, result))
 
+    def apply(self, src, dst):
+        """dst := M^-1 src for n x k blocks of the working precision where the factors live
+        (DeviceSpace's basis): into the factors' precision and back by kernels, no host copy
+        and no wait. `seconds` counts the host's time to enqueue it."""
+        started = time.perf_counter()
+        ops, k = self.ops, src.shape[1]
+        if self._kept is None:
+            keep = functools.partial(ops.keep_on_device, self.low)
+            self._kept = (keep("scale in", np.asarray(self.scale_in, np.float64)),
+                          keep("permutation", None if self.permutation is None
+                               else self.permutation.astype(np.int32)),
+                          keep("scale out", np.asarray(self.scale_out, np.float64)))
+        scale_in, permutation, scale_out = self._kept
+        work = self.low.workspace("preconditioner", self.n, k)
+        lane = ops.lane("gpu:panel")
+        with lane:
+            ops.vector_to_low(lane, src, work, scale_in, permutation)
+            self._replay_solves(lane, work)
+            ops.vector_from_low(lane, work, dst, scale_out)
+        self.seconds += time.perf_counter() - started
+
+    def _replay_solves(self, lane, work):
+        """The triangular solves on `work` (k columns), replayed: the same kernels on the same
+        buffers for every k."""
         def solves():
             for uplo, trans, diag in self.solves:
                 self._blocked_solve(lane, uplo, trans, self.inverses[uplo, diag], work)
 
-        with lane:  # the same kernels on the same buffers for every R of k columns
-            ops.replay(lane, self._recordings, k, solves)
-        result = ops.to_host(lane, work, out=self.host_out[:, :k])
-        return np.multiply(self.scale_out[:, None], result, dtype=np.result_type(R, result))
+        self.ops.replay(lane, self._recordings, work.shape[1], solves)
 
     def _blocked_solve(self, lane, uplo, trans, inverses, Y):
         """Y := op(T)^-1 Y, op "N" or "C": blocks from the top when op(T) is lower triangular,
@@ -292,15 +320,118 @@ class WorkingOperator:
         self.seconds += time.perf_counter() - started
         return result
 
+    def apply(self, src, dst):
+        """dst := A src (A^H A src) for blocks where A lives (DeviceSpace's basis), no wait.
+        `seconds` counts the host's time to enqueue it."""
+        started = time.perf_counter()
+        ops, lane = self.ops, self.ops.lane("gpu:panel")
+        with lane:
+            if self.normal:
+                between = self.A.workspace("refine normal", self.A.m, src.shape[1])
+                ops.apply(lane, self.whole, src, between)
+                ops.apply(lane, self.whole, between, dst, "C")
+            else:
+                ops.apply(lane, self.whole, src, dst, "N", self.uplo)
+        self.seconds += time.perf_counter() - started
+
+
+class DeviceSpace:
+    """refine's Krylov space where A lives (the methods of lapack/_refine.HostSpace): the basis
+    V and Z = M^-1 V in workspaces of the working matrix's store, column (j, c) at j k + c, so
+    that step j's columns are one block; the preconditioner and the product run from and into
+    them (TriangularPreconditioner.apply, WorkingOperator.apply), and Gram-Schmidt is gemv's
+    there. The host gets H's column only: one wait per Arnoldi step. With the basis on the
+    host, each step moved four vectors of n across and ran its Gram-Schmidt on the CPU: 1-1.5
+    ms of each 4.5-5.3 ms GMRES iteration at n = 32768 (H100, perf/RESULTS.md)."""
+
+    def __init__(self, ops, operator, preconditioner, counter, n, k, m, dtype):
+        self.ops, self.operator, self.preconditioner = ops, operator, preconditioner
+        self.counter, self.n, self.k, self.m = counter, n, k, m
+        store = operator.A
+        self.V = store.workspace("krylov V", n, (m + 1) * k)
+        self.Z = store.workspace("krylov Z", n, m * k)
+        self.W = store.workspace("krylov W", n, k)
+        self.D = store.workspace("krylov D", n, k)
+        self.y = store.workspace("krylov y", m, 1)
+        # per column: h of the first pass (m + 1 rows), of the second, and ||w||_2^2
+        self.coefficients = store.workspace("krylov coefficients", 2 * m + 3, k)
+        self.host_coefficients = np.empty((2 * m + 3, k), store.dtype, order="F")
+        self.lane = ops.lane("gpu:panel")
+
+    def _column(self, B, index):
+        return self.ops.sub_block(B, 0, self.n, index, index + 1)
+
+    def start(self, R, running, beta):
+        """V[:, c] (step 0) := R_c / beta_c."""
+        scaled = np.zeros(R.shape, R.dtype, order="F")
+        scaled[:, running] = R[:, running] / beta[running]
+        self.ops.from_host(self.lane, scaled, self.ops.sub_block(self.V, 0, self.n, 0,
+                                                                 R.shape[1]))
+
+    def arnoldi(self, running, j):
+        """Step j (see HostSpace.arnoldi), the solves and products one call per run of
+        consecutive columns."""
+        ops, sub, n, k, m = self.ops, self.ops.sub_block, self.n, self.k, self.m
+        for c0, c1 in _runs(running):
+            V_j, Z_j = (sub(B, 0, n, j * k + c0, j * k + c1) for B in (self.V, self.Z))
+            self.preconditioner.apply(V_j, Z_j)
+            self.operator.apply(Z_j, sub(self.W, 0, n, c0, c1))
+            self.counter.solves += 1
+            self.counter.matvecs += 1
+        C, lane = self.coefficients, self.lane
+        with lane:
+            for c in running:
+                basis, w = ops.strided_columns(self.V, c, j + 1, k), self._column(self.W, c)
+                for first in (0, m + 1):  # CGS2: h = V^H w, w -= V h, twice
+                    h = sub(C, first, first + j + 1, c, c + 1)
+                    ops.gemm(lane, 1, basis, w, 0, h, trans_a="C")
+                    ops.gemm(lane, -1, basis, h, 1, w)
+                ops.gemm(lane, 1, w, w, 0, sub(C, 2 * m + 2, 2 * m + 3, c, c + 1), trans_a="C")
+        host = ops.to_host(lane, C, out=self.host_coefficients)
+        return [(host[:j + 1, c] + host[m + 1:m + 2 + j, c],
+                 float(np.sqrt(max(host[2 * m + 2, c].real, 0.0)))) for c in running]
+
+    def extend(self, c, j, hnext):
+        with self.lane:
+            self.ops.scale_copy(self.lane, 1.0 / hnext, self._column(self.W, c),
+                                self._column(self.V, (j + 1) * self.k + c))
+
+    def combine(self, R, solutions):
+        ops, lane = self.ops, self.lane
+        D = ops.sub_block(self.D, 0, self.n, 0, R.shape[1])
+        with lane:
+            ops.laset(lane, "A", 0, 0, D)
+        for c, y in solutions.items():
+            y_dev = ops.sub_block(self.y, 0, len(y), 0, 1)
+            ops.from_host(lane, np.asarray(y, R.dtype).reshape(-1, 1), y_dev)
+            with lane:
+                ops.gemm(lane, 1, ops.strided_columns(self.Z, c, len(y), self.k), y_dev, 0,
+                         self._column(D, c))
+        return ops.to_host(lane, D)
+
+
+def _runs(columns):
+    """(first, last + 1) of each run of consecutive numbers in the sorted list `columns`."""
+    runs = []
+    for c in columns:
+        if runs and runs[-1][1] == c:
+            runs[-1][1] = c + 1
+        else:
+            runs.append([c, c + 1])
+    return [tuple(run) for run in runs]
+
 
 def run_refinement(operator, preconditioner, B, anorm, options, n) -> tuple:
-    """refine() with the stopping test's tol defaulting to sqrt(n) eps (MAGMA, cuSOLVER)."""
+    """refine() with the stopping test's tol defaulting to sqrt(n) eps (MAGMA, cuSOLVER), and
+    GMRES's Krylov space where A lives (DeviceSpace)."""
     eps = float(np.finfo(B.dtype).eps)
     tol = options.tol if options.tol is not None else np.sqrt(n) * eps
     method = options.refinement
     return refine(operator, preconditioner, B, anorm=anorm, method=method, tol=tol,
                   max_iter=options.max_iter, inner_tol=options.inner_tol,
-                  max_inner=options.max_inner)
+                  max_inner=options.max_inner,
+                  krylov_space=functools.partial(DeviceSpace, operator.ops, operator,
+                                                 preconditioner))
 
 
 class ArrivingMatrix:

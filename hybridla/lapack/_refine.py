@@ -84,13 +84,19 @@ class RefinementResult:
 
 
 def refine(apply_a, solve_low, b, *, anorm, method, tol, max_iter=30, inner_tol=1e-4,
-           max_inner=50) -> RefinementResult:
+           max_inner=50, krylov_space=None) -> RefinementResult:
     """Solve A X = B to the stopping test by the refinement ``method`` (see the module docstring).
 
     ``b`` (n x k, or n for one column) is not modified; ``x`` has its shape and dtype. The
     callbacks get n x p arrays (p <= k) of b's dtype to read only (they may be views of the
     Krylov basis) and return arrays of their own, which refine then owns and may overwrite (one
     that shares memory with its argument is copied).
+
+    ``krylov_space(ops, n, k, m, dtype)``: where GMRES keeps its basis and runs its Arnoldi
+    steps (an object with HostSpace's methods; ops counts solves, products and inner
+    iterations). Default: HostSpace, host arrays and the two callbacks; the mixed solvers keep
+    it where A lives (lapack/_mixed.DeviceSpace), so that an iteration needs no vector to cross
+    to the host.
     """
     _check_method_and_limits(method, tol, max_iter, inner_tol, max_inner)
     b = np.asarray(b)
@@ -114,7 +120,8 @@ def refine(apply_a, solve_low, b, *, anorm, method, tol, max_iter=30, inner_tol=
             def correct(R, X):
                 return ops.solve_low(R)
         else:
-            krylov = _Krylov(n, k, max_inner, B.dtype)
+            krylov = _Krylov((krylov_space or HostSpace)(ops, n, k, max_inner, B.dtype),
+                             k, max_inner, B.dtype)
             if method == "classical-gmres":
                 def correct(R, X):
                     return krylov.cycle(ops, R, inner_tol * np.linalg.norm(R, axis=0))
@@ -220,17 +227,13 @@ class _Operators:
 class _Krylov:
     """GMRES(m) cycles from zero, one per column, in lock step; workspace for up to k columns.
 
-    Per column c: V[c, :j+1] is the orthonormal Arnoldi basis (rows), Z[c, :j] = M^-1 V[c, :j],
-    H[c] the Hessenberg matrix reduced to upper triangular by the rotations (cs, sn), g[c] the
-    rotated right-hand side beta e_1.
+    The basis V (orthonormal, Arnoldi's) and Z = M^-1 V live in `space`, which also runs each
+    Arnoldi step; here, per column c: H[c] the Hessenberg matrix reduced to upper triangular by
+    the rotations (cs, sn), g[c] the rotated right-hand side beta e_1.
     """
 
-    def __init__(self, n, k, m, dtype):
-        self.m = m
-        self.complex = np.dtype(dtype).kind == "c"
-        self.scratch = np.empty(n, dtype)  # for the in-place Gram-Schmidt (_Operators' note)
-        self.V = np.empty((k, m + 1, n), dtype)
-        self.Z = np.empty((k, m, n), dtype)
+    def __init__(self, space, k, m, dtype):
+        self.space, self.m = space, m
         self.H = np.zeros((k, m + 1, m), dtype)
         self.g = np.zeros((k, m + 1), dtype)
         self.cs = np.zeros((k, m))
@@ -240,29 +243,23 @@ class _Krylov:
         """D (n x p) minimising ||R_c - A D_c||_2 over D_c in M^-1 K_j(A M^-1, R_c) per column c,
         j <= m, a column stopping as soon as the estimate ||R_c - A D_c||_2 <= stop_at[c]."""
         p = R.shape[1]
-        V, Z, H, g, cs, sn = self.V, self.Z, self.H, self.g, self.cs, self.sn
+        space, H, g, cs, sn = self.space, self.H, self.g, self.cs, self.sn
         beta = np.linalg.norm(R, axis=0)
         steps = np.zeros(p, dtype=int)
         running = [c for c in range(p) if beta[c] > 0]
+        space.start(R, running, beta)
         for c in running:
-            np.divide(R[:, c], beta[c], out=V[c, 0])
             g[c] = 0
             g[c, 0] = beta[c]
         for j in range(self.m):
             if not running:
                 break
-            # One solve and one product for all running columns: each is a round trip to the GPU.
-            Z[running, j] = ops.solve_low(_columns(V, running, j)).T
-            W = ops.apply_a(_columns(Z, running, j))
+            # one solve and one product for all running columns, then their Gram-Schmidt
+            columns = space.arnoldi(running, j)
             ops.inner += len(running)
             still = []
-            for w, c in zip(W.T, running):
+            for (h, hnext), c in zip(columns, running):
                 steps[c] = j + 1
-                # A V_j = V_{j+1} H_j: orthogonalise w (a column of W, ours) against
-                # V[c, :j+1], twice (CGS2), in place
-                h = self._orthogonalize(V[c, :j + 1], w)
-                h += self._orthogonalize(V[c, :j + 1], w)
-                hnext = float(np.linalg.norm(w))
                 # The earlier rotations on the new column, then one to zero H[j+1, j].
                 for i in range(j):
                     h[i], h[i + 1] = (cs[c, i] * h[i] + sn[c, i] * h[i + 1],
@@ -274,14 +271,55 @@ class _Krylov:
                 # |g[j+1]| is the residual 2-norm of the j+1-step solution. hnext = 0: the Krylov
                 # space is invariant and the solution exact; NaN: nothing more to be had.
                 if abs(g[c, j + 1]) > stop_at[c] and hnext > 0 and math.isfinite(hnext):
-                    np.divide(w, hnext, out=V[c, j + 1])
+                    space.extend(c, j, hnext)
                     still.append(c)
             running = still
+        solutions = {c: _triangular_solve(H[c, :steps[c], :steps[c]], g[c, :steps[c]])
+                     for c in range(p) if steps[c]}
+        return space.combine(R, solutions)
+
+
+class HostSpace:
+    """The Krylov basis in host memory, rows of V[c] and Z[c] per column c; the steps through
+    refine's callbacks (host arrays)."""
+
+    def __init__(self, ops, n, k, m, dtype):
+        self.ops = ops
+        self.complex = np.dtype(dtype).kind == "c"
+        self.scratch = np.empty(n, dtype)  # for the in-place Gram-Schmidt (_Operators' note)
+        self.V = np.empty((k, m + 1, n), dtype)
+        self.Z = np.empty((k, m, n), dtype)
+        self.W = {}
+
+    def start(self, R, running, beta):
+        """V[c, 0] := R_c / beta_c for the running columns."""
+        for c in running:
+            np.divide(R[:, c], beta[c], out=self.V[c, 0])
+
+    def arnoldi(self, running, j):
+        """Step j for the running columns: Z[c, j] = M^-1 V[c, j], w = A Z[c, j] orthogonalised
+        against V[c, :j+1] twice (CGS2), in place. Returns (h, ||w||_2) per column, h = the
+        coefficients of both passes, summed."""
+        V, Z = self.V, self.Z
+        Z[running, j] = self.ops.solve_low(_columns(V, running, j)).T
+        W = self.ops.apply_a(_columns(Z, running, j))
+        self.W = dict(zip(running, W.T))
+        columns = []
+        for w, c in zip(W.T, running):
+            h = self._orthogonalize(V[c, :j + 1], w)
+            h += self._orthogonalize(V[c, :j + 1], w)
+            columns.append((h, float(np.linalg.norm(w))))
+        return columns
+
+    def extend(self, c, j, hnext):
+        """V[c, j+1] := w_c / hnext (w_c the last step's, orthogonalised)."""
+        np.divide(self.W[c], hnext, out=self.V[c, j + 1])
+
+    def combine(self, R, solutions):
+        """D: column c = Z[c, :j] y_c for `solutions` {c: y_c}, zero for the other columns."""
         D = np.zeros_like(R)
-        for c in range(p):
-            j = steps[c]
-            if j:
-                D[:, c] = Z[c, :j].T @ _triangular_solve(H[c, :j, :j], g[c, :j])
+        for c, y in solutions.items():
+            D[:, c] = self.Z[c, :len(y)].T @ y
         return D
 
     def _orthogonalize(self, basis, w):
