@@ -700,7 +700,11 @@ def solve_mixed(a, b, assume_a="gen", lower=False, overwrite_a=False, overwrite_
                 iterations per correction or cycle (defaults from config "mixed.*")
     fallback    when the code is negative (not converged, overflow on narrowing, the
                 low-precision factorization failed), solve in the working precision instead
-                (hybridla.solve); the answer is then as solve's
+                (hybridla.solve); the answer is then as solve's. The low precision bounds the
+                condition numbers refinement can reach: with half-x3's LU, kappa 1e6 converged
+                and 1e8 did not (n = 32768), so there the attempt costs its factorization and
+                a GMRES correction on top of the fallback: 1.25 s against cuSOLVER dd_gesv's
+                0.74 on an H200 (perf/RESULTS.md)
     equilibrate scale a by powers of two before rounding (rows and columns; symmetric for
                 "pos"), so that half precision neither overflows nor underflows on it
 
