@@ -246,12 +246,10 @@ NARROW(z, cuDoubleComplex, cuFloatComplex)
 // vector_to_low: out_ij = (low) (s_{p_i} x_{p_i j}), p the LU's row permutation (null: none), s
 // the scale of the low-precision copy's rows; vector_from_low: y_ij = s_i (working) low_ij. The
 // preconditioner's way in and out of the factors (lapack/_mixed.TriangularPreconditioner), a
-// thread per entry (grid: row blocks x columns).
-__device__ inline float widened(float a, double s) { return (float)((double)a * s); }
-__device__ inline double widened_to_double(float a, double s) { return (double)a * s; }
-__device__ inline cuFloatComplex widened(cuFloatComplex a, double s)
-{ return make_cuFloatComplex((float)((double)a.x * s), (float)((double)a.y * s)); }
-__device__ inline cuDoubleComplex widened_to_double(cuFloatComplex a, double s)
+// thread per entry (grid: row blocks x columns). The working precision is the low one for
+// float32 and complex64 matrices (scaled_to_low, above), double for the others.
+__device__ inline double scaled_to_double(float a, double s) { return (double)a * s; }
+__device__ inline cuDoubleComplex scaled_to_double(cuFloatComplex a, double s)
 { return make_cuDoubleComplex((double)a.x * s, (double)a.y * s); }
 
 template <typename T, typename L>
@@ -275,10 +273,10 @@ extern "C" __global__ void vector_from_low_##S(const L* low, long long ldl, int 
     if (i < n && j < k) y[i + (long long)j * ldy] = WIDEN(low[i + (long long)j * ldl], s[i]);  \
 }
 
-VECTORS(s, float, float, widened)
-VECTORS(d, double, float, widened_to_double)
-VECTORS(c, cuFloatComplex, cuFloatComplex, widened)
-VECTORS(z, cuDoubleComplex, cuFloatComplex, widened_to_double)
+VECTORS(s, float, float, scaled_to_low)
+VECTORS(d, double, float, scaled_to_double)
+VECTORS(c, cuFloatComplex, cuFloatComplex, scaled_to_low)
+VECTORS(z, cuDoubleComplex, cuFloatComplex, scaled_to_double)
 
 struct ToHalf { __device__ __half operator()(float a) const { return __float2half_rn(a); } };
 struct ToBf16 { __device__ __nv_bfloat16 operator()(float a) const { return __float2bfloat16_rn(a); } };

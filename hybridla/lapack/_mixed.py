@@ -355,7 +355,7 @@ class DeviceSpace:
         self.y = store.workspace("krylov y", m, 1)
         # per column: h of the first pass (m + 1 rows), of the second, and ||w||_2^2
         self.coefficients = store.workspace("krylov coefficients", 2 * m + 3, k)
-        self.host_coefficients = np.empty((2 * m + 3, k), store.dtype, order="F")
+        self.host_coefficients = np.empty((2 * m + 3, k), dtype, order="F")  # store's dtype
         self.lane = ops.lane("gpu:panel")
 
     def _column(self, B, index):
@@ -392,11 +392,13 @@ class DeviceSpace:
                  float(np.sqrt(max(host[2 * m + 2, c].real, 0.0)))) for c in running]
 
     def extend(self, c, j, hnext):
+        """V[:, (j + 1) k + c] := w_c / hnext."""
         with self.lane:
             self.ops.scale_copy(self.lane, 1.0 / hnext, self._column(self.W, c),
                                 self._column(self.V, (j + 1) * self.k + c))
 
     def combine(self, R, solutions):
+        """D (host): column c = Z_c y_c for `solutions` {c: y_c}, Z_c its columns j k + c."""
         ops, lane = self.ops, self.lane
         D = ops.sub_block(self.D, 0, self.n, 0, R.shape[1])
         with lane:
