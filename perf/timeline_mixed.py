@@ -37,6 +37,8 @@ TIMED = [(_mixed.MixedSolver, "solve"), (_mixed.TriangularPreconditioner, "__ini
          (_mixed.WorkingOperator, "product"), (_mixed, "run_refinement"),
          (posv_mixed.PosvMixed, "factor"), (gesv_mixed.GesvMixed, "factor"),
          (gesv_mixed, "lu_permutation"), (_refine._Krylov, "cycle"), (_refine, "_residual"),
+         (_mixed.DeviceSpace, "arnoldi"), (_mixed.DeviceSpace, "combine"),
+         (_mixed.TriangularPreconditioner, "apply"), (_mixed.WorkingOperator, "apply"),
          (cuda_backend.CudaBackend, "narrow_hermitian"), (cuda_backend.CudaBackend, "narrow"),
          (cuda_backend.CudaBackend, "row_stats"), (cuda_backend.CudaBackend, "col_stats"),
          (cuda_backend.CudaBackend, "from_host"), (cuda_backend.CudaBackend, "to_host"),
