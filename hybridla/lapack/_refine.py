@@ -42,7 +42,10 @@ preconditioning for a fixed M); the Hessenberg least-squares problem is reduced 
 rotations as its columns arrive, so |g_{j+1}| = ||r - A Z_j y_j||_2 is known at every step for
 free. That estimate only ever ends a cycle early; it never decides convergence. Being a 2-norm set
 against an inf-norm test, it ends the cycle late rather than early. The columns run in lock step,
-so each Arnoldi step costs one solve_low and one apply_a for all the columns still running.
+so each Arnoldi step costs one solve and one product for all the columns still running. The
+basis V, Z and the Arnoldi steps live in a Krylov space: the host (HostSpace: host arrays, the
+two callbacks), or where A is (`krylov_space`; the mixed solvers' lapack/_mixed.DeviceSpace), so
+that only H's new column crosses to the host, which keeps the rotations, H and g.
 Each GMRES iteration of one column counts once in inner_iterations.
 
 Early stop ("classical" and "classical-gmres"): if the backward error fails to drop by a factor 2
