@@ -151,6 +151,22 @@ def test_gmres_runs_to_max_iter(rng):
     check_counters(res, apply_a, solve_low, "gmres")
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_classical_gmres_correction_stops_where_the_test_passes(dtype, rng):
+    """A correction of classical-gmres goes no further than the stopping test asks: with an
+    inner_tol far below that, it ends where "gmres" ends its cycle (the estimate says x + d
+    passes) and one correction is enough."""
+    results = {}
+    for method, inner_tol in (("gmres", 1e-4), ("classical-gmres", 1e-14)):
+        a, apply_a, solve_low, b, anorm, tol = problem(N, 1e4, dtype, "half", 1,
+                                                       np.random.default_rng(7))
+        results[method] = refine(apply_a, solve_low, b, anorm=anorm, method=method, tol=tol,
+                                 inner_tol=inner_tol, max_inner=50)
+    gmres, classical = results["gmres"], results["classical-gmres"]
+    assert classical.iterations == gmres.iterations == 1
+    assert 1 < classical.inner_iterations == gmres.inner_iterations < 50
+
+
 def test_classical_stops_when_stagnating(rng):
     """An unattainable tol: classical refinement reaches its floor, stalls twice, and gives up."""
     a, apply_a, solve_low, b, anorm, tol = problem(N, 10, np.float64, "single", 1, rng)

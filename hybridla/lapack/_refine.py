@@ -26,7 +26,8 @@ Methods (the outer iteration is the same loop for the last three; only the corre
                      passes;  x_i = x_{i-1} + M^-1 r.            (LAPACK dsgesv, MAGMA, SLATE)
   "classical-gmres"  the same loop, the correction equation A d = r solved by GMRES on
                      A M^-1 z = r, d = M^-1 z, from d = 0, until ||r - A d||_2 <= inner_tol ||r||_2
-                     or max_inner iterations. (GMRES-IR, Carson & Higham 2017/2018; cuSOLVER's
+                     or the estimate says x + d passes the stopping test (as "gmres"), or
+                     max_inner iterations. (GMRES-IR, Carson & Higham 2017/2018; cuSOLVER's
                      CUSOLVER_IRS_REFINE_CLASSICAL_GMRES.)
   "gmres"            restarted right-preconditioned GMRES(max_inner) on A x = b from x_0 = M^-1 b,
                      at most max_iter cycles. A cycle started at x_{i-1} is one GMRES cycle on
@@ -125,13 +126,18 @@ def refine(apply_a, solve_low, b, *, anorm, method, tol, max_iter=30, inner_tol=
         else:
             krylov = _Krylov((krylov_space or HostSpace)(ops, n, k, max_inner, B.dtype),
                              k, max_inner, B.dtype)
+            def passing(X):
+                # the estimate ||r - A d||_2 at which b - A (x + d) passes the stopping test
+                return tol * anorm * np.abs(X).max(axis=0)
+
             if method == "classical-gmres":
                 def correct(R, X):
-                    return krylov.cycle(ops, R, inner_tol * np.linalg.norm(R, axis=0))
+                    # inner_tol's reduction, or less where that already passes
+                    return krylov.cycle(ops, R, np.maximum(
+                        inner_tol * np.linalg.norm(R, axis=0), passing(X)))
             else:
                 def correct(R, X):
-                    # The cycle may end once the estimate says b - A (x + d) passes.
-                    return krylov.cycle(ops, R, tol * anorm * np.abs(X).max(axis=0))
+                    return krylov.cycle(ops, R, passing(X))
         X, code, history = _outer_loop(ops, B, anorm, tol, max_iter, correct,
                                        stop_when_slow=(method != "gmres"))
     return RefinementResult(x=X.reshape(b.shape), iterations=code, residuals=history,
