@@ -606,6 +606,80 @@ def test_tall_singular_panel_info_matches_lapack(backend, leaf, rng):
     assert getrf_ratio(a, to_host(lu), piv) < THRESH
 
 
+# -- tournament pivoting for the leaves of recursive panels (lu.panel_pivoting) -----------------
+# cuda/tslu.cu and panel/lu.factor_panel_tournament walk the same tree (chunks of 256 rows, fan
+# 8), so on matrices without near-ties they choose the same pivots: the host's is the reference
+# for the kernel's. The heights below give one node (partial pivoting), two levels and three.
+
+TOURNAMENT = {"lu.panel_leaf": 32, "lu.panel_pivoting": "tournament"}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("m", [200, 2049, 20000])
+def test_tournament_panel_ratio(dtype, m, rng):
+    from hybridla.panel.lu import factor_panel_tournament
+    a = fortran_random(m, 32, dtype, rng)
+    lu = a.copy(order="F")
+    piv = factor_panel_tournament(lu)
+    check_pivots(piv, m, 32)
+    assert getrf_ratio(a, lu, piv) < THRESH
+    if m <= 256:  # one node: partial pivoting, LAPACK's getrf
+        _, piv_ref, _ = scipy_getrf(a)
+        np.testing.assert_array_equal(piv, piv_ref)
+
+
+def test_tournament_interchanges_bring_the_chosen_rows_up():
+    from hybridla.panel.lu import interchanges_bringing_to_top
+    chosen = [5, 0, 9, 1, 7]  # a row from the top moved down, then chosen from there
+    order = np.arange(12)
+    for j, p in enumerate(interchanges_bringing_to_top(chosen)):
+        order[j], order[p] = order[p], order[j]
+    np.testing.assert_array_equal(order[:5], chosen)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_tournament_lu_ratio(backend, dtype, rng):
+    a = fortran_random(2600, 600, dtype, rng)
+    with hybridla.config.set(TOURNAMENT):
+        lu, piv = hybridla.lu_factor(a, backend=backend, nb=256)
+    check_pivots(piv, *a.shape)
+    assert getrf_ratio(a, lu, piv) < THRESH
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["float64", "complex128"])
+@pytest.mark.parametrize("leaf", [32, 16])
+def test_tournament_kernel_chooses_the_host_trees_pivots(cuda_backend, dtype, leaf, rng):
+    a = fortran_random(20000, 160, dtype, rng)
+    results = {}
+    for name in ("host", cuda_backend):
+        with hybridla.config.set({**TOURNAMENT, "lu.panel_leaf": leaf}):
+            results[name] = hybridla.lu_factor(a, backend=name, nb=160, panel="gpu")
+    np.testing.assert_array_equal(results[cuda_backend][1], results["host"][1])
+    assert getrf_ratio(a, *results[cuda_backend]) < THRESH
+
+
+def test_tournament_zero_column_info_as_lapack(backend, rng):
+    a = fortran_random(3000, 200, np.float64, rng)
+    a[:, 70] = 0
+    with hybridla.config.set(TOURNAMENT):
+        lu, piv, info = driver_getrf(a, backend=backend, nb=128)
+    assert int(info) == 71
+    lu = to_host(lu)
+    assert np.isfinite(lu).all()  # L's column 70 left unscaled (zero), as getf2 leaves it
+    assert getrf_ratio(a, lu, piv) < THRESH
+
+
+def test_tournament_options_are_checked(rng):
+    a = fortran_random(64, 64, np.float64, rng)
+    with hybridla.config.set({"lu.panel_pivoting": "rook"}), \
+            pytest.raises(ValueError, match="lu.panel_pivoting must be one of"):
+        hybridla.lu_factor(a, backend="host")
+    with hybridla.config.set({"lu.panel_pivoting": "tournament", "lu.panel_leaf": 0}), \
+            pytest.raises(ValueError, match="needs lu.panel_leaf from 1 to 32"):
+        hybridla.lu_factor(a, backend="host")
+
+
 def test_progress_bar_counts_every_task_of_the_whole_graph(backend, rng, capsys, tmp_path):
     """With a progress bar the graph is recorded whole before it runs (the bar's total is its
     size, every task the trace records); the factors are the same as without one."""

@@ -194,6 +194,36 @@ def test_singular_matrix_info_as_lapack(backend, rng):
     assert caught.value.info.info == lapack_info == 41
 
 
+TOURNAMENT = {"mixed.panel_leaf": 32, "mixed.panel_pivoting": "tournament"}
+
+
+@pytest.mark.parametrize("kappa", [1e2, 1e6])
+def test_lu_with_tournament_pivoting_converges(backend, kappa, rng):
+    """Recursive panels of 128 with tournament leaves of 32 over several tree levels (700 rows,
+    chunks of 256): a preconditioner as good as partial pivoting's."""
+    n = 700
+    a = general(n, kappa, np.float64, rng)
+    b = random_matrix(n, 2, np.float64, rng)
+    with hybridla.config.set(TOURNAMENT):
+        x, info = hybridla.solve_mixed(a, b, lowest="half-x3", backend=backend, nb=128)
+    assert info.iterations >= 0 and not info.fell_back, info
+    assert backward_ratio(a, x, b, np.float64) <= 1.0
+
+
+def test_singular_matrix_with_tournament_pivoting(backend, rng):
+    """An exact zero pivot under tournament pivoting leaves L's column below it not finite:
+    still code -3 (not an overflow), LAPACK's info, and the float64 answer's error."""
+    n = 700
+    a = random_matrix(n, n, np.float64, rng)
+    a[:, 300] = 0
+    b = random_matrix(n, 1, np.float64, rng)[:, 0]
+    with hybridla.config.set(TOURNAMENT), \
+            pytest.raises(hybridla.LinAlgError, match="Matrix is singular") as caught:
+        hybridla.solve_mixed(a, b, fallback=False, backend=backend, nb=128)
+    assert caught.value.info.iterations == -3
+    assert caught.value.info.info == 301
+
+
 def test_nonfinite_and_bad_arguments_are_named(backend, rng):
     a = general(8, 10, np.float64, rng)
     b = np.ones(8)

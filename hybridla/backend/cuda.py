@@ -23,6 +23,7 @@ from nvmath.bindings import cublas, cusolverDn
 from pycuda.compiler import compile as compile_cuda
 
 from ..config import get as _config_get
+from ..panel import lu as panel_lu
 from . import _driver
 from .host import HostLane
 from .pinning import plan_pieces, split_at_cuts
@@ -57,6 +58,7 @@ _FUSED_PANEL_THREADS = 256     # getrf_panel.cu: one thread per row of a block's
 _FUSED_PANEL_MIN_ROWS = 256    # a short panel takes fewer blocks: fewer to hear from per column
 _FUSED_PANEL_MAX_WIDTH = 256   # the widest panel it takes
 _FUSED_PANEL_COOPERATIVE = True  # cuLaunchCooperativeKernel: the blocks' residency guaranteed
+_TSLU_FINISH_THREADS = 256  # tslu.cu's finish: a row of L21, or a column of the moves, each
 # invert_triangular_blocks halves blocks down to this order (invert_leaves' threads per block)
 _INVERSE_LEAF = 64
 _STATS_THREADS, _STATS_STRIP = 256, 64
@@ -429,6 +431,26 @@ class DeviceMatrix:
         if r1 > r0 and c1 > c0:
             self._copy2d(lane, r0, r1, c0, c1, to_device=False)
 
+    def tournament_tree(self, lane, chunk, fan):
+        """tslu.cu's tree for panels of up to this store's rows, its leaves `chunk` rows and its
+        nodes `fan` children: (candidates, counts, arrivals, moves) pointers, each node's slot
+        at the same index in the first three. The arrival counters are zeroed on `lane` when
+        first made."""
+        nodes, level = 0, -(-self.m // chunk)
+        while True:
+            nodes += level
+            if level == 1:
+                break
+            level = -(-level // fan)
+        width = panel_lu.TOURNAMENT_WIDTH
+        name = f"tournament {chunk} {fan}"
+        fresh = name not in self._extra_workspaces
+        base = self.extra_workspace(name, (nodes * (width + 2) + 4 * width + 1) * 4)
+        counts, arrivals = base + nodes * width * 4, base + nodes * (width + 1) * 4
+        if fresh:
+            _driver.memset_d32_async(arrivals, 0, nodes, lane.handle)
+        return base, counts, arrivals, arrivals + nodes * 4
+
     def extra_workspace(self, name, nbytes):
         """A device workspace kept for this store's lifetime (first use allocates it)."""
         current = self._extra_workspaces.get(name)
@@ -668,16 +690,20 @@ class CudaBackend:
         try:
             source = "\n".join(_kernel_source(name) for name in ("laswp.cu", "lapack_aux.cu",
                                                                    "convert.cu", "hemv.cu",
-                                                                   "getrf_panel.cu"))
+                                                                   "getrf_panel.cu", "tslu.cu"))
             self.kernels = _driver.Module(compile_cuda(source, no_extern_c=True,
                                                        options=["-O3"]))
             optin = getattr(drv.device_attribute, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", None)
             # the dynamic shared memory a fused LU panel may take (the kernel's static share,
             # under 1 KiB, comes out of the same per-block limit)
-            self.fused_panel_shared = (self.device.get_attribute(optin) if optin else 48 * 1024) \
-                - 1024
+            most = self.device.get_attribute(optin) if optin else 48 * 1024
+            self.fused_panel_shared = most - 1024
+            # tslu.cu's static share: its pivot rows (32 x 32 elements) and slots, under 20 KiB
+            self.tslu_shared = most - 20 * 1024
             for prefix in _PREFIX.values():
                 self.kernels.allow_shared(f"getrf_panel_fused_{prefix}", self.fused_panel_shared)
+                self.kernels.allow_shared(f"tslu_{prefix}", self.tslu_shared)
+                self.kernels.allow_shared(f"tslu_finish_{prefix}", self.tslu_shared)
         finally:
             drv.Context.pop()
         self._lanes = {}
@@ -989,6 +1015,41 @@ class CudaBackend:
         count = c1 - c0
         self.kernels.launch("pivots_to_global", (-(-count // 256),), (256,), lane.handle,
                             ctypes.c_void_p(piv_ptr), ctypes.c_int(count), ctypes.c_int(r0))
+
+    def tslu_panel(self, lane, A: DeviceMatrix, step, r0, c0, c1, k0=None, k1=None):
+        """The leaf A[r0:, c0:c1] of the panel A[r0:, k0:k1] (k0, k1 default c0, c1) by
+        tournament pivoting, its interchanges applied to the panel's other columns too: two
+        launches (cuda/tslu.cu). Pivots global 0-based rows; the info is left to panel_info. A
+        leaf wider than panel/lu.TOURNAMENT_WIDTH or with fewer rows than columns goes to
+        getrf_panel and laswp."""
+        k0, k1 = c0 if k0 is None else k0, c1 if k1 is None else k1
+        rows, width = A.m - r0, c1 - c0
+        chunk, fan = panel_lu.tournament_tree()
+        shared = (chunk + width) * width * A.itemsize  # a node's rows; the root's first rows
+        finish_shared = _TSLU_FINISH_THREADS * width * A.itemsize  # a row of L21 per thread
+        if width > panel_lu.TOURNAMENT_WIDTH or rows < width or \
+                max(shared, finish_shared) > self.tslu_shared:
+            self.getrf_panel(lane, A, step, r0, c0, c1)
+            self.laswp(lane, A, k0, c0, c0, c1)
+            self.laswp(lane, A, c1, k1, c0, c1)
+            return
+        candidates, counts, arrivals, moves = A.tournament_tree(lane, chunk, fan)
+        prefix, top = _PREFIX[A.dtype], A.block(r0, A.m, k0, k1)
+        self.kernels.launch(
+            f"tslu_{prefix}", (-(-rows // chunk),), (chunk,), lane.handle,
+            ctypes.c_void_p(A.block(r0, A.m, c0, c1).ptr), ctypes.c_longlong(A.ld),
+            ctypes.c_int(rows), ctypes.c_int(width), ctypes.c_int(fan),
+            ctypes.c_void_p(candidates), ctypes.c_void_p(counts), ctypes.c_void_p(arrivals),
+            ctypes.c_void_p(int(A.pivots_dev) + c0 * 4), ctypes.c_int(r0), ctypes.c_void_p(moves),
+            shared=shared)
+        row_blocks = -(-(rows - width) // _TSLU_FINISH_THREADS)
+        column_blocks = -(-(k1 - k0 - width) // _TSLU_FINISH_THREADS)
+        if row_blocks + column_blocks:
+            self.kernels.launch(
+                f"tslu_finish_{prefix}", (row_blocks + column_blocks,), (_TSLU_FINISH_THREADS,),
+                lane.handle, ctypes.c_void_p(top.ptr), ctypes.c_longlong(A.ld), ctypes.c_int(rows),
+                ctypes.c_int(width), ctypes.c_int(k1 - k0), ctypes.c_int(c0 - k0),
+                ctypes.c_int(row_blocks), ctypes.c_void_p(moves), shared=finish_shared)
 
     def fused_panel_shape(self, rows, cols, itemsize):
         """(blocks, rows per block, shared bytes) of the fused panel kernel for a rows x cols

@@ -10,7 +10,7 @@ import numpy as np
 from scipy.linalg import get_blas_funcs, get_lapack_funcs
 from threadpoolctl import threadpool_limits
 
-from ..panel.lu import getrf_panel_cpu
+from ..panel.lu import factor_panel_tournament, getrf_panel_cpu
 from .reduced import round_to
 
 
@@ -169,6 +169,15 @@ class HostBackend:
         """LAPACK getrf on the panel A[r0:, c0:c1] in place; pivots global (the leaves of a
         recursive panel, panel/lu.py)."""
         getrf_panel_cpu(A, step, r0, c0, c1)
+
+    def tslu_panel(self, lane, A: HostMatrix, step, r0, c0, c1, k0=None, k1=None):
+        """The leaf A[r0:, c0:c1] of the panel A[r0:, k0:k1] by tournament pivoting
+        (panel/lu.factor_panel_tournament, the tree of cuda/tslu.cu), its interchanges applied
+        to the panel's other columns; pivots global, the info left to panel_info."""
+        pivots = factor_panel_tournament(A.host_panel(step, r0, c0, c1))
+        A.set_panel_result(step, c0, c1, pivots + r0, 0)
+        self.laswp(lane, A, c0 if k0 is None else k0, c0, c0, c1)
+        self.laswp(lane, A, c1, c1 if k1 is None else k1, c0, c1)
 
     @staticmethod
     def panel_info(lane, A: HostMatrix, step, k0, k1):

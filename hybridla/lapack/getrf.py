@@ -92,7 +92,8 @@ def record_panel(graph, A, plan, step, k0, k1, where, panel, pivots):
         # a reduced-precision backend (mixed solvers) keeps its panels in float32
         panel_ops = getattr(plan.backend, "panel_ops", plan.backend)
         factor = functools.partial(getrf_panel_recursive, panel_ops, A=A, step=step, k0=k0,
-                                   k1=k1, leaf=plan.panel_leaf) if recursive else \
+                                   k1=k1, leaf=plan.panel_leaf,
+                                   pivoting=plan.panel_pivoting) if recursive else \
             functools.partial(plan.backend.getrf_panel, A=A, step=step, r0=k0, c0=k0, c1=k1)
         graph.add("panel", step, "gpu:panel" if where == "gpu" else "cpu", factor,
                   writes=[panel, pivots], flops=flops)

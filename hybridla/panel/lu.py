@@ -1,8 +1,25 @@
-"""The LU panel on the CPU: LAPACK getrf (scipy.linalg.lapack, routine chosen by dtype)."""
+"""The LU panel: LAPACK getrf on the CPU (scipy.linalg.lapack, routine chosen by dtype), recursive
+panels on any backend, and tournament pivoting for their leaves."""
 from __future__ import annotations
 
 import numpy as np
-from scipy.linalg import get_lapack_funcs
+from scipy.linalg import get_blas_funcs, get_lapack_funcs
+
+PIVOTING = ("partial", "tournament")
+# The tournament's tree (cuda/tslu.cu, and factor_panel_tournament below, which follows it node
+# for node): level 0 takes the panel's rows in chunks of TOURNAMENT_CHUNK (a thread block's
+# threads, one row each), each node above the proposals of TOURNAMENT_FAN nodes below (so FAN
+# times the widest leaf, TOURNAMENT_WIDTH, must fit in a chunk).
+TOURNAMENT_CHUNK, TOURNAMENT_FAN, TOURNAMENT_WIDTH = 256, 8, 32
+
+
+def tournament_tree() -> tuple[int, int]:
+    """(chunk, fan) as they are now (perf/ probes sweep them), checked."""
+    if TOURNAMENT_FAN < 2 or TOURNAMENT_FAN * TOURNAMENT_WIDTH > TOURNAMENT_CHUNK \
+            or TOURNAMENT_CHUNK % 32:
+        raise ValueError(f"tournament tree: chunk {TOURNAMENT_CHUNK} (a multiple of 32) must "
+                         f"hold fan {TOURNAMENT_FAN} (>= 2) proposals of {TOURNAMENT_WIDTH}")
+    return TOURNAMENT_CHUNK, TOURNAMENT_FAN
 
 
 def factor_panel(panel: np.ndarray) -> tuple[np.ndarray, int]:
@@ -17,6 +34,62 @@ def factor_panel(panel: np.ndarray) -> tuple[np.ndarray, int]:
     return piv, int(info)
 
 
+def factor_panel_tournament(panel: np.ndarray) -> np.ndarray:
+    """Factor ``panel = P L U`` in place (m x w, m >= w) with its pivots chosen by a tournament
+    (TSLU, the panel of CALU: Grigori, Demmel and Xiang 2011), as cuda/tslu.cu does on a device:
+
+        level 0        getrf on each chunk of rows; each proposes the w rows it pivoted on
+        level l + 1    getrf on the rows (as they are in the panel) that `fan` nodes proposed
+        root           its pivot rows, in its order, are the panel's; its factors, L11 and U11
+        then           the interchanges that bring them to the top (LAPACK's sequence),
+                       A21 := A21 U11^-1 (a column whose U(k, k) is exactly zero left
+                       unscaled, as getf2 leaves it)
+
+    Partial pivoting when the panel is one chunk. Returns the 0-based interchanges."""
+    chunk, fan = tournament_tree()
+    m, w = panel.shape
+    getrf, laswp = get_lapack_funcs(("getrf", "laswp"), dtype=panel.dtype)
+    trsm, = get_blas_funcs(("trsm",), dtype=panel.dtype)
+    proposals = [np.arange(first, min(first + chunk, m)) for first in range(0, m, chunk)]
+    while True:
+        chosen = []
+        for rows in proposals:
+            factors, interchanges, _ = getrf(panel[rows])
+            order = np.arange(len(rows))
+            for i, p in enumerate(interchanges):
+                order[i], order[p] = order[p], order[i]
+            chosen.append(rows[order[:w]])
+        if len(proposals) == 1:
+            break
+        proposals = [np.concatenate(chosen[i:i + fan]) for i in range(0, len(chosen), fan)]
+    interchanges = interchanges_bringing_to_top(chosen[0])
+    swapped = laswp(panel, interchanges, k1=0, k2=w - 1, inc=1, overwrite_a=1)
+    if not np.shares_memory(swapped, panel):
+        panel[...] = swapped
+    upper = np.triu(factors[:w])
+    panel[:w] = factors[:w]
+    if np.all(np.diagonal(upper) != 0):
+        panel[w:] = trsm(1, upper, panel[w:], side=1, lower=0, trans_a=0, diag=0)
+    else:
+        for k in range(w):  # the columns one by one, as tslu.cu's finish solves them
+            column = panel[w:, k] - panel[w:, :k] @ upper[:k, k]
+            panel[w:, k] = column / upper[k, k] if upper[k, k] != 0 else column
+    return interchanges
+
+
+def interchanges_bringing_to_top(chosen) -> np.ndarray:
+    """LAPACK's sequence of interchanges (0-based) that puts row chosen[j] at row j, j in order."""
+    position, holder = {}, {}  # a moved row's position; a changed position's row
+    interchanges = np.empty(len(chosen), np.int32)
+    for j, row in enumerate(chosen):
+        p = position.get(row, row)
+        interchanges[j] = p
+        displaced = holder.get(j, j)
+        holder[j], holder[p] = row, displaced
+        position[row], position[displaced] = j, p
+    return interchanges
+
+
 def getrf_panel_cpu(A, step: int, r0: int, c0: int, c1: int) -> None:
     """The CPU panel of step `step`: [A11; A21] = P [L11; L21] U11 for rows r0: and columns c0:c1,
     on the host copy the tile store provides (the matrix itself on the host backend, a pinned
@@ -25,7 +98,8 @@ def getrf_panel_cpu(A, step: int, r0: int, c0: int, c1: int) -> None:
     A.set_panel_result(step, c0, c1, piv + r0, info)
 
 
-def getrf_panel_recursive(ops, lane, A, step: int, k0: int, k1: int, leaf: int) -> None:
+def getrf_panel_recursive(ops, lane, A, step: int, k0: int, k1: int, leaf: int,
+                          pivoting: str = "partial") -> None:
     """The panel A[k0:, k0:k1] factored by recursive halving (Toledo 1997; MAGMA's and cuSOLVER's
     fast panels), on one lane, where the matrix is:
 
@@ -38,12 +112,18 @@ def getrf_panel_recursive(ops, lane, A, step: int, k0: int, k1: int, leaf: int) 
         A21 := P2^T A21                          its interchanges on the left half
 
     Halves at most `leaf` wide go to the backend's own panel (`ops.getrf_panel`: cuSOLVER getrf
-    on a device, LAPACK getrf on the host). A whole-panel cuSOLVER getrf spends most of its time
+    on a device, LAPACK getrf on the host), or with `pivoting` "tournament" to its tournament
+    (`ops.tslu_panel`: cuda/tslu.cu, or factor_panel_tournament on the host), which needs no
+    device-wide step per column and applies each leaf's interchanges to the whole panel at
+    once (no laswp of the halves). A whole-panel cuSOLVER getrf spends most of its time
     in narrow, latency-bound steps; the recursion moves (w - leaf) / w of the panel's flops into
     GEMMs, at the update's precision (the tensor cores in a mixed solve). The leaves' infos are
     local to them, so the step's info is taken at the end from U's diagonal (`ops.panel_info`):
     the first exactly zero U(i, i), as LAPACK's getrf reports it."""
-    _recursive(ops, lane, A, step, k0, k1, leaf)
+    if pivoting == "partial":
+        _recursive(ops, lane, A, step, k0, k1, leaf)
+    else:
+        _recursive_tournament(ops, lane, A, step, k0, k1, leaf, k0, k1)
     ops.panel_info(lane, A, step, k0, k1)
 
 
@@ -51,11 +131,31 @@ def _recursive(ops, lane, A, step, c0, c1, leaf):
     if c1 - c0 <= leaf:
         ops.getrf_panel(lane, A, step, c0, c0, c1)
         return
-    mid = c0 + max(leaf, ((c1 - c0) // 2) // 32 * 32)  # a multiple of 32 for aligned GEMMs
+    mid = _middle(c0, c1, leaf)
     _recursive(ops, lane, A, step, c0, mid, leaf)
     ops.laswp(lane, A, mid, c1, c0, mid)
+    _update_right_half(ops, lane, A, c0, mid, c1)
+    _recursive(ops, lane, A, step, mid, c1, leaf)
+    ops.laswp(lane, A, c0, mid, mid, c1)
+
+
+def _recursive_tournament(ops, lane, A, step, c0, c1, leaf, k0, k1):
+    # each leaf applies its interchanges across the whole panel k0:k1 (ops.tslu_panel): the
+    # halves need no laswp
+    if c1 - c0 <= leaf:
+        ops.tslu_panel(lane, A, step, c0, c0, c1, k0, k1)
+        return
+    mid = _middle(c0, c1, leaf)
+    _recursive_tournament(ops, lane, A, step, c0, mid, leaf, k0, k1)
+    _update_right_half(ops, lane, A, c0, mid, c1)
+    _recursive_tournament(ops, lane, A, step, mid, c1, leaf, k0, k1)
+
+
+def _middle(c0, c1, leaf):
+    return c0 + max(leaf, ((c1 - c0) // 2) // 32 * 32)  # a multiple of 32 for aligned GEMMs
+
+
+def _update_right_half(ops, lane, A, c0, mid, c1):
     ops.trsm(lane, "L", "L", "N", "U", 1, A.block(c0, mid, c0, mid), A.block(c0, mid, mid, c1))
     ops.gemm(lane, -1, A.block(mid, A.m, c0, mid), A.block(c0, mid, mid, c1), 1,
              A.block(mid, A.m, mid, c1))
-    _recursive(ops, lane, A, step, mid, c1, leaf)
-    ops.laswp(lane, A, c0, mid, mid, c1)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import config as _config
+from ..panel.lu import PIVOTING, TOURNAMENT_WIDTH
 
 PANEL_CHOICES = ("cpu", "gpu", "auto")
 
@@ -99,6 +100,8 @@ class Plan:
     #                      (config device.pin_pieces)
     panel_leaf: int = 0  # LU panels wider than this are factored by recursive halving down to
     #                      it (panel/lu.py); 0: the whole panel in one getrf
+    panel_pivoting: str = "partial"  # the recursive panels' leaves: "partial" (getrf) or
+    #                                  "tournament" (TSLU; panel/lu.py)
     upload_group: int = 2  # staged uploads: block columns per trailing-update task while the
     #                        matrix arrives (config device.upload_group)
     head_steps: int = 2  # steps that start running while the rest are recorded (config
@@ -161,10 +164,18 @@ def make_plan(backend, m, n, dtype, *, routine="lu", nb=None, lookahead=None, pa
     panel_leaf = _positive_int(f"{routine}.panel_leaf", cfg.get(f"{routine}.panel_leaf", 0), 0)
     upload_group = _positive_int("device.upload_group", cfg.get("device.upload_group"), 1)
     head_steps = _positive_int("scheduler.head_steps", cfg.get("scheduler.head_steps", 2), 0)
+    panel_pivoting = cfg.get(f"{routine}.panel_pivoting", "partial")
+    if panel_pivoting not in PIVOTING:
+        raise ValueError(f"{routine}.panel_pivoting must be one of {PIVOTING}; "
+                         f"got {routine}.panel_pivoting={panel_pivoting!r}")
+    if panel_pivoting == "tournament" and not 0 < panel_leaf <= TOURNAMENT_WIDTH:
+        raise ValueError(f"{routine}.panel_pivoting='tournament' pivots the leaves of recursive "
+                         f"panels: it needs {routine}.panel_leaf from 1 to {TOURNAMENT_WIDTH}; "
+                         f"got {routine}.panel_leaf={panel_leaf}")
     tail = cfg.get(f"{routine}.tail", 0)
     if isinstance(tail, str) and tail == "auto":
         tail = table.get(f"{routine}_tail", 0)
     tail = _positive_int(f"{routine}.tail", tail, 0)
     return Plan(backend, nb, lookahead, panel, workers, CostModel(table, dtype),
                 str(trace) if trace else None, bool(progress), pin_pieces, panel_leaf,
-                upload_group, head_steps, tail)
+                panel_pivoting, upload_group, head_steps, tail)
