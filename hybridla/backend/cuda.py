@@ -698,7 +698,8 @@ class CudaBackend:
             # under 1 KiB, comes out of the same per-block limit)
             most = self.device.get_attribute(optin) if optin else 48 * 1024
             self.fused_panel_shared = most - 1024
-            # tslu.cu's static share: its pivot rows (32 x 32 elements) and slots, under 20 KiB
+            # tslu.cu's static shares (the finish's copy of U11, 32 x 32 elements; the slots)
+            # stay under 20 KiB
             self.tslu_shared = most - 20 * 1024
             for prefix in _PREFIX.values():
                 self.kernels.allow_shared(f"getrf_panel_fused_{prefix}", self.fused_panel_shared)

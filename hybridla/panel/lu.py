@@ -45,9 +45,12 @@ def factor_panel_tournament(panel: np.ndarray) -> np.ndarray:
                        A21 := A21 U11^-1 (a column whose U(k, k) is exactly zero left
                        unscaled, as getf2 leaves it)
 
-    Partial pivoting when the panel is one chunk. Returns the 0-based interchanges."""
+    Partial pivoting when the panel is one chunk (LAPACK's getrf then). Returns the 0-based
+    interchanges."""
     chunk, fan = tournament_tree()
     m, w = panel.shape
+    if m <= chunk:
+        return factor_panel(panel)[0]
     getrf, laswp = get_lapack_funcs(("getrf", "laswp"), dtype=panel.dtype)
     trsm, = get_blas_funcs(("trsm",), dtype=panel.dtype)
     proposals = [np.arange(first, min(first + chunk, m)) for first in range(0, m, chunk)]
