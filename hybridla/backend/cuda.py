@@ -463,12 +463,15 @@ class DeviceMatrix:
         """A device buffer of at least `elements`, kept under `name` for the store's lifetime."""
         return self.extra_workspace(name, elements * self.itemsize)
 
-    def workspace(self, name, rows, cols):
+    def workspace(self, name, rows, cols, dtype=None):
         """A rows x cols block of the workspace `name`, which lives as long as the store: the
         first use allocates it, later uses share it (algorithms order the reuse through a graph
-        Region of the same name; ask for the largest size first, while recording)."""
-        return DeviceBlock(self._buffer("workspace " + name, rows * cols), rows, cols,
-                           max(rows, 1), self.dtype)
+        Region of the same name; ask for the largest size first, while recording). Its
+        elements are the store's dtype, or `dtype`."""
+        dtype = self.dtype if dtype is None else np.dtype(dtype)
+        return DeviceBlock(self.extra_workspace("workspace " + name,
+                                                rows * cols * dtype.itemsize),
+                           rows, cols, max(rows, 1), dtype)
 
     def scratch(self, lane, rows, cols):
         """A temporary rows x cols block for one operation of a task on `lane`: one buffer per

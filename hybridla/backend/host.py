@@ -94,15 +94,17 @@ class HostMatrix:
     def block(self, r0, r1, c0, c1):
         return self.a[r0:r1, c0:c1]
 
-    def workspace(self, name, rows, cols):
+    def workspace(self, name, rows, cols, dtype=None):
         """A rows x cols block of the workspace `name`, which lives as long as the store: the
         first use allocates it (ask for the largest size first, while recording: allocating
         during a run would synchronize a device), later uses share it. Algorithms order the
-        reuse of a workspace through a graph Region of the same name."""
+        reuse of a workspace through a graph Region of the same name. Its elements are the
+        store's dtype, or `dtype` (a name keeps the dtype it was first given)."""
         buffer = self._workspaces.get(name)
         if buffer is None or buffer.shape[0] < rows or buffer.shape[1] < cols:
             # a larger request gets a new buffer; blocks handed out earlier keep the old one
-            buffer = np.empty((rows, cols), dtype=self.dtype, order="F")
+            buffer = np.empty((rows, cols), dtype=self.dtype if dtype is None else dtype,
+                              order="F")
             self._workspaces[name] = buffer
         return buffer[:rows, :cols]
 

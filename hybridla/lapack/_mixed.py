@@ -157,10 +157,15 @@ def narrow(ops, A, low, r, c, lowest) -> bool:
 
 class TriangularPreconditioner:
     """M^-1 R = diag(scale_out) T_k^-op ... T_1^-op P diag(scale_in) R: the low-precision factors
-    applied in float32 where they live, R and the result in the working precision on the host.
+    applied in their precision where they live, R and the result in the working precision.
     `solves` lists (uplo, trans, diag) of the triangular solves with the leading n x n block of
-    `low`; `permutation` (host indices) is LU's row interchanges, applied on the host to the
-    vectors (one gather of n entries, instead of a device pass per interchange).
+    `low`; `permutation` (host indices) is LU's row interchanges, applied as a gather of the
+    rows when R is rounded to the factors' precision (one pass, not a pass per interchange).
+
+    One path: `apply` for blocks where the factors are (DeviceSpace's basis: R into the factors'
+    precision and back by kernels, no host copy and no wait), and the call for host arrays
+    (refine's x_0 and corrections), which puts R where the factors are, applies, and takes the
+    result back.
 
     Each solve goes by blocks of `block` rows (the factorization's nb), with the inverses of the
     diagonal blocks made once (the backend's invert_triangular_blocks): per block,
@@ -177,16 +182,10 @@ class TriangularPreconditioner:
         self.block = b = max(1, min(low.nb, n))
         low.workspace("preconditioner", n, nrhs)  # at its largest now: no allocation later
         low.workspace("preconditioner block", b, nrhs)
-        # the vectors' host side, in the factors' precision, kept for every application: a
-        # fresh 256 KiB array costs more than the arithmetic on it (refine's _Operators)
-        self.host_in, self.host_out = (np.empty((n, nrhs), low.dtype, order="F")
-                                       for _ in range(2))
-        self.gathered = None  # P R, in R's dtype (at the first application)
-        self.permuted_scale_in = None if permutation is None else scale_in[permutation]
         self.scratch = low.workspace("inversion scratch", b, -(-max(b, n) // 4))
         self.seconds = 0.0
         self._recordings = {}
-        self._kept = None  # the scales and permutation where the factors are (`apply`)
+        self._kept = None  # the scales and permutation where the factors are
         started = time.perf_counter()
         # one set per triangle: the Cholesky's two solves (op N and C) share L's
         self.inverses = {key: self._invert_diagonal_blocks(*key)
@@ -194,9 +193,17 @@ class TriangularPreconditioner:
         self.seconds += time.perf_counter() - started
 
     def __call__(self, R):
+        """M^-1 R for a host array R (n x k, the working precision), as a new host array: R up,
+        `apply`, the result down (one wait)."""
         started = time.perf_counter()
         try:
-            return self._solve(R)
+            ops, n, k = self.ops, self.n, R.shape[1]
+            src, dst = (self.low.workspace(f"preconditioner {side}", n, k, dtype=R.dtype)
+                        for side in ("argument", "result"))
+            lane = ops.lane("gpu:panel")
+            ops.from_host(lane, R, src)
+            self._apply(src, dst)
+            return ops.to_host(lane, dst)
         finally:
             self.seconds += time.perf_counter() - started
 
@@ -215,31 +222,14 @@ class TriangularPreconditioner:
                                          self.scratch)
         return inverses
 
-    def _solve(self, R):
-        ops, n = self.ops, self.n
-        k = R.shape[1]
-        scale_in = self.scale_in
-        if self.permutation is not None:  # (P diag(s) R) = diag(s[perm]) R[perm]
-            if self.gathered is None or self.gathered.dtype != R.dtype:
-                self.gathered = np.empty(self.host_in.shape, R.dtype, order="F")
-            # mode "clip" (the rows are a permutation): with "raise", take buffers `out`
-            R = np.take(R, self.permutation, axis=0, out=self.gathered[:, :k], mode="clip")
-            scale_in = self.permuted_scale_in
-        Y = self.host_in[:, :k]
-        np.multiply(scale_in[:, None], R, out=Y, casting="same_kind")  # rounded once, as before
-        work = self.low.workspace("preconditioner", n, k)
-        lane = ops.lane("gpu:panel")
-        ops.from_host(lane, Y, work)
-        with lane:
-            self._replay_solves(lane, work)
-        result = ops.to_host(lane, work, out=self.host_out[:, :k])
-        return np.multiply(self.scale_out[:, None], result, dtype=np.result_type(R, result))
-
     def apply(self, src, dst):
-        """dst := M^-1 src for n x k blocks of the working precision where the factors live
-        (DeviceSpace's basis): into the factors' precision and back by kernels, no host copy
-        and no wait. `seconds` counts the host's time to enqueue it."""
+        """dst := M^-1 src for n x k blocks of the working precision where the factors live,
+        enqueued without a wait; `seconds` counts the host's time to enqueue it."""
         started = time.perf_counter()
+        self._apply(src, dst)
+        self.seconds += time.perf_counter() - started
+
+    def _apply(self, src, dst):
         ops, k = self.ops, src.shape[1]
         if self._kept is None:
             keep = functools.partial(ops.keep_on_device, self.low)
@@ -254,7 +244,6 @@ class TriangularPreconditioner:
             ops.vector_to_low(lane, src, work, scale_in, permutation)
             self._replay_solves(lane, work)
             ops.vector_from_low(lane, work, dst, scale_out)
-        self.seconds += time.perf_counter() - started
 
     def _replay_solves(self, lane, work):
         """The triangular solves on `work` (k columns), replayed: the same kernels on the same
