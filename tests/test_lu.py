@@ -606,6 +606,67 @@ def test_tall_singular_panel_info_matches_lapack(backend, leaf, rng):
     assert getrf_ratio(a, to_host(lu), piv) < THRESH
 
 
+# -- partial-pivoting leaves on a thread-block cluster (cuda/getrf_leaf_cluster.cu) ---------------
+# On an sm_90 device a float32 leaf of at most 16 columns and 32768 rows is factored by one
+# cluster of 16 blocks, each holding up to 2048 rows in registers, the leaf's interchanges
+# applied to the whole panel; elsewhere (and on the host) getrf and laswp. The heights put the
+# rows in one block, in several, and in all 16 (the last one full).
+
+def _leaves_only_on_the_cluster(backend, monkeypatch):
+    """On a device with the cluster kernel, make any other way of factoring a leaf fail, so
+    that a test of the kernel cannot pass through the fallback."""
+    if backend != "cuda" or not hybridla.backend.get_backend("cuda").leaf_cluster:
+        return
+    def no_fallback(*args, **kwargs):
+        raise AssertionError("a float32 leaf of at most 16 columns left the cluster kernel")
+    monkeypatch.setattr(hybridla.backend.get_backend("cuda"), "getrf_panel", no_fallback)
+
+
+@pytest.mark.parametrize("shape, nb, leaf", [((1500, 40), 40, 16), ((20000, 96), 96, 16),
+                                             ((32768, 48), 48, 16), ((181, 97), 64, 8)], ids=str)
+def test_cluster_leaves_match_lapack(backend, shape, nb, leaf, monkeypatch, rng):
+    """LAPACK's pivots (sgetrf's, on random matrices: no near-ties), and its ratio."""
+    _leaves_only_on_the_cluster(backend, monkeypatch)
+    a = fortran_random(*shape, np.float32, rng)
+    with hybridla.config.set({"lu.panel_leaf": leaf}):
+        lu, piv = hybridla.lu_factor(a, backend=backend, nb=nb)
+    _, piv_ref, _ = scipy_getrf(a)
+    np.testing.assert_array_equal(piv, piv_ref)
+    assert getrf_ratio(a, lu, piv) < THRESH
+
+
+@pytest.mark.parametrize("m", [3000, 20000])
+def test_cluster_leaves_break_ties_as_lapack(backend, m, monkeypatch, rng):
+    """One nonzero per row, +-1 or +-2 in a random column: each column's largest magnitude is
+    held by many rows, in several blocks, and every multiplier is exact (0, +-1/2 or +-1), so
+    LAPACK's choice is the only right one: the first such row in the order the interchanges so
+    far have left (not the matrix's original order)."""
+    _leaves_only_on_the_cluster(backend, monkeypatch)
+    a = np.zeros((m, 32), np.float32, order="F")
+    a[np.arange(m), rng.integers(0, 32, m)] = rng.choice(np.array([-2, -1, 1, 2], np.float32), m)
+    with hybridla.config.set({"lu.panel_leaf": 16}):  # a panel of two leaves
+        lu, piv = hybridla.lu_factor(a, backend=backend, nb=32)
+    lu_ref, piv_ref, _ = scipy_getrf(a)
+    assert np.any(piv_ref[1:] != np.arange(1, 32))  # interchanges after the first
+    np.testing.assert_array_equal(piv, piv_ref)
+    np.testing.assert_array_equal(lu, lu_ref)
+
+
+def test_cluster_leaves_zero_column(backend, monkeypatch, rng):
+    """A zero column inside a leaf: LAPACK's info, no interchange there, the column unscaled."""
+    _leaves_only_on_the_cluster(backend, monkeypatch)
+    a = fortran_random(5000, 64, np.float32, rng)
+    a[:, 21] = 0
+    lu_ref, piv_ref, info_ref = scipy.linalg.lapack.sgetrf(a)
+    assert info_ref == 22
+    with hybridla.config.set({"lu.panel_leaf": 16}):
+        lu, piv, info = driver_getrf(a, backend=backend, nb=64)
+    assert int(info) == info_ref
+    np.testing.assert_array_equal(piv, piv_ref)
+    assert np.all(np.isfinite(to_host(lu)))
+    assert getrf_ratio(a, to_host(lu), piv) < THRESH
+
+
 # -- tournament pivoting for the leaves of recursive panels (lu.panel_pivoting) -----------------
 # cuda/tslu.cu and panel/lu.factor_panel_tournament walk the same tree (chunks of 256 rows, fan
 # 8), so on matrices without near-ties they choose the same pivots: the host's is the reference

@@ -11,6 +11,7 @@ _cuda = ctypes.CDLL("libcuda.so.1")
 _CU_EVENT_DEFAULT = 0
 _CU_STREAM_NON_BLOCKING = 1
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+_CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
 _CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1  # other threads may still allocate meanwhile
 
 
@@ -163,6 +164,13 @@ class Module:
         _check(_cuda.cuFuncSetAttribute(ctypes.c_void_p(self.function(name)),
                                         _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                         ctypes.c_int(nbytes)), f"cuFuncSetAttribute({name})")
+
+    def allow_nonportable_cluster(self, name: str) -> None:
+        """Let kernel `name` run in clusters above the portable 8 blocks (its __cluster_dims__);
+        raises CudaDriverError where the device has no such clusters."""
+        _check(_cuda.cuFuncSetAttribute(ctypes.c_void_p(self.function(name)),
+                                        _CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                                        ctypes.c_int(1)), f"cuFuncSetAttribute({name})")
 
 
 def memset_d32_async(pointer: int, value: int, count: int, stream: int) -> None:

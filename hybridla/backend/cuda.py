@@ -59,6 +59,9 @@ _FUSED_PANEL_MIN_ROWS = 256    # a short panel takes fewer blocks: fewer to hear
 _FUSED_PANEL_MAX_WIDTH = 256   # the widest panel it takes
 _FUSED_PANEL_COOPERATIVE = True  # cuLaunchCooperativeKernel: the blocks' residency guaranteed
 _TSLU_FINISH_THREADS = 256  # tslu.cu's finish: a row of L21, or a column of the moves, each
+# getrf_leaf_cluster.cu's shape: one cluster of 16 blocks of 512 threads, 4 rows per thread
+_LEAF_CLUSTER = {"blocks": 16, "threads": 512, "max_rows": 16 * 512 * 4, "max_width": 16,
+                 "dtypes": (np.dtype(np.float32),)}
 # invert_triangular_blocks halves blocks down to this order (invert_leaves' threads per block)
 _INVERSE_LEAF = 64
 _STATS_THREADS, _STATS_STRIP = 256, 64
@@ -693,7 +696,8 @@ class CudaBackend:
         try:
             source = "\n".join(_kernel_source(name) for name in ("laswp.cu", "lapack_aux.cu",
                                                                    "convert.cu", "hemv.cu",
-                                                                   "getrf_panel.cu", "tslu.cu"))
+                                                                   "getrf_panel.cu", "tslu.cu",
+                                                                   "getrf_leaf_cluster.cu"))
             self.kernels = _driver.Module(compile_cuda(source, no_extern_c=True,
                                                        options=["-O3"]))
             optin = getattr(drv.device_attribute, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", None)
@@ -704,6 +708,14 @@ class CudaBackend:
             # tslu.cu's static shares (the finish's copy of U11, 32 x 32 elements; the slots)
             # stay under 20 KiB
             self.tslu_shared = most - 20 * 1024
+            # a cluster of 16 blocks is above the portable 8: allowed per kernel, where the
+            # device has it (an H100 or H200 does; elsewhere the leaves go to getrf_panel)
+            self.leaf_cluster = self.device.compute_capability() >= (9, 0)
+            try:
+                if self.leaf_cluster:
+                    self.kernels.allow_nonportable_cluster("getrf_leaf_cluster_s")
+            except _driver.CudaDriverError:
+                self.leaf_cluster = False
             for prefix in _PREFIX.values():
                 self.kernels.allow_shared(f"getrf_panel_fused_{prefix}", self.fused_panel_shared)
                 self.kernels.allow_shared(f"tslu_{prefix}", self.tslu_shared)
@@ -1020,6 +1032,30 @@ class CudaBackend:
         self.kernels.launch("pivots_to_global", (-(-count // 256),), (256,), lane.handle,
                             ctypes.c_void_p(piv_ptr), ctypes.c_int(count), ctypes.c_int(r0))
 
+    def getrf_leaf(self, lane, A: DeviceMatrix, step, r0, c0, c1, k0=None, k1=None):
+        """The leaf A[r0:, c0:c1] of the panel A[r0:, k0:k1] (k0, k1 default c0, c1) by partial
+        pivoting, its interchanges applied to the panel's other columns too; pivots global
+        0-based rows, the info left to panel_info. One launch on a thread-block cluster
+        (cuda/getrf_leaf_cluster.cu) for a float leaf of up to 16 columns and 32768 rows; else
+        getrf_panel and laswp."""
+        k0, k1 = c0 if k0 is None else k0, c1 if k1 is None else k1
+        rows, width = A.m - r0, c1 - c0
+        if not (self.leaf_cluster and A.dtype in _LEAF_CLUSTER["dtypes"]
+                and width <= min(rows, _LEAF_CLUSTER["max_width"])
+                and rows <= _LEAF_CLUSTER["max_rows"]):
+            self.getrf_panel(lane, A, step, r0, c0, c1)
+            self._interchange_other_columns(lane, A, c0, c1, k0, k1)
+            return
+        self.kernels.launch(
+            "getrf_leaf_cluster_s", (_LEAF_CLUSTER["blocks"],), (_LEAF_CLUSTER["threads"],),
+            lane.handle, ctypes.c_void_p(A.block(r0, A.m, c0, c1).ptr), ctypes.c_longlong(A.ld),
+            ctypes.c_int(rows), ctypes.c_int(width), ctypes.c_int(c0 - k0), ctypes.c_int(k1 - c1),
+            ctypes.c_void_p(int(A.pivots_dev) + c0 * 4), ctypes.c_int(r0))
+
+    def _interchange_other_columns(self, lane, A, c0, c1, k0, k1):
+        self.laswp(lane, A, k0, c0, c0, c1)
+        self.laswp(lane, A, c1, k1, c0, c1)
+
     def tslu_panel(self, lane, A: DeviceMatrix, step, r0, c0, c1, k0=None, k1=None):
         """The leaf A[r0:, c0:c1] of the panel A[r0:, k0:k1] (k0, k1 default c0, c1) by
         tournament pivoting, its interchanges applied to the panel's other columns too: two
@@ -1034,8 +1070,7 @@ class CudaBackend:
         if width > panel_lu.TOURNAMENT_WIDTH or rows < width or \
                 max(shared, finish_shared) > self.tslu_shared:
             self.getrf_panel(lane, A, step, r0, c0, c1)
-            self.laswp(lane, A, k0, c0, c0, c1)
-            self.laswp(lane, A, c1, k1, c0, c1)
+            self._interchange_other_columns(lane, A, c0, c1, k0, k1)
             return
         candidates, counts, arrivals, moves = A.tournament_tree(lane, chunk, fan)
         prefix, top = _PREFIX[A.dtype], A.block(r0, A.m, k0, k1)

@@ -172,12 +172,22 @@ class HostBackend:
         recursive panel, panel/lu.py)."""
         getrf_panel_cpu(A, step, r0, c0, c1)
 
+    def getrf_leaf(self, lane, A: HostMatrix, step, r0, c0, c1, k0=None, k1=None):
+        """The leaf A[r0:, c0:c1] of the panel A[r0:, k0:k1] (k0, k1 default c0, c1) by LAPACK
+        getrf, its interchanges applied to the panel's other columns; pivots global, the info
+        left to panel_info."""
+        getrf_panel_cpu(A, step, r0, c0, c1)
+        self._interchange_other_columns(lane, A, c0, c1, k0, k1)
+
     def tslu_panel(self, lane, A: HostMatrix, step, r0, c0, c1, k0=None, k1=None):
         """The leaf A[r0:, c0:c1] of the panel A[r0:, k0:k1] by tournament pivoting
         (panel/lu.factor_panel_tournament, the tree of cuda/tslu.cu), its interchanges applied
         to the panel's other columns; pivots global, the info left to panel_info."""
         pivots = factor_panel_tournament(A.host_panel(step, r0, c0, c1))
         A.set_panel_result(step, c0, c1, pivots + r0, 0)
+        self._interchange_other_columns(lane, A, c0, c1, k0, k1)
+
+    def _interchange_other_columns(self, lane, A, c0, c1, k0, k1):
         self.laswp(lane, A, c0 if k0 is None else k0, c0, c0, c1)
         self.laswp(lane, A, c1, c1 if k1 is None else k1, c0, c1)
 

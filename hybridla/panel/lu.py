@@ -108,50 +108,35 @@ def getrf_panel_recursive(ops, lane, A, step: int, k0: int, k1: int, leaf: int,
 
         [A11 A12; A21 A22] with the left half k0:mid, the right half mid:k1
         P1 [A11; A21] = [L11; L21] U11          the left half, recursively
-        [A12; A22] := P1^T [A12; A22]           its interchanges on the right half
         A12 := L11^-1 A12                        U12
         A22 := A22 - L21 U12                     one tall GEMM: most of the panel's flops
         P2 A22 = L22 U22                         the right half, recursively
-        A21 := P2^T A21                          its interchanges on the left half
 
-    Halves at most `leaf` wide go to the backend's own panel (`ops.getrf_panel`: cuSOLVER getrf
-    on a device, LAPACK getrf on the host), or with `pivoting` "tournament" to its tournament
-    (`ops.tslu_panel`: cuda/tslu.cu, or factor_panel_tournament on the host), which needs no
-    device-wide step per column and applies each leaf's interchanges to the whole panel at
-    once (no laswp of the halves). A whole-panel cuSOLVER getrf spends most of its time
-    in narrow, latency-bound steps; the recursion moves (w - leaf) / w of the panel's flops into
-    GEMMs, at the update's precision (the tensor cores in a mixed solve). The leaves' infos are
-    local to them, so the step's info is taken at the end from U's diagonal (`ops.panel_info`):
-    the first exactly zero U(i, i), as LAPACK's getrf reports it."""
-    if pivoting == "partial":
-        _recursive(ops, lane, A, step, k0, k1, leaf)
-    else:
-        _recursive_tournament(ops, lane, A, step, k0, k1, leaf, k0, k1)
+    Halves at most `leaf` wide are the leaves, and each leaf applies its interchanges to the
+    whole panel k0:k1 at once (P1 to the right half, P2 to the left: the recursion needs no
+    laswp of its own). A leaf is the backend's `ops.getrf_leaf` with partial pivoting (on a
+    device: one thread-block cluster for a float leaf up to 16 wide, cuda/getrf_leaf_cluster.cu;
+    else our fused kernel or cuSOLVER getrf, then laswp; LAPACK getrf on the host), or with
+    `pivoting` "tournament" its tournament (`ops.tslu_panel`: cuda/tslu.cu, or
+    factor_panel_tournament on the host), which needs no step across the whole height per
+    column. A whole-panel cuSOLVER getrf spends most of its time in narrow, latency-bound
+    steps; the recursion moves (w - leaf) / w of the panel's flops into GEMMs, at the update's
+    precision (the tensor cores in a mixed solve). The leaves' infos are local to them, so the
+    step's info is taken at the end from U's diagonal (`ops.panel_info`): the first exactly
+    zero U(i, i), as LAPACK's getrf reports it."""
+    factor_leaf = ops.getrf_leaf if pivoting == "partial" else ops.tslu_panel
+    _recursive(ops, factor_leaf, lane, A, step, k0, k1, leaf, k0, k1)
     ops.panel_info(lane, A, step, k0, k1)
 
 
-def _recursive(ops, lane, A, step, c0, c1, leaf):
+def _recursive(ops, factor_leaf, lane, A, step, c0, c1, leaf, k0, k1):
     if c1 - c0 <= leaf:
-        ops.getrf_panel(lane, A, step, c0, c0, c1)
+        factor_leaf(lane, A, step, c0, c0, c1, k0, k1)
         return
     mid = _middle(c0, c1, leaf)
-    _recursive(ops, lane, A, step, c0, mid, leaf)
-    ops.laswp(lane, A, mid, c1, c0, mid)
+    _recursive(ops, factor_leaf, lane, A, step, c0, mid, leaf, k0, k1)
     _update_right_half(ops, lane, A, c0, mid, c1)
-    _recursive(ops, lane, A, step, mid, c1, leaf)
-    ops.laswp(lane, A, c0, mid, mid, c1)
-
-
-def _recursive_tournament(ops, lane, A, step, c0, c1, leaf, k0, k1):
-    # each leaf applies its interchanges across the whole panel k0:k1 (ops.tslu_panel): the
-    # halves need no laswp
-    if c1 - c0 <= leaf:
-        ops.tslu_panel(lane, A, step, c0, c0, c1, k0, k1)
-        return
-    mid = _middle(c0, c1, leaf)
-    _recursive_tournament(ops, lane, A, step, c0, mid, leaf, k0, k1)
-    _update_right_half(ops, lane, A, c0, mid, c1)
-    _recursive_tournament(ops, lane, A, step, mid, c1, leaf, k0, k1)
+    _recursive(ops, factor_leaf, lane, A, step, mid, c1, leaf, k0, k1)
 
 
 def _middle(c0, c1, leaf):
