@@ -210,6 +210,37 @@ def test_lu_with_tournament_pivoting_converges(backend, kappa, rng):
     assert backward_ratio(a, x, b, np.float64) <= 1.0
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("split", [{"mixed.lu_panel_sms": 48, "device.sm_split": "green"},
+                                   {"mixed.lu_panel_sms": 16, "device.sm_split": "green",
+                                    "mixed.panel_leaf": 16}], ids=["48", "16-cluster-leaves"])
+def test_lu_with_the_sms_split_by_green_contexts(cuda_backend, split, rng):
+    """The LU's panels on their own green context, the rest on the others' (device.sm_split):
+    the same convergence, and after the run the refinement and the next calls on the ordinary
+    lanes (each waits for its green namesake's work)."""
+    import hybridla.backend
+    cuda = hybridla.backend.get_backend("cuda")
+    n = 1500
+    a = general(n, 1e6, np.float64, rng)
+    b = random_matrix(n, 2, np.float64, rng)
+    ordinary = cuda.lane("gpu:panel")
+    with hybridla.config.set(split):
+        x, info = hybridla.solve_mixed(a, b, lowest="half-x3", backend="cuda", nb=256)
+        x_again, _ = hybridla.solve_mixed(a, b, lowest="half-x3", backend="cuda", nb=256)
+    assert info.iterations >= 0 and not info.fell_back, info
+    assert backward_ratio(a, x, b, np.float64) <= 1.0
+    np.testing.assert_array_equal(x, x_again)
+    assert cuda.lane("gpu:panel") is ordinary
+
+
+@pytest.mark.cuda
+def test_sm_split_is_checked(cuda_backend, rng):
+    a = general(200, 1e2, np.float64, rng)
+    with hybridla.config.set({"device.panel_sms": 16, "device.sm_split": "walls"}), \
+            pytest.raises(ValueError, match="device.sm_split must be one of"):
+        hybridla.lu_factor(a, backend="cuda")
+
+
 def test_singular_matrix_with_tournament_pivoting(backend, rng):
     """An exact zero pivot under tournament pivoting leaves L's column below it not finite:
     still code -3 (not an overflow), LAPACK's info, and the float64 answer's error."""
@@ -324,6 +355,41 @@ def test_reduced_herk_strips_cover_the_triangle(backend, uplo, trapezoid, comput
     bound = product(np.abs(rounded)) * (2.0 ** -8 if compute == "tf32" else k * 2.0 ** -23)
     inside = (np.tril if uplo == "L" else np.triu)(np.ones(c_shape, dtype=bool))
     assert np.all((np.abs(after - expected) <= bound + 1e-6)[inside])
+
+
+@pytest.mark.parametrize("compute", ["single", "half-x3", "tf32"])
+@pytest.mark.parametrize("diag", ["U", "N"])
+def test_reduced_trsm_is_a_blocked_solve(backend, compute, diag, rng):
+    """The LU's row solve L11^-1 A12 halved down to TRSM_LEAF with this precision's GEMMs
+    (backend/reduced.py): within a float32 solve's error of the exact one where the products
+    are float32's (single, half-x3), and a TF32 product's where they are TF32's; the columns
+    all solved (an order that is no multiple of the halving)."""
+    from hybridla.backend.reduced import TRSM_LEAF, ReducedPrecisionOps
+    ops = hybridla.backend.get_backend(backend)
+    n, cols = 4 * TRSM_LEAF + 72, 300
+    lower = np.tril(rng.standard_normal((n, n)), -1) / np.sqrt(n)
+    np.fill_diagonal(lower, 1 if diag == "U" else 1 + rng.random(n))
+    t = np.asfortranarray(lower + (np.triu(rng.standard_normal((n, n)), 1) if diag == "U"
+                                   else 0), np.float32)  # the upper triangle must not be read
+    b = np.asfortranarray(rng.standard_normal((n, cols)), np.float32)
+    low = ops.matrix(n, n, np.float32, 64)
+    try:
+        reduced = ReducedPrecisionOps(ops, compute, low)
+        lane = ops.lane("gpu:update")
+        T, B = low.workspace("panel", n, n), low.workspace("update", n, cols)
+        ops.from_host(lane, t, T)
+        ops.from_host(lane, b, B)
+        with lane:
+            reduced.trsm(lane, "L", "L", "N", diag, 2, T, B)
+        x = ops.to_host(lane, B)
+    finally:
+        low.close()
+    exact_lower = np.tril(t.astype(np.float64), -1) + (np.eye(n) if diag == "U" else
+                                                       np.diag(np.diag(t).astype(np.float64)))
+    exact = scipy.linalg.solve_triangular(exact_lower, 2 * b.astype(np.float64), lower=True)
+    unit = 2.0 ** -10 if compute == "tf32" else 2.0 ** -23
+    error = np.abs(x - exact).max() / np.abs(exact).max()
+    assert error <= 4 * n * unit, error
 
 
 @pytest.mark.parametrize("uplo", ["L", "U"])

@@ -1,8 +1,9 @@
 """The few CUDA driver calls PyCUDA does not offer, through ctypes on the driver library PyCUDA
 already loaded: streams with priorities (PyCUDA's Stream has none, and without them the panel
 queues behind the trailing update's GEMM blocks), events on such streams, kernel launches on
-them, CUDA graphs captured from them, and pinning memory that is not C-contiguous (a
-Fortran-ordered NumPy matrix) in place. Every call's status is checked."""
+them, CUDA graphs captured from them, green contexts (a share of the SMs that a stream's work
+is kept to), and pinning memory that is not C-contiguous (a Fortran-ordered NumPy matrix) in
+place. Every call's status is checked."""
 from __future__ import annotations
 
 import ctypes
@@ -13,6 +14,8 @@ _CU_STREAM_NON_BLOCKING = 1
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 _CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
 _CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1  # other threads may still allocate meanwhile
+_CU_DEV_RESOURCE_TYPE_SM = 1
+_CU_GREEN_CTX_DEFAULT_STREAM = 1  # required by cuGreenCtxCreate
 
 
 class CudaDriverError(RuntimeError):
@@ -44,6 +47,56 @@ def stream_create(priority: int) -> int:
 def stream_synchronize(stream: int) -> None:
     """Wait on the host until everything enqueued on `stream` has finished."""
     _check(_cuda.cuStreamSynchronize(ctypes.c_void_p(stream)), "cuStreamSynchronize")
+
+
+class _DevResource(ctypes.Structure):
+    """cuda.h's CUdevResource (CUDA 12.4+): its type, padding, then a 48-byte union whose SM
+    member begins with these three counts."""
+    _fields_ = [("type", ctypes.c_int), ("_internal_padding", ctypes.c_ubyte * 92),
+                ("sm_count", ctypes.c_uint), ("min_partition_size", ctypes.c_uint),
+                ("coscheduled_alignment", ctypes.c_uint), ("_rest", ctypes.c_ubyte * 36)]
+
+
+class GreenContext:
+    """A share of the device's SMs (CUDA 12.4+): the work of its streams runs on those SMs only,
+    whatever else the device runs. Kept for the process (never destroyed)."""
+
+    __slots__ = ("handle", "sms", "coscheduled")
+
+    def __init__(self, device: ctypes.c_int, resource: _DevResource):
+        desc, handle = ctypes.c_void_p(), ctypes.c_void_p()
+        _check(_cuda.cuDevResourceGenerateDesc(ctypes.byref(desc), ctypes.byref(resource), 1),
+               "cuDevResourceGenerateDesc")
+        _check(_cuda.cuGreenCtxCreate(ctypes.byref(handle), desc, device,
+                                      _CU_GREEN_CTX_DEFAULT_STREAM), "cuGreenCtxCreate")
+        self.handle, self.sms = handle.value, resource.sm_count
+        # SMs guaranteed to sit in one GPU processing cluster: the largest thread-block cluster
+        # its streams can launch (with one block per SM)
+        self.coscheduled = resource.coscheduled_alignment
+
+    def stream_create(self, priority: int) -> int:
+        handle = ctypes.c_void_p()
+        _check(_cuda.cuGreenCtxStreamCreate(ctypes.byref(handle), ctypes.c_void_p(self.handle),
+                                            _CU_STREAM_NON_BLOCKING, ctypes.c_int(priority)),
+               "cuGreenCtxStreamCreate")
+        return handle.value
+
+
+def split_sms(first: int) -> tuple[GreenContext, GreenContext]:
+    """The current context's device's SMs as two green contexts: `first` of them (rounded up
+    as the device asks: to a multiple of 8 on sm_90) and the rest. Raises CudaDriverError where
+    the driver has no green contexts."""
+    device = ctypes.c_int()
+    _check(_cuda.cuCtxGetDevice(ctypes.byref(device)), "cuCtxGetDevice")
+    whole, group, rest, groups = _DevResource(), _DevResource(), _DevResource(), ctypes.c_uint(1)
+    _check(_cuda.cuDeviceGetDevResource(device, ctypes.byref(whole), _CU_DEV_RESOURCE_TYPE_SM),
+           "cuDeviceGetDevResource")
+    _check(_cuda.cuDevSmResourceSplitByCount(ctypes.byref(group), ctypes.byref(groups),
+                                             ctypes.byref(whole), ctypes.byref(rest), 0,
+                                             ctypes.c_uint(first)), "cuDevSmResourceSplitByCount")
+    if groups.value != 1 or rest.sm_count == 0:
+        raise CudaDriverError(f"cannot split {whole.sm_count} SMs into {first} and the rest")
+    return GreenContext(device, group), GreenContext(device, rest)
 
 
 class Event:

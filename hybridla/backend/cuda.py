@@ -84,15 +84,21 @@ class CudaLane:
 
     Compute lanes ("gpu:*") get priority streams, made through the driver (PyCUDA's streams have
     no priority): "gpu:panel", the critical path, the most urgent, so that its kernels' blocks are
-    scheduled ahead of the trailing update's. Copy lanes ("copy:*") are PyCUDA streams, which
-    its 2-D copies need; `handle` is the raw stream either way."""
+    scheduled ahead of the trailing update's; in a green context (`green`) where the SMs are
+    split (device.sm_split). Copy lanes ("copy:*") are PyCUDA streams, which its 2-D copies
+    need; `handle` is the raw stream either way."""
 
-    def __init__(self, name: str, backend: CudaBackend):
+    def __init__(self, name: str, backend: CudaBackend, green: _driver.GreenContext | None = None):
         self.name, self.backend = name, backend
         if name.startswith("gpu:"):
             least, greatest = _driver.stream_priority_range()
+            priority = greatest if name == "gpu:panel" else least
             self.stream = None
-            self.handle = _driver.stream_create(greatest if name == "gpu:panel" else least)
+            self.handle = green.stream_create(priority) if green is not None \
+                else _driver.stream_create(priority)
+            # the largest thread-block cluster of SM-filling blocks its kernels can count on
+            self.cluster_blocks = green.coscheduled if green is not None else \
+                _LEAF_CLUSTER["blocks"] if backend.leaf_cluster else 1
             self.blas = cublas.create()
             cublas.set_stream(self.blas, self.handle)
             self.solver = cusolverDn.create()
@@ -680,6 +686,7 @@ def _like(template, out: DeviceArray):
 # How a host-resident matrix travels (device.host_transfer): through pinned slots that host
 # threads fill and empty, by pinning the user's array in place, or by the driver's pageable copies.
 HOST_TRANSFERS = ("staged", "register", "pageable")
+SM_SPLITS = ("cublas", "green")  # device.sm_split: how device.panel_sms is kept
 
 
 class CudaBackend:
@@ -724,6 +731,10 @@ class CudaBackend:
             drv.Context.pop()
         self._lanes = {}
         self._lanes_lock = threading.Lock()
+        # device.sm_split "green": per number of panel SMs, the two green contexts and their
+        # lanes; `_split` is the current run's (None: the lanes above)
+        self._green = {}
+        self._split = None
         self._allocated = 0
         self._sizes = {}  # pointer -> bytes of the allocations the tile stores hold
         self._alloc_lock = threading.Lock()
@@ -779,30 +790,76 @@ class CudaBackend:
         """The lane of that name: "gpu:*" and "copy:*" lanes are CUDA streams; "cpu*" lanes are
         host worker threads (they wait for device events on the host)."""
         with self._lanes_lock:
-            if name not in self._lanes:
+            split = self._split if name.startswith("gpu:") else None
+            lanes = self._lanes if split is None else split["lanes"]
+            if name not in lanes:
                 self.context.push()
                 try:
-                    self._lanes[name] = CudaLane(name, self) if not name.startswith("cpu") \
-                        else HostLane(name)
+                    if name.startswith("cpu"):
+                        lanes[name] = HostLane(name)
+                    else:
+                        green = None if split is None else \
+                            split["panel" if name == "gpu:panel" else "rest"]
+                        lanes[name] = CudaLane(name, self, green)
                 finally:
                     drv.Context.pop()
-            return self._lanes[name]
+            return lanes[name]
 
     @staticmethod
     def update_tasks(workers: int) -> int:
         return 1  # one GEMM fills the GPU; more tasks only add launches and scheduling
 
-    def end_run(self):
-        pass
-
     def begin_run(self, workers: int):
-        """Settings read at the start of each run: the bulk update's cuBLAS calls leave
-        `device.panel_sms` multiprocessors to the critical path (panels, look-ahead columns),
-        on top of its stream's priority."""
+        """Settings read at the start of each run: `device.panel_sms` multiprocessors kept for
+        the critical path (the "gpu:panel" lane: panels, look-ahead columns), on top of its
+        stream's priority, by `device.sm_split`: "cublas", the bulk update's cuBLAS calls
+        asked to leave them (cublasSetSmCountTarget: a hint for their grids; other kernels
+        still fill them); "green", the run's compute lanes in two green contexts, the panel
+        lane's on those SMs and the others' on the rest (a wall: perf/probe_green_panel.cu)."""
         reserved = int(_config_get("device.panel_sms") or 0)
+        how = _config_get("device.sm_split")
+        if how not in SM_SPLITS:
+            raise ValueError(f"device.sm_split must be one of {SM_SPLITS}; got {how!r}")
         lane = self.lane("gpu:update")
         cublas.set_sm_count_target(lane.blas, max(self.multiprocessors - reserved, 0)
-                                   if reserved else 0)
+                                   if reserved and how == "cublas" else 0)
+        if reserved and how == "green":
+            self._enter_split(reserved)
+
+    def end_run(self):
+        self._leave_split()
+
+    def _enter_split(self, reserved: int):
+        """The run's compute lanes from now on: those of the green contexts of `reserved` SMs
+        and the rest, each first waiting for the work already queued on its namesake."""
+        if reserved not in self._green:
+            self.context.push()
+            try:
+                panel, rest = _driver.split_sms(reserved)
+            finally:
+                drv.Context.pop()
+            self._green[reserved] = {"panel": panel, "rest": rest, "lanes": {}}
+        before = {name: lane for name, lane in self._lanes.items() if name.startswith("gpu:")}
+        self._split = self._green[reserved]
+        self.context.push()
+        try:
+            for name, lane in before.items():
+                self.lane(name).wait_for([lane.record()])
+        finally:
+            drv.Context.pop()
+
+    def _leave_split(self):
+        """Back to the ordinary lanes, each waiting for the work its green namesake queued."""
+        split, self._split = self._split, None
+        if split is None:
+            return
+        self.context.push()
+        try:
+            for name, lane in split["lanes"].items():
+                if name.startswith("gpu:"):
+                    self.lane(name).wait_for([lane.record()])
+        finally:
+            drv.Context.pop()
 
     def synchronize(self):
         self.context.push()
@@ -1036,11 +1093,13 @@ class CudaBackend:
         """The leaf A[r0:, c0:c1] of the panel A[r0:, k0:k1] (k0, k1 default c0, c1) by partial
         pivoting, its interchanges applied to the panel's other columns too; pivots global
         0-based rows, the info left to panel_info. One launch on a thread-block cluster
-        (cuda/getrf_leaf_cluster.cu) for a float leaf of up to 16 columns and 32768 rows; else
-        getrf_panel and laswp."""
+        (cuda/getrf_leaf_cluster.cu) for a float leaf of up to 16 columns and 32768 rows, where
+        the lane can launch its cluster of 16 (not in a green context of fewer SMs than a GPU
+        processing cluster); else getrf_panel and laswp."""
         k0, k1 = c0 if k0 is None else k0, c1 if k1 is None else k1
         rows, width = A.m - r0, c1 - c0
-        if not (self.leaf_cluster and A.dtype in _LEAF_CLUSTER["dtypes"]
+        if not (lane.cluster_blocks >= _LEAF_CLUSTER["blocks"]
+                and A.dtype in _LEAF_CLUSTER["dtypes"]
                 and width <= min(rows, _LEAF_CLUSTER["max_width"])
                 and rows <= _LEAF_CLUSTER["max_rows"]):
             self.getrf_panel(lane, A, step, r0, c0, c1)

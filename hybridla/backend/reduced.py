@@ -14,7 +14,8 @@ geqrf run on a float32 (complex64) copy of the matrix, with a backend in which `
                  on the half tensor cores, at a third of their rate
 
 Panels, triangular solves and everything else stay in float32: MAGMA's recipe (Haidar et al.,
-SC18), where only the O(n^3) trailing products see the low precision. A rounding that overflows
+SC18), where only the O(n^3) trailing products see the low precision. The LU's row solves
+L11^-1 A12 are blocked (`trsm`): their products with the solved halves run here too. A rounding that overflows
 sets a flag in the store (`overflowed`), read once the factorization is done.
 
 The host backend emulates the roundings with NumPy (half: numpy.float16; bfloat16 and TF32: the
@@ -38,6 +39,8 @@ ROUNDED = ("half", "bfloat16", "half-x3")
 REAL_ONLY = ROUNDED
 # herk as GEMM strips: at most this many, each at least this wide (ReducedPrecisionOps.herk)
 HERK_STRIPS, HERK_STRIP = 8, 1024
+# trsm halves a lower-triangular L11 down to this order (the leaves go to the backend's trsm)
+TRSM_LEAF = 128
 
 
 class ReducedPrecisionOps:
@@ -63,6 +66,31 @@ class ReducedPrecisionOps:
     def gemm(self, lane, alpha, A, B, beta, C, trans_a="N", trans_b="N"):
         self._ops.gemm_reduced(lane, self.owner, self.compute, alpha, A, B, beta, C,
                                trans_a, trans_b)
+
+    def trsm(self, lane, side, uplo, trans, diag, alpha, T, B):
+        """B := alpha T^-1 B for a lower-triangular T on the left (the LU's row solves, update/
+        lu.py), blocked: with T = [T11 0; T21 T22] halved,
+
+            B1 := alpha T11^-1 B1,   B2 := alpha B2 - T21 B1   (this backend's gemm),
+            B2 := T22^-1 B2,
+
+        recursively down to TRSM_LEAF, where the backend's trsm takes over. Why: cuBLAS strsm
+        runs at a few TFLOP/s on L11 of nb = 1536 (perf/RESULTS.md), and the LU's look-ahead
+        column waits for it every step; here all but the leaves' flops are tensor-core GEMMs.
+        No inverse of T is formed (one in half-x3 stopped the kappa 1e6 LU from converging):
+        a blocked solve's errors are the standard ones of its products. Other solves: the
+        backend's."""
+        n = T.shape[0]
+        if (side, uplo, trans) != ("L", "L", "N") or n <= TRSM_LEAF:
+            self._ops.trsm(lane, side, uplo, trans, diag, alpha, T, B)
+            return
+        half, cols, sub = n // 2 // 32 * 32, B.shape[1], self._ops.sub_block
+        self.trsm(lane, side, uplo, trans, diag, alpha, sub(T, 0, half, 0, half),
+                  sub(B, 0, half, 0, cols))
+        self.gemm(lane, -1, sub(T, half, n, 0, half), sub(B, 0, half, 0, cols), alpha,
+                  sub(B, half, n, 0, cols))
+        self.trsm(lane, side, uplo, trans, diag, 1, sub(T, half, n, half, n),
+                  sub(B, half, n, 0, cols))
 
     herk_is_gemm = True  # update/chol.py: the whole update of a block column in one call
     herk_panel_slots = 2  # round_herk_panel's slots (lapack/potrf.py: one per step, in turn)
