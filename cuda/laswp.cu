@@ -38,6 +38,99 @@ __global__ void laswp_8(double* A, long long lda, int ncols, const int* ipiv, in
 __global__ void laswp_16(double2* A, long long lda, int ncols, const int* ipiv, int k0, int k1, int fwd)
 { laswp_column<double2>(A, lda, ncols, ipiv, k0, k1, fwd); }
 
+}  // extern "C"
+
+// A step's interchanges as the row moves they amount to, for the trailing columns and the ones
+// on the left (update/lu.py): replayed one column per thread (laswp_column above), the w = 1536
+// interchanges of an LU step are w dependent memory round trips per column, about 4 ms on an
+// H100 whatever the number of columns (perf/RESULTS.md). As moves, every element moves once and
+// a column's moves all run at once.
+//
+// pivots_to_moves (one thread): ipiv[k0..k1) (global 0-based rows, each >= its own index), as
+// pairs (destination row, source row), the number of pairs first: moves[0] = count, then
+// moves[1 + 2 e], moves[2 + 2 e]. Rows k0..k1 are tracked in an array, the rows below them that
+// the interchanges touch in an open-addressing table (shared memory: w + 2 x HASH ints, HASH a
+// power of two >= 2 w).
+extern "C" __global__ void pivots_to_moves(const int* ipiv, int k0, int k1, int hash_size,
+                                           int* moves)
+{
+    extern __shared__ int table[];
+    const int w = k1 - k0;
+    int* top = table;                  // top[q]: the row now at row k0 + q
+    int* key = table + w;              // below k1: a touched row's position ...
+    int* held = key + hash_size;       // ... and the row now there
+    for (int q = threadIdx.x; q < w; q += blockDim.x) top[q] = k0 + q;
+    for (int h = threadIdx.x; h < hash_size; h += blockDim.x) key[h] = -1;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    const int mask = hash_size - 1;
+    for (int i = k0; i < k1; ++i) {
+        const int p = ipiv[i];
+        if (p == i) continue;
+        const int displaced = top[i - k0];
+        if (p < k1) {
+            top[i - k0] = top[p - k0];
+            top[p - k0] = displaced;
+            continue;
+        }
+        int h = (int)(((unsigned)p * 2654435761u) & (unsigned)mask);
+        while (key[h] != -1 && key[h] != p) h = (h + 1) & mask;
+        const int there = key[h] == p ? held[h] : p;
+        key[h] = p;
+        held[h] = displaced;
+        top[i - k0] = there;
+    }
+    int count = 0;
+    for (int q = 0; q < w; ++q)
+        if (top[q] != k0 + q) { moves[1 + 2 * count] = k0 + q; moves[2 + 2 * count] = top[q]; ++count; }
+    for (int h = 0; h < hash_size; ++h)
+        if (key[h] != -1 && held[h] != key[h]) {
+            moves[1 + 2 * count] = key[h];
+            moves[2 + 2 * count] = held[h];
+            ++count;
+        }
+    moves[0] = count;
+}
+
+// The moves applied to ncols columns: a block of threads per column (grid-stride over columns),
+// each thread reading up to MOVES_PER_THREAD sources into registers, then, after the block's
+// barrier, writing them to their destinations (a source may be another move's destination).
+#define MOVES_THREADS 256
+#define MOVES_PER_THREAD 16
+
+template <typename Word>
+__device__ void apply_moves_columns(Word* A, long long lda, int ncols, const int* moves)
+{
+    const int count = moves[0];
+    for (int col = blockIdx.x; col < ncols; col += gridDim.x) {
+        Word* c = A + (long long)col * lda;
+        Word value[MOVES_PER_THREAD];
+#pragma unroll
+        for (int r = 0; r < MOVES_PER_THREAD; ++r) {
+            const int e = threadIdx.x + r * MOVES_THREADS;
+            if (e < count) value[r] = c[moves[2 + 2 * e]];
+        }
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < MOVES_PER_THREAD; ++r) {
+            const int e = threadIdx.x + r * MOVES_THREADS;
+            if (e < count) c[moves[1 + 2 * e]] = value[r];
+        }
+        __syncthreads();
+    }
+}
+
+extern "C" {
+
+__global__ void apply_moves_4(float* A, long long lda, int ncols, const int* moves)
+{ apply_moves_columns<float>(A, lda, ncols, moves); }
+
+__global__ void apply_moves_8(double* A, long long lda, int ncols, const int* moves)
+{ apply_moves_columns<double>(A, lda, ncols, moves); }
+
+__global__ void apply_moves_16(double2* A, long long lda, int ncols, const int* moves)
+{ apply_moves_columns<double2>(A, lda, ncols, moves); }
+
 // cuSOLVER's getrf on a panel whose first row is row `offset` of the matrix leaves 1-based pivots
 // relative to the panel; the trailing swaps and the user want 0-based global row indices.
 __global__ void pivots_to_global(int* ipiv, int count, int offset)

@@ -43,6 +43,8 @@ _UPLO = {"L": 0, "U": 1}
 _OP = {"N": 0, "T": 1, "C": 2}
 _DIAG = {"N": 0, "U": 1}
 _LASWP_THREADS = 128
+# laswp.cu's moves: MOVES_THREADS x MOVES_PER_THREAD moves per column at most (2 per pivot)
+_MOVES_THREADS, _MOVES_MAX_WIDTH, _MOVES_MAX_BLOCKS = 256, 2048, 4096
 _LASET_PART = {"A": 0, "U": 1, "L": 2}  # lapack_aux.cu's uplo codes
 _AUX_BLOCK = (32, 8)
 # herk_diagonal_blocks halves a diagonal block down to this order: its gemms of 256 x 256 from
@@ -231,6 +233,11 @@ class DeviceMatrix:
         self.nsteps = -(-k // nb) if k else 0
         self.pivots = np.zeros(k, dtype=np.int32)
         self.pivots_dev = self._alloc(max(k, 1) * 4)
+        # each step's interchanges as row moves (prepare_interchanges): step s's count and up
+        # to 2 w pairs from int s + 4 k0; `moves` maps (k0, k1) to its address once prepared
+        self.moves_ints = max(self.nsteps + 4 * k, 1)
+        self.moves_dev = self._alloc(self.moves_ints * 4)
+        self.moves = {}
         self.info_dev = self._alloc(max(self.nsteps, 1) * 4)
         # the Householder scalars of QR, QL and LQ (host copy complete after `finish_tau`)
         self.tau = np.zeros(k, dtype=self.dtype)
@@ -548,6 +555,7 @@ class DeviceMatrix:
             self._tau_from_host[step] = (c0, c1)
         if pivots is not None:
             self.pivots[c0:c1] = pivots
+            self.moves.pop((c0, c1), None)  # none prepared from these pivots: laswp replays them
         self.info_host[step] = info
         self.info_on_host[step] = True
 
@@ -1170,10 +1178,34 @@ class CudaBackend:
                             ctypes.c_void_p(A.block(k0, k1, k0, k1).ptr), ctypes.c_longlong(A.ld),
                             ctypes.c_int(k1 - k0), ctypes.c_void_p(int(A.info_dev) + step * 4))
 
+    def prepare_interchanges(self, lane, A: DeviceMatrix, step, k0, k1):
+        """Turn the step's pivots k0..k1-1 (global rows, on the device) into the row moves they
+        amount to (cuda/laswp.cu's pivots_to_moves), for the step's laswps to apply at once."""
+        width, first = k1 - k0, step + 4 * k0
+        if not 0 < width <= _MOVES_MAX_WIDTH or first + 1 + 4 * width > A.moves_ints:
+            A.moves.pop((k0, k1), None)
+            return
+        hash_size = 1 << (2 * width - 1).bit_length()
+        moves = int(A.moves_dev) + first * 4
+        self.kernels.launch("pivots_to_moves", (1,), (256,), lane.handle,
+                            ctypes.c_void_p(int(A.pivots_dev)), ctypes.c_int(k0), ctypes.c_int(k1),
+                            ctypes.c_int(hash_size), ctypes.c_void_p(moves),
+                            shared=(width + 2 * hash_size) * 4)
+        A.moves[(k0, k1)] = moves
+
     def laswp(self, lane, A: DeviceMatrix, c0, c1, k0, k1, forward=True, pivots_of=None):
-        """Apply the interchanges of pivots k0..k1-1 (global rows) to columns c0:c1."""
+        """Apply the interchanges of pivots k0..k1-1 (global rows) to columns c0:c1: as the
+        step's row moves where prepare_interchanges made them, else replayed column by column."""
         ncols = c1 - c0
         if ncols <= 0 or k1 <= k0:
+            return
+        moves = A.moves.get((k0, k1)) if forward and pivots_of is None else None
+        if moves is not None:
+            self.kernels.launch(f"apply_moves_{A.itemsize}", (min(ncols, _MOVES_MAX_BLOCKS),),
+                                (_MOVES_THREADS,), lane.handle,
+                                ctypes.c_void_p(A.ptr + c0 * A.ld * A.itemsize),
+                                ctypes.c_longlong(A.ld), ctypes.c_int(ncols),
+                                ctypes.c_void_p(moves))
             return
         pivots = int((pivots_of or A).pivots_dev)
         self.kernels.launch(f"laswp_{A.itemsize}", (-(-ncols // _LASWP_THREADS),),

@@ -197,6 +197,10 @@ class HostBackend:
         zeros = np.flatnonzero(np.diagonal(A.a[k0:k1, k0:k1]) == 0)
         A.info[step] = zeros[0] + 1 if zeros.size else 0
 
+    @staticmethod
+    def prepare_interchanges(lane, A: HostMatrix, step, k0, k1):
+        """Nothing to prepare: LAPACK's laswp applies a step's interchanges well as they are."""
+
     def laswp(self, lane, A: HostMatrix, c0, c1, k0, k1, forward=True, pivots_of=None):
         """Apply the row interchanges of pivots k0..k1-1 (of `pivots_of`, default A) to the
         columns c0:c1 of A (all rows), in order, or in reverse order when not forward."""

@@ -95,11 +95,20 @@ def record_panel(graph, A, plan, step, k0, k1, where, panel, pivots):
                                    k1=k1, leaf=plan.panel_leaf,
                                    pivoting=plan.panel_pivoting) if recursive else \
             functools.partial(plan.backend.getrf_panel, A=A, step=step, r0=k0, c0=k0, c1=k1)
-        graph.add("panel", step, "gpu:panel" if where == "gpu" else "cpu", factor,
+        graph.add("panel", step, "gpu:panel" if where == "gpu" else "cpu",
+                  functools.partial(_factor_then_prepare, factor=factor, ops=plan.backend, A=A,
+                                    step=step, k0=k0, k1=k1),
                   writes=[panel, pivots], flops=flops)
         return
     factor = functools.partial(_cpu_panel, A=A, step=step, r0=k0, c0=k0, c1=k1)
     record_cpu_panel(graph, A, plan, step, k0, k1, factor, panel, [pivots], flops)
+
+
+def _factor_then_prepare(lane, factor, ops, A, step, k0, k1):
+    """The panel, then its interchanges made ready for the step's laswps (on a device: as row
+    moves, which the laswps of the trailing and left columns apply at once)."""
+    factor(lane)
+    ops.prepare_interchanges(lane, A, step, k0, k1)
 
 
 def _cpu_panel(lane, A, step, r0, c0, c1):
