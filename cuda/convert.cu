@@ -244,9 +244,9 @@ NARROW(c, cuFloatComplex, cuFloatComplex)
 NARROW(z, cuDoubleComplex, cuFloatComplex)
 
 // vector_to_low: out_ij = (low) (s_{p_i} x_{p_i j}), p the LU's row permutation (null: none), s
-// the scale of the low-precision copy's rows; vector_from_low: y_ij = s_i (working) low_ij. The
-// preconditioner's way in and out of the factors (lapack/_mixed.TriangularPreconditioner), a
-// thread per entry (grid: row blocks x columns). The working precision is the low one for
+// the scale of the low-precision copy's rows (null: ones); vector_from_low: y_ij = s_i (working)
+// low_ij. The preconditioner's way in and out of the factors (lapack/_mixed.
+// TriangularPreconditioner), a thread per entry (grid: row blocks x columns). The working precision is the low one for
 // float32 and complex64 matrices (scaled_to_low, above), double for the others.
 __device__ inline double scaled_to_double(float a, double s) { return (double)a * s; }
 __device__ inline cuDoubleComplex scaled_to_double(cuFloatComplex a, double s)
@@ -259,7 +259,8 @@ __device__ void vector_to_low(const T* x, long long ldx, int n, int k, const int
     const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y;
     if (i >= n || j >= k) return;
     const int source = perm ? perm[i] : i;
-    out[i + (long long)j * ldo] = scaled_to_low(x[source + (long long)j * ldx], s[source]);
+    out[i + (long long)j * ldo] = scaled_to_low(x[source + (long long)j * ldx],
+                                                s ? s[source] : 1.0);
 }
 
 #define VECTORS(S, T, L, WIDEN)                                                                \
@@ -270,7 +271,8 @@ extern "C" __global__ void vector_from_low_##S(const L* low, long long ldl, int 
     const double* s, T* y, long long ldy)                                                      \
 {                                                                                              \
     const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y;                       \
-    if (i < n && j < k) y[i + (long long)j * ldy] = WIDEN(low[i + (long long)j * ldl], s[i]);  \
+    if (i < n && j < k)                                                                        \
+        y[i + (long long)j * ldy] = WIDEN(low[i + (long long)j * ldl], s ? s[i] : 1.0);        \
 }
 
 VECTORS(s, float, float, scaled_to_low)

@@ -210,6 +210,87 @@ def test_lu_with_tournament_pivoting_converges(backend, kappa, rng):
     assert backward_ratio(a, x, b, np.float64) <= 1.0
 
 
+DIAGONAL = {"mixed.panel_pivoting": "diagonal"}
+
+
+@pytest.mark.parametrize("n, kappa, dtype", [(700, 1e2, np.float64), (700, 1e6, np.float64),
+                                             (701, 1e4, np.float64), (703, 1e4, np.complex128)])
+def test_lu_pivoting_within_diagonal_blocks_converges(backend, n, kappa, dtype, rng):
+    """The copy randomized by butterflies (hybridla/butterfly.py; n = 701, 703: rows past the
+    last group of four left as they are), its LU pivoted within diagonal blocks of 128, the
+    last narrower: a preconditioner that converges as partial pivoting's does, several
+    right-hand sides, complex too (tf32)."""
+    a = general(n, kappa, dtype, rng)
+    b = random_matrix(n, 2, dtype, rng)
+    with hybridla.config.set(DIAGONAL):
+        x, info = hybridla.solve_mixed(a, b, backend=backend, nb=128)
+    assert info.iterations >= 0 and not info.fell_back, info
+    assert backward_ratio(a, x, b, dtype) <= 1.0
+
+
+def test_lu_pivoting_within_diagonal_blocks_of_a_matrix_that_needs_pivoting(backend, rng):
+    """A = [0 B; C 0]: every diagonal block of A is zero, so an LU of A itself that pivots
+    within its diagonal blocks fails at once (U(1, 1) = 0). Of the randomized copy it does not:
+    refinement converges without falling back."""
+    n, half = 512, 256
+    a = np.zeros((n, n))
+    a[:half, half:] = general(half, 1e2, np.float64, rng)
+    a[half:, :half] = general(half, 1e2, np.float64, rng)
+    b = random_matrix(n, 1, np.float64, rng)[:, 0]
+    with hybridla.config.set(DIAGONAL):
+        x, info = hybridla.solve_mixed(a, b, backend=backend, nb=128)
+    assert info.iterations >= 0 and not info.fell_back, info
+    assert backward_ratio(a, x, b, np.float64) <= 1.0
+
+
+def test_diagonal_pivoting_is_for_randomized_matrices_only(backend, rng):
+    a = general(64, 1e2, np.float64, rng)
+    with hybridla.config.set({"lu.panel_pivoting": "diagonal"}), \
+            pytest.raises(ValueError, match="lu.panel_pivoting='diagonal' is stable only for a "
+                                            "randomized matrix"):
+        hybridla.lu_factor(a, backend=backend)
+
+
+@pytest.mark.parametrize("n", [4, 13, 150])
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_butterfly_kernels_are_the_transform(backend, n, dtype, rng):
+    """The backend's butterfly_rows (any scales, op W or W^T, in place) and butterfly_two_sided
+    (in place, on the low-precision copy) against the transforms as explicit matrices, built
+    column by column from hybridla/butterfly.apply_groups."""
+    from hybridla.butterfly import RandomButterfly, apply_groups
+    ops = hybridla.backend.get_backend(backend)
+    butterfly = RandomButterfly(n)
+    U, V = (apply_groups(groups, np.eye(n)) for groups in (butterfly.left, butterfly.right))
+    assert np.linalg.cond(U) < 2 and np.linalg.cond(V) < 2
+    low_dtype = np.complex64 if dtype == np.complex128 else np.float32
+    x = random_matrix(n, 3, dtype, rng)
+    before, after = rng.random(n) + 0.5, rng.random(n) + 0.5
+    a = np.asfortranarray(random_matrix(n, n, low_dtype, rng))
+    store = ops.matrix(n, n, low_dtype, 32)
+    try:
+        keep = lambda name, array: ops.keep_on_device(store, name, array)  # noqa: E731
+        left, right = keep("left", butterfly.left), keep("right", butterfly.right)
+        lane = ops.lane("gpu:update")
+        X, A = store.workspace("x", n, 3, dtype=dtype), store.block(0, n, 0, n)
+        ops.from_host(lane, x, X)
+        ops.from_host(lane, a, A)
+        with lane:
+            ops.butterfly_rows(lane, X, X, left, True, before=keep("before", before))
+        mixed = ops.to_host(lane, X)
+        with lane:
+            ops.butterfly_rows(lane, X, X, right, False, after=keep("after", after))
+        both = ops.to_host(lane, X)
+        overflow = ops.butterfly_two_sided(lane, store, A, left, right, 1e30)
+        transformed = ops.to_host(lane, A)
+        assert ops.butterfly_two_sided(lane, store, A, left, right, 1e-3)  # flags the limit
+    finally:
+        store.close()
+    np.testing.assert_allclose(mixed, U.T @ (before[:, None] * x), rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(both, after[:, None] * (V @ mixed), rtol=1e-13, atol=1e-13)
+    assert not overflow
+    np.testing.assert_allclose(transformed, U.T @ a.astype(dtype) @ V, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("split", [{"mixed.lu_panel_sms": 48, "device.sm_split": "green"},
                                    {"mixed.lu_panel_sms": 16, "device.sm_split": "green",
@@ -359,34 +440,42 @@ def test_reduced_herk_strips_cover_the_triangle(backend, uplo, trapezoid, comput
 
 @pytest.mark.parametrize("compute", ["single", "half-x3", "tf32"])
 @pytest.mark.parametrize("diag", ["U", "N"])
-def test_reduced_trsm_is_a_blocked_solve(backend, compute, diag, rng):
-    """The LU's row solve L11^-1 A12 halved down to TRSM_LEAF with this precision's GEMMs
-    (backend/reduced.py): within a float32 solve's error of the exact one where the products
-    are float32's (single, half-x3), and a TF32 product's where they are TF32's; the columns
-    all solved (an order that is no multiple of the halving)."""
+@pytest.mark.parametrize("side", ["L", "R"])
+def test_reduced_trsm_is_a_blocked_solve(backend, compute, diag, side, rng):
+    """The LU's solves halved down to TRSM_LEAF with this precision's GEMMs (backend/
+    reduced.py): the row solve L11^-1 A12 (side L, lower) and, for panels pivoted within their
+    diagonal block, A21 U11^-1 (side R, upper). Within a float32 solve's error of the exact one
+    where the products are float32's (single, half-x3), and a TF32 product's where they are
+    TF32's; the columns all solved (an order that is no multiple of the halving). Side R is
+    the transpose of side L's problem."""
     from hybridla.backend.reduced import TRSM_LEAF, ReducedPrecisionOps
     ops = hybridla.backend.get_backend(backend)
     n, cols = 4 * TRSM_LEAF + 72, 300
     lower = np.tril(rng.standard_normal((n, n)), -1) / np.sqrt(n)
     np.fill_diagonal(lower, 1 if diag == "U" else 1 + rng.random(n))
     t = np.asfortranarray(lower + (np.triu(rng.standard_normal((n, n)), 1) if diag == "U"
-                                   else 0), np.float32)  # the upper triangle must not be read
+                                   else 0), np.float32)  # the other triangle must not be read
     b = np.asfortranarray(rng.standard_normal((n, cols)), np.float32)
+    if side == "R":
+        t, b = np.asfortranarray(t.T), np.asfortranarray(b.T)
     low = ops.matrix(n, n, np.float32, 64)
     try:
         reduced = ReducedPrecisionOps(ops, compute, low)
         lane = ops.lane("gpu:update")
-        T, B = low.workspace("panel", n, n), low.workspace("update", n, cols)
+        T, B = low.workspace("panel", n, n), low.workspace("update", *b.shape)
         ops.from_host(lane, t, T)
         ops.from_host(lane, b, B)
         with lane:
-            reduced.trsm(lane, "L", "L", "N", diag, 2, T, B)
+            reduced.trsm(lane, side, "L" if side == "L" else "U", "N", diag, 2, T, B)
         x = ops.to_host(lane, B)
     finally:
         low.close()
-    exact_lower = np.tril(t.astype(np.float64), -1) + (np.eye(n) if diag == "U" else
-                                                       np.diag(np.diag(t).astype(np.float64)))
-    exact = scipy.linalg.solve_triangular(exact_lower, 2 * b.astype(np.float64), lower=True)
+    exact_lower = np.tril(lower, -1).astype(np.float32).astype(np.float64) + (
+        np.eye(n) if diag == "U" else np.diag(np.diag(lower).astype(np.float32)))
+    exact = scipy.linalg.solve_triangular(exact_lower, 2 * (b if side == "L" else b.T)
+                                          .astype(np.float64), lower=True)
+    if side == "R":
+        exact = exact.T
     unit = 2.0 ** -10 if compute == "tf32" else 2.0 ** -23
     error = np.abs(x - exact).max() / np.abs(exact).max()
     assert error <= 4 * n * unit, error

@@ -712,7 +712,8 @@ class CudaBackend:
             source = "\n".join(_kernel_source(name) for name in ("laswp.cu", "lapack_aux.cu",
                                                                    "convert.cu", "hemv.cu",
                                                                    "getrf_panel.cu", "tslu.cu",
-                                                                   "getrf_leaf_cluster.cu"))
+                                                                   "getrf_leaf_cluster.cu",
+                                                                   "butterfly.cu"))
             self.kernels = _driver.Module(compile_cuda(source, no_extern_c=True,
                                                        options=["-O3"]))
             optin = getattr(drv.device_attribute, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", None)
@@ -1072,11 +1073,12 @@ class CudaBackend:
         return bool(result[0])
 
     # -- operations on blocks ------------------------------------------------------------------
-    def getrf_panel(self, lane, A: DeviceMatrix, step, r0, c0, c1):
-        """The LU of the panel A[r0:, c0:c1], its pivots global 0-based rows on the device, its
-        info in the step's slot: our one-launch kernel where the panel fits in the SMs' shared
-        memory (the leaves of recursive panels), else cuSOLVER getrf."""
-        panel = A.block(r0, A.m, c0, c1)
+    def getrf_panel(self, lane, A: DeviceMatrix, step, r0, c0, c1, r1=None):
+        """The LU of the panel A[r0:r1, c0:c1] (r1 None: to the last row), its pivots global
+        0-based rows on the device, its info in the step's slot: our one-launch kernel where the
+        panel fits in the SMs' shared memory (the leaves of recursive panels), else cuSOLVER
+        getrf."""
+        panel = A.block(r0, A.m if r1 is None else r1, c0, c1)
         piv_ptr = int(A.pivots_dev) + c0 * 4
         info_ptr = int(A.info_dev) + step * 4
         shape = self.fused_panel_shape(panel.rows, panel.cols, A.itemsize)
@@ -1506,26 +1508,66 @@ class CudaBackend:
 
     def vector_to_low(self, lane, src: DeviceBlock, dst: DeviceBlock, scale, permutation=None):
         """dst_ij := (s_{p_i} src_{p_i j}) rounded to dst's precision, s and p (the LU's row
-        permutation; None: none) kept on the device (`keep_on_device`). No wait."""
+        permutation) kept on the device (`keep_on_device`; None: none). No wait."""
         if dst.size == 0:
             return
         self.kernels.launch(f"vector_to_low_{_PREFIX[src.dtype]}",
                             (-(-dst.rows // 256), dst.cols), (256,), lane.handle,
                             ctypes.c_void_p(src.ptr), ctypes.c_longlong(src.ld),
                             ctypes.c_int(dst.rows), ctypes.c_int(dst.cols),
-                            ctypes.c_void_p(permutation or 0), ctypes.c_void_p(scale),
+                            ctypes.c_void_p(permutation or 0), ctypes.c_void_p(scale or 0),
                             ctypes.c_void_p(dst.ptr), ctypes.c_longlong(dst.ld))
 
     def vector_from_low(self, lane, src: DeviceBlock, dst: DeviceBlock, scale):
-        """dst_ij := s_i src_ij in dst's precision, s kept on the device. No wait."""
+        """dst_ij := s_i src_ij in dst's precision, s kept on the device (None: ones). No
+        wait."""
         if dst.size == 0:
             return
         self.kernels.launch(f"vector_from_low_{_PREFIX[dst.dtype]}",
                             (-(-dst.rows // 256), dst.cols), (256,), lane.handle,
                             ctypes.c_void_p(src.ptr), ctypes.c_longlong(src.ld),
                             ctypes.c_int(dst.rows), ctypes.c_int(dst.cols),
-                            ctypes.c_void_p(scale), ctypes.c_void_p(dst.ptr),
+                            ctypes.c_void_p(scale or 0), ctypes.c_void_p(dst.ptr),
                             ctypes.c_longlong(dst.ld))
+
+    def butterfly_rows(self, lane, src: DeviceBlock, dst: DeviceBlock, groups, transpose,
+                       before=None, after=None):
+        """dst := diag(after) op(W) diag(before) src (cuda/butterfly.cu): W the random butterfly
+        whose groups (hybridla/butterfly.py) are kept on the device, op(W) = W^T when
+        `transpose`; the scales kept on the device, None: none. dst may be src. No wait."""
+        if dst.size == 0:
+            return
+        groups_count = dst.rows // 4 + dst.rows % 4
+        self.kernels.launch(f"butterfly_rows_{_PREFIX[dst.dtype]}",
+                            (-(-groups_count // 256), dst.cols), (256,), lane.handle,
+                            ctypes.c_void_p(src.ptr), ctypes.c_longlong(src.ld),
+                            ctypes.c_void_p(dst.ptr), ctypes.c_longlong(dst.ld),
+                            ctypes.c_int(dst.rows), ctypes.c_int(dst.cols),
+                            ctypes.c_void_p(groups), ctypes.c_int(1 if transpose else 0),
+                            ctypes.c_void_p(before or 0), ctypes.c_void_p(after or 0))
+
+    def butterfly_two_sided(self, lane, owner: DeviceMatrix, A: DeviceBlock, left, right,
+                            limit) -> bool:
+        """A := L^T A R in place for the square low-precision A (cuda/butterfly.cu), L and R
+        the random butterflies whose groups are kept on the device. Returns whether a part of
+        an entry now exceeds `limit` (a wait, as `narrow`'s). One read and one write of A."""
+        if A.size == 0:
+            return False
+        flag = owner.extra_workspace("butterfly overflow", 8)
+        result = np.zeros(1, dtype=np.int32)
+        groups_count = A.rows // 4 + A.rows % 4
+        gpu = self.lane("gpu:update")
+        with gpu:
+            cublas.set_vector_async(1, 4, result.ctypes.data, 1, flag, 1, gpu.handle)
+            self.kernels.launch(f"butterfly_two_sided_{_PREFIX[A.dtype]}",
+                                self._aux_grid(groups_count, groups_count), _AUX_BLOCK,
+                                gpu.handle, ctypes.c_void_p(A.ptr), ctypes.c_longlong(A.ld),
+                                ctypes.c_int(A.rows), ctypes.c_void_p(left),
+                                ctypes.c_void_p(right), ctypes.c_double(limit),
+                                ctypes.c_void_p(flag))
+            cublas.get_vector_async(1, 4, flag, 1, result.ctypes.data, 1, gpu.handle)
+            _driver.stream_synchronize(gpu.handle)
+        return bool(result[0])
 
     # -- mixed precision (lapack/_mixed.py, backend/reduced.py, cuda/convert.cu) ----------------
     # These run before or after a factorization's task graph, on the update stream, and wait:

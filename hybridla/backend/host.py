@@ -10,6 +10,7 @@ import numpy as np
 from scipy.linalg import get_blas_funcs, get_lapack_funcs
 from threadpoolctl import threadpool_limits
 
+from ..butterfly import apply_groups, transform
 from ..panel.lu import factor_panel_tournament, getrf_panel_cpu
 from .reduced import round_to
 
@@ -167,10 +168,10 @@ class HostBackend:
 
     # -- operations on blocks ------------------------------------------------------------------
     @staticmethod
-    def getrf_panel(lane, A: HostMatrix, step, r0, c0, c1):
-        """LAPACK getrf on the panel A[r0:, c0:c1] in place; pivots global (the leaves of a
-        recursive panel, panel/lu.py)."""
-        getrf_panel_cpu(A, step, r0, c0, c1)
+    def getrf_panel(lane, A: HostMatrix, step, r0, c0, c1, r1=None):
+        """LAPACK getrf on the panel A[r0:r1, c0:c1] in place (r1 None: to the last row); pivots
+        global (the leaves of a recursive panel, diagonal blocks: panel/lu.py)."""
+        getrf_panel_cpu(A, step, r0, c0, c1, r1)
 
     def getrf_leaf(self, lane, A: HostMatrix, step, r0, c0, c1, k0=None, k1=None):
         """The leaf A[r0:, c0:c1] of the panel A[r0:, k0:k1] (k0, k1 default c0, c1) by LAPACK
@@ -429,15 +430,31 @@ class HostBackend:
     def vector_to_low(lane, src, dst, scale, permutation=None):
         """dst_ij := (s_{p_i} src_{p_i j}) rounded to dst's precision (cuda/convert.cu's
         vector_to_low); p None: no permutation."""
-        if permutation is None:
-            dst[...] = scale[:, None] * src
-        else:
-            dst[...] = scale[permutation][:, None] * src[permutation]
+        rows = slice(None) if permutation is None else permutation
+        dst[...] = src[rows] if scale is None else scale[rows][:, None] * src[rows]
 
     @staticmethod
     def vector_from_low(lane, src, dst, scale):
-        """dst_ij := s_i src_ij in dst's precision."""
-        np.multiply(scale[:, None], src, out=dst, casting="same_kind")
+        """dst_ij := s_i src_ij in dst's precision (s None: ones)."""
+        np.multiply(1 if scale is None else scale[:, None], src, out=dst, casting="same_kind")
+
+    @staticmethod
+    def butterfly_rows(lane, src, dst, groups, transpose, before=None, after=None):
+        """dst := diag(after) op(W) diag(before) src (cuda/butterfly.cu's butterfly_rows), W the
+        random butterfly of `groups` (hybridla/butterfly.py), op(W) = W^T when `transpose`;
+        None: no scaling. dst may be src."""
+        x = src if before is None else before[:, None] * src
+        y = apply_groups(groups, x, transpose)
+        dst[...] = y if after is None else after[:, None] * y
+
+    @staticmethod
+    def butterfly_two_sided(lane, owner, A, left, right, limit) -> bool:
+        """A := L^T A R in place (cuda/butterfly.cu's butterfly_two_sided), the arithmetic in
+        float64; whether a part of an entry now exceeds `limit`."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            A[...] = transform(left, right, A)
+        largest = np.maximum(np.abs(A.real), np.abs(A.imag))
+        return not bool(np.all(largest <= limit))
 
     # -- mixed precision (lapack/_mixed.py, backend/reduced.py) ---------------------------------
     @staticmethod

@@ -68,29 +68,36 @@ class ReducedPrecisionOps:
                                trans_a, trans_b)
 
     def trsm(self, lane, side, uplo, trans, diag, alpha, T, B):
-        """B := alpha T^-1 B for a lower-triangular T on the left (the LU's row solves, update/
-        lu.py), blocked: with T = [T11 0; T21 T22] halved,
+        """The LU's triangular solves, blocked: B := alpha T^-1 B for a lower-triangular T on the
+        left (its row solves, update/lu.py) and B := alpha B T^-1 for an upper-triangular T on
+        the right (L21 of a panel pivoted within its diagonal block, panel/lu.py). With T
+        halved, T11 first, T22 last:
 
-            B1 := alpha T11^-1 B1,   B2 := alpha B2 - T21 B1   (this backend's gemm),
-            B2 := T22^-1 B2,
+            left, lower:    B1 := alpha T11^-1 B1;  B2 := alpha B2 - T21 B1;  B2 := T22^-1 B2
+            right, upper:   B1 := alpha B1 T11^-1;  B2 := alpha B2 - B1 T12;  B2 := B2 T22^-1
 
-        recursively down to TRSM_LEAF, where the backend's trsm takes over. Why: cuBLAS strsm
-        runs at a few TFLOP/s on L11 of nb = 1536 (perf/RESULTS.md), and the LU's look-ahead
-        column waits for it every step; here all but the leaves' flops are tensor-core GEMMs.
-        No inverse of T is formed (one in half-x3 stopped the kappa 1e6 LU from converging):
-        a blocked solve's errors are the standard ones of its products. Other solves: the
-        backend's."""
+        (B1, B2 the row halves on the left, the column halves on the right; the products in
+        this backend's gemm), recursively down to TRSM_LEAF, where the backend's trsm takes
+        over. Why: cuBLAS strsm runs at a few TFLOP/s on triangles of nb = 1536 (perf/
+        RESULTS.md), and the LU's critical path waits for it every step; here all but the
+        leaves' flops are tensor-core GEMMs. No inverse of T is formed (one in half-x3 stopped
+        the kappa 1e6 LU from converging): a blocked solve's errors are the standard ones of its
+        products. Other solves: the backend's."""
         n = T.shape[0]
-        if (side, uplo, trans) != ("L", "L", "N") or n <= TRSM_LEAF:
+        if (side, uplo, trans) not in (("L", "L", "N"), ("R", "U", "N")) or n <= TRSM_LEAF:
             self._ops.trsm(lane, side, uplo, trans, diag, alpha, T, B)
             return
-        half, cols, sub = n // 2 // 32 * 32, B.shape[1], self._ops.sub_block
-        self.trsm(lane, side, uplo, trans, diag, alpha, sub(T, 0, half, 0, half),
-                  sub(B, 0, half, 0, cols))
-        self.gemm(lane, -1, sub(T, half, n, 0, half), sub(B, 0, half, 0, cols), alpha,
-                  sub(B, half, n, 0, cols))
-        self.trsm(lane, side, uplo, trans, diag, 1, sub(T, half, n, half, n),
-                  sub(B, half, n, 0, cols))
+        half, (rows, cols), sub = n // 2 // 32 * 32, B.shape, self._ops.sub_block
+        T11, T22 = sub(T, 0, half, 0, half), sub(T, half, n, half, n)
+        if side == "L":
+            B1, B2, = sub(B, 0, half, 0, cols), sub(B, half, n, 0, cols)
+            coupling = (sub(T, half, n, 0, half), B1)   # T21 B1
+        else:
+            B1, B2 = sub(B, 0, rows, 0, half), sub(B, 0, rows, half, n)
+            coupling = (B1, sub(T, 0, half, half, n))   # B1 T12
+        self.trsm(lane, side, uplo, trans, diag, alpha, T11, B1)
+        self.gemm(lane, -1, *coupling, alpha, B2)
+        self.trsm(lane, side, uplo, trans, diag, 1, T22, B2)
 
     herk_is_gemm = True  # update/chol.py: the whole update of a block column in one call
     herk_panel_slots = 2  # round_herk_panel's slots (lapack/potrf.py: one per step, in turn)

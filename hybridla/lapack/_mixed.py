@@ -157,7 +157,9 @@ def narrow(ops, A, low, r, c, lowest) -> bool:
 
 class TriangularPreconditioner:
     """M^-1 R = diag(scale_out) T_k^-op ... T_1^-op P diag(scale_in) R: the low-precision factors
-    applied in their precision where they live, R and the result in the working precision.
+    applied in their precision where they live, R and the result in the working precision. With
+    a `butterfly` (hybridla/butterfly.RandomButterfly: the factors are of U^T diag(r) A diag(c)
+    V), M^-1 R = diag(scale_out) V T_k^-op ... P U^T diag(scale_in) R.
     `solves` lists (uplo, trans, diag) of the triangular solves with the leading n x n block of
     `low`; `permutation` (host indices) is LU's row interchanges, applied as a gather of the
     rows when R is rounded to the factors' precision (one pass, not a pass per interchange).
@@ -175,9 +177,11 @@ class TriangularPreconditioner:
     one column of n = 32768 ran at 0.9-1.1 TB/s on the H100 (1.9 and 2.4 ms for the two
     directions), the blocked form in 1.33-1.36 ms (2026-11-23)."""
 
-    def __init__(self, ops, low, n, nrhs, solves, scale_in, scale_out, permutation=None):
+    def __init__(self, ops, low, n, nrhs, solves, scale_in, scale_out, permutation=None,
+                 butterfly=None):
         self.ops, self.low, self.n, self.solves = ops, low, n, solves
         self.scale_in, self.scale_out, self.permutation = scale_in, scale_out, permutation
+        self.butterfly = butterfly
         self.factors = low.block(0, n, 0, n)
         self.block = b = max(1, min(low.nb, n))
         low.workspace("preconditioner", n, nrhs)  # at its largest now: no allocation later
@@ -233,17 +237,30 @@ class TriangularPreconditioner:
         ops, k = self.ops, src.shape[1]
         if self._kept is None:
             keep = functools.partial(ops.keep_on_device, self.low)
+            butterfly = self.butterfly
             self._kept = (keep("scale in", np.asarray(self.scale_in, np.float64)),
                           keep("permutation", None if self.permutation is None
                                else self.permutation.astype(np.int32)),
-                          keep("scale out", np.asarray(self.scale_out, np.float64)))
-        scale_in, permutation, scale_out = self._kept
+                          keep("scale out", np.asarray(self.scale_out, np.float64)),
+                          None if butterfly is None else keep("butterfly left", butterfly.left),
+                          None if butterfly is None else keep("butterfly right",
+                                                              butterfly.right))
+        scale_in, permutation, scale_out, left, right = self._kept
         work = self.low.workspace("preconditioner", self.n, k)
         lane = ops.lane("gpu:panel")
         with lane:
-            ops.vector_to_low(lane, src, work, scale_in, permutation)
+            if self.butterfly is None:
+                ops.vector_to_low(lane, src, work, scale_in, permutation)
+                self._replay_solves(lane, work)
+                ops.vector_from_low(lane, work, dst, scale_out)
+                return
+            # the factors are of U^T diag(r) A diag(c) V: in with U^T diag(r), out with diag(c) V
+            mixed = self.low.workspace("preconditioner mixed", self.n, k, dtype=src.dtype)
+            ops.butterfly_rows(lane, src, mixed, left, True, before=scale_in)
+            ops.vector_to_low(lane, mixed, work, None, permutation)
             self._replay_solves(lane, work)
-            ops.vector_from_low(lane, work, dst, scale_out)
+            ops.vector_from_low(lane, work, dst, None)
+            ops.butterfly_rows(lane, dst, dst, right, False, after=scale_out)
 
     def _replay_solves(self, lane, work):
         """The triangular solves on `work` (k columns), replayed: the same kernels on the same
@@ -529,7 +546,8 @@ class MixedSolver:
                                         r, c)
                 overflow = reduced.overflowed()
             if overflow or info.info != 0:
-                info.iterations = OVERFLOW if overflow else FACTORIZATION_FAILED
+                # a zero pivot first: what it leaves infinite may overflow a later rounding
+                info.iterations = FACTORIZATION_FAILED if info.info != 0 else OVERFLOW
                 return None, self._done(info, phases)
             with phases("refine"):
                 A = self.working_matrix(A)

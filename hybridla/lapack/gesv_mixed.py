@@ -6,6 +6,12 @@ refinement, Haidar et al. SC18; cuSOLVER's IRS; SLATE's gesv_mixed):
     [refine]   M^-1 v = diag(c) U^-1 L^-1 P diag(r) v  (float32, where the factors are);
                refinement in the working precision with the true A (lapack/_refine.py)
 
+With mixed.panel_pivoting "diagonal" the copy is randomized, A_low := W_L^T fl32(r A c) W_R
+with random butterflies (hybridla/butterfly.py, one more pass over the copy), and the LU pivots
+within its diagonal blocks only (panel/lu.getrf_panel_diagonal): its panels lose the pivot
+search across the whole height that makes them the LU's critical path. Then M^-1 v =
+diag(c) W_R U^-1 L^-1 P W_L^T diag(r) v.
+
 Codes beyond refine's: -2 when the scaled A or a GEMM operand overflows `lowest`, -3 when the
 low-precision U has an exact zero on its diagonal (info as LAPACK's getrf). The bytes: [convert]
 reads A three times (row and column statistics, the rounding) and writes the float32 copy; each
@@ -14,15 +20,36 @@ solves): at n = 32768 in float64 that is 8.6 GB and 4.3 GB, milliseconds at HBM 
 """
 from __future__ import annotations
 
+import functools
+
 from .. import config
+from ..backend.reduced import LARGEST
+from ..butterfly import RandomButterfly
 from ._mixed import MixedSolver, TriangularPreconditioner, general_scaling, lu_permutation
 from .getrf import getrf
 
 
 class GesvMixed(MixedSolver):
+    def __init__(self, ops, options, plan):
+        super().__init__(ops, options, plan)
+        self.butterfly = None  # a RandomButterfly when the LU pivots within diagonal blocks only
+
     def scale(self, A):
         r, c, norm_inf, _ = general_scaling(self.ops, A, self.options.equilibrate)
         return r, c, norm_inf
+
+    def scale_and_narrow(self, source, low):
+        r, c, anorm, overflow = super().scale_and_narrow(source, low)
+        if self.plan.panel_pivoting == "diagonal" and not overflow:
+            # the LU without a pivot search across the height is stable for the randomized
+            # copy U^T (r A c) V (hybridla/butterfly.py), not for A itself
+            self.butterfly = RandomButterfly(low.n)
+            keep = functools.partial(self.ops.keep_on_device, low)
+            overflow = self.ops.butterfly_two_sided(
+                self.ops.lane("gpu:update"), low, low.block(0, low.m, 0, low.n),
+                keep("butterfly left", self.butterfly.left),
+                keep("butterfly right", self.butterfly.right), LARGEST[self.options.lowest])
+        return r, c, anorm, overflow
 
     def factor(self, A, low, plan, r, c) -> int:
         # the tensor-core update leaves SMs to the panels, the LU's critical path (config
@@ -38,7 +65,7 @@ class GesvMixed(MixedSolver):
         # P diag(r) A diag(c) = L U:  A^-1 = diag(c) U^-1 L^-1 P diag(r)
         return TriangularPreconditioner(self.ops, low, low.n, nrhs,
                                         [("L", "N", "U"), ("U", "N", "N")], r, c,
-                                        lu_permutation(self.pivots))
+                                        lu_permutation(self.pivots), self.butterfly)
 
 
 def gesv_mixed(ops, A, B, options, plan, arriving=None):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 
-from ..panel.lu import getrf_panel_cpu, getrf_panel_recursive
+from ..panel.lu import getrf_panel_cpu, getrf_panel_diagonal, getrf_panel_recursive
 from ..scheduler import Region, TaskGraph
 from ..scheduler.plan import panel_flops
 from ..update import lu as lu_update
@@ -84,24 +84,30 @@ def record_getrf(graph, A, plan):
 
 def record_panel(graph, A, plan, step, k0, k1, where, panel, pivots):
     flops = panel_flops(A.m - k0, k1 - k0)
+    # a reduced-precision backend (mixed solvers) keeps its panels in float32
+    panel_ops = getattr(plan.backend, "panel_ops", plan.backend)
     # where the matrix is (a GPU panel; any panel on the host backend), one wider than
     # plan.panel_leaf is factored by recursive halving
     recursive = plan.panel_leaf and k1 - k0 > plan.panel_leaf and \
         (where == "gpu" or not plan.backend.has_device)
-    if where == "gpu" or recursive:
-        # a reduced-precision backend (mixed solvers) keeps its panels in float32
-        panel_ops = getattr(plan.backend, "panel_ops", plan.backend)
+    if plan.panel_pivoting == "diagonal":  # where the matrix is: it is mostly a tall trsm
+        factor = functools.partial(getrf_panel_diagonal, plan.backend, panel_ops, A=A,
+                                   step=step, k0=k0, k1=k1)
+        lane = "gpu:panel" if plan.backend.has_device else "cpu"
+    elif where == "gpu" or recursive:
         factor = functools.partial(getrf_panel_recursive, panel_ops, A=A, step=step, k0=k0,
                                    k1=k1, leaf=plan.panel_leaf,
                                    pivoting=plan.panel_pivoting) if recursive else \
             functools.partial(plan.backend.getrf_panel, A=A, step=step, r0=k0, c0=k0, c1=k1)
-        graph.add("panel", step, "gpu:panel" if where == "gpu" else "cpu",
-                  functools.partial(_factor_then_prepare, factor=factor, ops=plan.backend, A=A,
-                                    step=step, k0=k0, k1=k1),
-                  writes=[panel, pivots], flops=flops)
+        lane = "gpu:panel" if where == "gpu" else "cpu"
+    else:
+        factor = functools.partial(_cpu_panel, A=A, step=step, r0=k0, c0=k0, c1=k1)
+        record_cpu_panel(graph, A, plan, step, k0, k1, factor, panel, [pivots], flops)
         return
-    factor = functools.partial(_cpu_panel, A=A, step=step, r0=k0, c0=k0, c1=k1)
-    record_cpu_panel(graph, A, plan, step, k0, k1, factor, panel, [pivots], flops)
+    graph.add("panel", step, lane,
+              functools.partial(_factor_then_prepare, factor=factor, ops=plan.backend, A=A,
+                                step=step, k0=k0, k1=k1),
+              writes=[panel, pivots], flops=flops)
 
 
 def _factor_then_prepare(lane, factor, ops, A, step, k0, k1):

@@ -1,11 +1,14 @@
 """The LU panel: LAPACK getrf on the CPU (scipy.linalg.lapack, routine chosen by dtype), recursive
-panels on any backend, and tournament pivoting for their leaves."""
+panels on any backend, tournament pivoting for their leaves, and pivoting within the diagonal
+block (for randomized matrices: the mixed solvers' random butterfly)."""
 from __future__ import annotations
 
 import numpy as np
 from scipy.linalg import get_blas_funcs, get_lapack_funcs
 
-PIVOTING = ("partial", "tournament")
+PIVOTING = ("partial", "tournament", "diagonal")
+# where "diagonal" may be asked for: the solvers that randomize A first (lapack/_butterfly.py)
+RANDOMIZED_ONLY = ("diagonal",)
 # The tournament's tree (cuda/tslu.cu, and factor_panel_tournament below, which follows it node
 # for node): level 0 takes the panel's rows in chunks of TOURNAMENT_CHUNK (a thread block's
 # threads, one row each), each node above the proposals of TOURNAMENT_FAN nodes below (so FAN
@@ -93,11 +96,12 @@ def interchanges_bringing_to_top(chosen) -> np.ndarray:
     return interchanges
 
 
-def getrf_panel_cpu(A, step: int, r0: int, c0: int, c1: int) -> None:
-    """The CPU panel of step `step`: [A11; A21] = P [L11; L21] U11 for rows r0: and columns c0:c1,
-    on the host copy the tile store provides (the matrix itself on the host backend, a pinned
-    buffer on the cuda backend). Pivots are recorded as global row indices."""
-    piv, info = factor_panel(A.host_panel(step, r0, c0, c1))
+def getrf_panel_cpu(A, step: int, r0: int, c0: int, c1: int, r1: int | None = None) -> None:
+    """The CPU panel of step `step`: [A11; A21] = P [L11; L21] U11 for rows r0:r1 (r1 None: to
+    the last) and columns c0:c1, on the host copy the tile store provides (the matrix itself on
+    the host backend, a pinned buffer on the cuda backend). Pivots are recorded as global row
+    indices."""
+    piv, info = factor_panel(A.host_panel(step, r0, c0, c1, r1))
     A.set_panel_result(step, c0, c1, piv + r0, info)
 
 
@@ -127,6 +131,25 @@ def getrf_panel_recursive(ops, lane, A, step: int, k0: int, k1: int, leaf: int,
     factor_leaf = ops.getrf_leaf if pivoting == "partial" else ops.tslu_panel
     _recursive(ops, factor_leaf, lane, A, step, k0, k1, leaf, k0, k1)
     ops.panel_info(lane, A, step, k0, k1)
+
+
+def getrf_panel_diagonal(ops, panel_ops, lane, A, step: int, k0: int, k1: int) -> None:
+    """The panel A[k0:, k0:k1] with its interchanges restricted to the diagonal block:
+
+        A11 = P11 L11 U11           getrf on the diagonal block only (`panel_ops`: float32)
+        L21 := A21 U11^-1           one tall triangular solve (`ops`: the update's precision,
+                                    blocked into tensor-core GEMMs in a mixed solve)
+
+    P A = L U with P block diagonal. Partial pivoting's step across the whole height, once per
+    column, is what makes the panel the LU's critical path; here no column step reaches below
+    the diagonal block. Without it the factorization is stable only for matrices whose leading
+    blocks are safe to eliminate without pivoting: what a random butterfly transform makes of
+    any nonsingular matrix with high probability (Parker 1995; Baboulin et al. 2013), so only
+    the mixed solvers, which transform A first and refine against the true A in the working
+    precision, may ask for it. The info is the diagonal block's (a zero U(i, i) leaves L21
+    infinite or NaN: the solver's code -3, and its fallback)."""
+    panel_ops.getrf_panel(lane, A, step, k0, k0, k1, r1=k1)
+    ops.trsm(lane, "R", "U", "N", "N", 1, A.block(k0, k1, k0, k1), A.block(k1, A.m, k0, k1))
 
 
 def _recursive(ops, factor_leaf, lane, A, step, c0, c1, leaf, k0, k1):

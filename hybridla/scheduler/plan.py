@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import config as _config
-from ..panel.lu import PIVOTING, TOURNAMENT_WIDTH
+from ..panel.lu import PIVOTING, RANDOMIZED_ONLY, TOURNAMENT_WIDTH
 
 PANEL_CHOICES = ("cpu", "gpu", "auto")
 
@@ -168,6 +168,10 @@ def make_plan(backend, m, n, dtype, *, routine="lu", nb=None, lookahead=None, pa
     if panel_pivoting not in PIVOTING:
         raise ValueError(f"{routine}.panel_pivoting must be one of {PIVOTING}; "
                          f"got {routine}.panel_pivoting={panel_pivoting!r}")
+    if panel_pivoting in RANDOMIZED_ONLY and routine != "mixed":
+        raise ValueError(f"{routine}.panel_pivoting={panel_pivoting!r} is stable only for a "
+                         f"randomized matrix: it is for the mixed solvers "
+                         f"(mixed.panel_pivoting), which transform A first")
     if panel_pivoting == "tournament" and not 0 < panel_leaf <= TOURNAMENT_WIDTH:
         raise ValueError(f"{routine}.panel_pivoting='tournament' pivots the leaves of recursive "
                          f"panels: it needs {routine}.panel_leaf from 1 to {TOURNAMENT_WIDTH}; "
