@@ -13,14 +13,18 @@
 // Threads of a warp take consecutive groups i, so each of the 16 (or 4) reads and writes of a
 // warp is a run of consecutive rows of the column-major matrix. The arithmetic is in double.
 
-// The rows of group g (4, or 1 past the last full group); returns how many.
+// The rows of group g (4, or 1 past the last full group); returns how many. Every loop over a
+// group below runs to 4, unrolled, with the count as a guard: constant indices keep the
+// entries in registers (a loop bounded by the count put them in local memory).
 __device__ inline int group_rows(int g, int q, int* rows)
 {
     if (g < q) {
+#pragma unroll
         for (int a = 0; a < 4; ++a) rows[a] = g + a * q;
         return 4;
     }
-    rows[0] = 4 * q + (g - q);
+#pragma unroll
+    for (int a = 0; a < 4; ++a) rows[a] = 4 * q + (g - q);
     return 1;
 }
 
@@ -28,14 +32,17 @@ __device__ inline int group_rows(int g, int q, int* rows)
 __device__ inline void mix4(const double* G, bool transpose, double* re, double* im)
 {
     double out_re[4], out_im[4];
+#pragma unroll
     for (int c = 0; c < 4; ++c) {
         out_re[c] = out_im[c] = 0.0;
+#pragma unroll
         for (int a = 0; a < 4; ++a) {
             const double g = transpose ? G[4 * a + c] : G[4 * c + a];
             out_re[c] += g * re[a];
             out_im[c] += g * im[a];
         }
     }
+#pragma unroll
     for (int c = 0; c < 4; ++c) { re[c] = out_re[c]; im[c] = out_im[c]; }
 }
 
@@ -49,28 +56,38 @@ __device__ void butterfly_two_sided(L* A, long long lda, int n, const double* le
     int rows[4], cols[4];
     const int mi = group_rows(gi, q, rows), mj = group_rows(gj, q, cols);
     double re[4][4], im[4][4];  // [column b][row a] of the block
-    for (int b = 0; b < mj; ++b)
-        for (int a = 0; a < mi; ++a) {
-            const L x = A[rows[a] + (long long)cols[b] * lda];
+#pragma unroll
+    for (int b = 0; b < 4; ++b)
+#pragma unroll
+        for (int a = 0; a < 4; ++a) {
+            const bool inside = a < mi && b < mj;
+            const L x = inside ? A[rows[a] + (long long)cols[b] * lda] : Num<L>::make(0.0, 0.0);
             re[b][a] = real_part(x);
             im[b][a] = imag_part(x);
         }
     if (mi == 4)  // each column of the block := G_i^T column
-        for (int b = 0; b < mj; ++b) mix4(left + 16 * gi, true, re[b], im[b]);
+#pragma unroll
+        for (int b = 0; b < 4; ++b) mix4(left + 16 * gi, true, re[b], im[b]);
     if (mj == 4)  // each row of the block := row G_j, that is G_j^T applied to it as a column
-        for (int a = 0; a < mi; ++a) {
+#pragma unroll
+        for (int a = 0; a < 4; ++a) {
             double row_re[4], row_im[4];
+#pragma unroll
             for (int b = 0; b < 4; ++b) { row_re[b] = re[b][a]; row_im[b] = im[b][a]; }
             mix4(right + 16 * gj, true, row_re, row_im);
+#pragma unroll
             for (int b = 0; b < 4; ++b) { re[b][a] = row_re[b]; im[b][a] = row_im[b]; }
         }
     bool too_large = false;
-    for (int b = 0; b < mj; ++b)
-        for (int a = 0; a < mi; ++a) {
-            const L x = Num<L>::make(re[b][a], im[b][a]);
-            A[rows[a] + (long long)cols[b] * lda] = x;
-            too_large |= !(fmax(fabs(real_part(x)), fabs(imag_part(x))) <= limit);
-        }
+#pragma unroll
+    for (int b = 0; b < 4; ++b)
+#pragma unroll
+        for (int a = 0; a < 4; ++a)
+            if (a < mi && b < mj) {
+                const L x = Num<L>::make(re[b][a], im[b][a]);
+                A[rows[a] + (long long)cols[b] * lda] = x;
+                too_large |= !(fmax(fabs(real_part(x)), fabs(imag_part(x))) <= limit);
+            }
     if (too_large) atomicOr(overflow, 1);
 }
 
@@ -85,17 +102,20 @@ __device__ void butterfly_rows(const T* X, long long ldx, T* Y, long long ldy, i
     int rows[4];
     const int count = group_rows(g, q, rows);
     double re[4], im[4];
-    for (int a = 0; a < count; ++a) {
-        const T x = X[rows[a] + (long long)j * ldx];
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+        const T x = a < count ? X[rows[a] + (long long)j * ldx] : Num<T>::make(0.0, 0.0);
         const double s = before ? before[rows[a]] : 1.0;
         re[a] = s * real_part(x);
         im[a] = s * imag_part(x);
     }
     if (count == 4) mix4(groups + 16 * g, transpose != 0, re, im);
-    for (int a = 0; a < count; ++a) {
-        const double s = after ? after[rows[a]] : 1.0;
-        Y[rows[a] + (long long)j * ldy] = Num<T>::make(s * re[a], s * im[a]);
-    }
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+        if (a < count) {
+            const double s = after ? after[rows[a]] : 1.0;
+            Y[rows[a] + (long long)j * ldy] = Num<T>::make(s * re[a], s * im[a]);
+        }
 }
 
 #define BUTTERFLY(S, T)                                                                        \

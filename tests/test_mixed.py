@@ -210,45 +210,50 @@ def test_lu_with_tournament_pivoting_converges(backend, kappa, rng):
     assert backward_ratio(a, x, b, np.float64) <= 1.0
 
 
-DIAGONAL = {"mixed.panel_pivoting": "diagonal"}
+WINDOW = {"mixed.panel_pivoting": "window"}
 
 
-@pytest.mark.parametrize("n, kappa, dtype", [(700, 1e2, np.float64), (700, 1e6, np.float64),
-                                             (701, 1e4, np.float64), (703, 1e4, np.complex128)])
-def test_lu_pivoting_within_diagonal_blocks_converges(backend, n, kappa, dtype, rng):
+@pytest.mark.parametrize("n, kappa, dtype, window", [
+    (700, 1e2, np.float64, 2), (700, 1e6, np.float64, 2), (700, 1e6, np.float64, 1),
+    (701, 1e4, np.float64, 3), (703, 1e4, np.complex128, 2)])
+def test_lu_pivoting_within_a_window_converges(backend, n, kappa, dtype, window, rng):
     """The copy randomized by butterflies (hybridla/butterfly.py; n = 701, 703: rows past the
-    last group of four left as they are), its LU pivoted within diagonal blocks of 128, the
-    last narrower: a preconditioner that converges as partial pivoting's does, several
-    right-hand sides, complex too (tf32)."""
+    last group of four left as they are), its LU's pivots searched for within `window` block
+    rows of 128 from the diagonal (1: the diagonal block; the last windows cut short by the
+    matrix): a preconditioner that converges as partial pivoting's does, several right-hand
+    sides, complex too (tf32)."""
     a = general(n, kappa, dtype, rng)
     b = random_matrix(n, 2, dtype, rng)
-    with hybridla.config.set(DIAGONAL):
+    with hybridla.config.set({**WINDOW, "mixed.pivot_window": window}):
         x, info = hybridla.solve_mixed(a, b, backend=backend, nb=128)
     assert info.iterations >= 0 and not info.fell_back, info
     assert backward_ratio(a, x, b, dtype) <= 1.0
 
 
-def test_lu_pivoting_within_diagonal_blocks_of_a_matrix_that_needs_pivoting(backend, rng):
-    """A = [0 B; C 0]: every diagonal block of A is zero, so an LU of A itself that pivots
-    within its diagonal blocks fails at once (U(1, 1) = 0). Of the randomized copy it does not:
-    refinement converges without falling back."""
+def test_lu_pivoting_within_a_window_of_a_matrix_that_needs_pivoting(backend, rng):
+    """A = [0 B; C 0] (n = 512, nb 128): the windows of two block rows of A's first half are
+    zero, so an LU of A itself that pivots within them fails at once (U(1, 1) = 0). Of the
+    randomized copy it does not: refinement converges without falling back."""
     n, half = 512, 256
     a = np.zeros((n, n))
     a[:half, half:] = general(half, 1e2, np.float64, rng)
     a[half:, :half] = general(half, 1e2, np.float64, rng)
     b = random_matrix(n, 1, np.float64, rng)[:, 0]
-    with hybridla.config.set(DIAGONAL):
+    with hybridla.config.set(WINDOW):
         x, info = hybridla.solve_mixed(a, b, backend=backend, nb=128)
     assert info.iterations >= 0 and not info.fell_back, info
     assert backward_ratio(a, x, b, np.float64) <= 1.0
 
 
-def test_diagonal_pivoting_is_for_randomized_matrices_only(backend, rng):
+def test_window_pivoting_is_for_randomized_matrices_only(backend, rng):
     a = general(64, 1e2, np.float64, rng)
-    with hybridla.config.set({"lu.panel_pivoting": "diagonal"}), \
-            pytest.raises(ValueError, match="lu.panel_pivoting='diagonal' is stable only for a "
+    with hybridla.config.set({"lu.panel_pivoting": "window"}), \
+            pytest.raises(ValueError, match="lu.panel_pivoting='window' is stable only for a "
                                             "randomized matrix"):
         hybridla.lu_factor(a, backend=backend)
+    with hybridla.config.set({"mixed.pivot_window": 0}), \
+            pytest.raises(ValueError, match="mixed.pivot_window"):
+        hybridla.solve_mixed(a, np.ones(64), backend=backend)
 
 
 @pytest.mark.parametrize("n", [4, 13, 150])

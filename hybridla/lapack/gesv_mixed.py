@@ -6,11 +6,11 @@ refinement, Haidar et al. SC18; cuSOLVER's IRS; SLATE's gesv_mixed):
     [refine]   M^-1 v = diag(c) U^-1 L^-1 P diag(r) v  (float32, where the factors are);
                refinement in the working precision with the true A (lapack/_refine.py)
 
-With mixed.panel_pivoting "diagonal" the copy is randomized, A_low := W_L^T fl32(r A c) W_R
-with random butterflies (hybridla/butterfly.py, one more pass over the copy), and the LU pivots
-within its diagonal blocks only (panel/lu.getrf_panel_diagonal): its panels lose the pivot
-search across the whole height that makes them the LU's critical path. Then M^-1 v =
-diag(c) W_R U^-1 L^-1 P W_L^T diag(r) v.
+With mixed.panel_pivoting "window" the copy is randomized, A_low := W_L^T fl32(r A c) W_R
+with random butterflies (hybridla/butterfly.py, one more pass over the copy), and the LU
+searches each column's pivot within mixed.pivot_window block rows from the diagonal only
+(panel/lu.getrf_panel_window): its panels lose the pivot search across the whole height that
+makes them the LU's critical path. Then M^-1 v = diag(c) W_R U^-1 L^-1 P W_L^T diag(r) v.
 
 Codes beyond refine's: -2 when the scaled A or a GEMM operand overflows `lowest`, -3 when the
 low-precision U has an exact zero on its diagonal (info as LAPACK's getrf). The bytes: [convert]
@@ -24,7 +24,7 @@ import functools
 
 from .. import config
 from ..backend.reduced import LARGEST
-from ..butterfly import RandomButterfly
+from ..butterfly import random_butterfly
 from ._mixed import MixedSolver, TriangularPreconditioner, general_scaling, lu_permutation
 from .getrf import getrf
 
@@ -32,7 +32,7 @@ from .getrf import getrf
 class GesvMixed(MixedSolver):
     def __init__(self, ops, options, plan):
         super().__init__(ops, options, plan)
-        self.butterfly = None  # a RandomButterfly when the LU pivots within diagonal blocks only
+        self.butterfly = None  # a RandomButterfly when the LU pivots within windows only
 
     def scale(self, A):
         r, c, norm_inf, _ = general_scaling(self.ops, A, self.options.equilibrate)
@@ -40,10 +40,10 @@ class GesvMixed(MixedSolver):
 
     def scale_and_narrow(self, source, low):
         r, c, anorm, overflow = super().scale_and_narrow(source, low)
-        if self.plan.panel_pivoting == "diagonal" and not overflow:
+        if self.plan.panel_pivoting == "window" and not overflow:
             # the LU without a pivot search across the height is stable for the randomized
             # copy U^T (r A c) V (hybridla/butterfly.py), not for A itself
-            self.butterfly = RandomButterfly(low.n)
+            self.butterfly = random_butterfly(low.n)
             keep = functools.partial(self.ops.keep_on_device, low)
             overflow = self.ops.butterfly_two_sided(
                 self.ops.lane("gpu:update"), low, low.block(0, low.m, 0, low.n),

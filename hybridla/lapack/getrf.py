@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 
-from ..panel.lu import getrf_panel_cpu, getrf_panel_diagonal, getrf_panel_recursive
+from ..panel.lu import getrf_panel_cpu, getrf_panel_recursive, getrf_panel_window
 from ..scheduler import Region, TaskGraph
 from ..scheduler.plan import panel_flops
 from ..update import lu as lu_update
@@ -90,9 +90,9 @@ def record_panel(graph, A, plan, step, k0, k1, where, panel, pivots):
     # plan.panel_leaf is factored by recursive halving
     recursive = plan.panel_leaf and k1 - k0 > plan.panel_leaf and \
         (where == "gpu" or not plan.backend.has_device)
-    if plan.panel_pivoting == "diagonal":  # where the matrix is: it is mostly a tall trsm
-        factor = functools.partial(getrf_panel_diagonal, plan.backend, panel_ops, A=A,
-                                   step=step, k0=k0, k1=k1)
+    if plan.panel_pivoting == "window":  # where the matrix is: it is mostly a tall trsm
+        factor = functools.partial(getrf_panel_window, plan.backend, panel_ops, A=A, step=step,
+                                   k0=k0, k1=k1, window=plan.pivot_window * plan.nb)
         lane = "gpu:panel" if plan.backend.has_device else "cpu"
     elif where == "gpu" or recursive:
         factor = functools.partial(getrf_panel_recursive, panel_ops, A=A, step=step, k0=k0,

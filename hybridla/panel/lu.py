@@ -1,14 +1,14 @@
 """The LU panel: LAPACK getrf on the CPU (scipy.linalg.lapack, routine chosen by dtype), recursive
-panels on any backend, tournament pivoting for their leaves, and pivoting within the diagonal
-block (for randomized matrices: the mixed solvers' random butterfly)."""
+panels on any backend, tournament pivoting for their leaves, and pivoting within a window of
+block rows from the diagonal (for randomized matrices: the mixed solvers' random butterfly)."""
 from __future__ import annotations
 
 import numpy as np
 from scipy.linalg import get_blas_funcs, get_lapack_funcs
 
-PIVOTING = ("partial", "tournament", "diagonal")
-# where "diagonal" may be asked for: the solvers that randomize A first (lapack/_butterfly.py)
-RANDOMIZED_ONLY = ("diagonal",)
+PIVOTING = ("partial", "tournament", "window")
+# where "window" may be asked for: the solvers that randomize A first (hybridla/butterfly.py)
+RANDOMIZED_ONLY = ("window",)
 # The tournament's tree (cuda/tslu.cu, and factor_panel_tournament below, which follows it node
 # for node): level 0 takes the panel's rows in chunks of TOURNAMENT_CHUNK (a thread block's
 # threads, one row each), each node above the proposals of TOURNAMENT_FAN nodes below (so FAN
@@ -133,23 +133,29 @@ def getrf_panel_recursive(ops, lane, A, step: int, k0: int, k1: int, leaf: int,
     ops.panel_info(lane, A, step, k0, k1)
 
 
-def getrf_panel_diagonal(ops, panel_ops, lane, A, step: int, k0: int, k1: int) -> None:
-    """The panel A[k0:, k0:k1] with its interchanges restricted to the diagonal block:
+def getrf_panel_window(ops, panel_ops, lane, A, step: int, k0: int, k1: int,
+                       window: int) -> None:
+    """The panel A[k0:, k0:k1] with its pivots searched for in the `window` rows from the
+    diagonal only (r1 = k0 + window):
 
-        A11 = P11 L11 U11           getrf on the diagonal block only (`panel_ops`: float32)
-        L21 := A21 U11^-1           one tall triangular solve (`ops`: the update's precision,
-                                    blocked into tensor-core GEMMs in a mixed solve)
+        A[k0:r1, k0:k1] = P [L11; L21'] U11     getrf on the window (`panel_ops`: float32)
+        L21'' := A[r1:, k0:k1] U11^-1            one tall triangular solve (`ops`: the update's
+                                                 precision, tensor-core GEMMs in a mixed solve)
 
-    P A = L U with P block diagonal. Partial pivoting's step across the whole height, once per
-    column, is what makes the panel the LU's critical path; here no column step reaches below
-    the diagonal block. Without it the factorization is stable only for matrices whose leading
-    blocks are safe to eliminate without pivoting: what a random butterfly transform makes of
-    any nonsingular matrix with high probability (Parker 1995; Baboulin et al. 2013), so only
-    the mixed solvers, which transform A first and refine against the true A in the working
-    precision, may ask for it. The info is the diagonal block's (a zero U(i, i) leaves L21
-    infinite or NaN: the solver's code -3, and its fallback)."""
-    panel_ops.getrf_panel(lane, A, step, k0, k0, k1, r1=k1)
-    ops.trsm(lane, "R", "U", "N", "N", 1, A.block(k0, k1, k0, k1), A.block(k1, A.m, k0, k1))
+    P A = L U with P acting within each step's window. Partial pivoting's step across the whole
+    height, once per column, is what makes the panel the LU's critical path; here no column step
+    reaches below the window. That is stable only for a matrix whose rows below the window are
+    no better pivots than those in it: what a random butterfly transform makes of a nonsingular
+    matrix with high probability (Parker 1995; Baboulin et al. 2013), so only the mixed solvers,
+    which transform A first and refine against the true A, may ask for it. With the diagonal
+    block alone as the window the randomized LU grew too much for a float32-accurate
+    preconditioner (n = 4096, nb 512: max |l_ij| 90-130, growth 380-1000, cond(L) 2e6 against
+    partial pivoting's 1, 5-34 and 1e4); with two block rows, as partial pivoting's (1.7-1.8,
+    7-41, 1.2e4: perf/RESULTS.md). The info is the window's (a zero U(i, i) leaves the rows
+    below it infinite or NaN: the solver's code -3, and its fallback)."""
+    r1 = min(k0 + window, A.m)
+    panel_ops.getrf_panel(lane, A, step, k0, k0, k1, r1=r1)
+    ops.trsm(lane, "R", "U", "N", "N", 1, A.block(k0, k1, k0, k1), A.block(r1, A.m, k0, k1))
 
 
 def _recursive(ops, factor_leaf, lane, A, step, c0, c1, leaf, k0, k1):

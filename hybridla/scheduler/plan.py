@@ -100,14 +100,16 @@ class Plan:
     #                      (config device.pin_pieces)
     panel_leaf: int = 0  # LU panels wider than this are factored by recursive halving down to
     #                      it (panel/lu.py); 0: the whole panel in one getrf
-    panel_pivoting: str = "partial"  # the recursive panels' leaves: "partial" (getrf) or
-    #                                  "tournament" (TSLU; panel/lu.py)
+    panel_pivoting: str = "partial"  # "partial"; "tournament" (TSLU) for the recursive panels'
+    #                                  leaves; "window": within pivot_window block rows from
+    #                                  the diagonal, for randomized matrices (panel/lu.py)
     upload_group: int = 2  # staged uploads: block columns per trailing-update task while the
     #                        matrix arrives (config device.upload_group)
     head_steps: int = 2  # steps that start running while the rest are recorded (config
     #                      scheduler.head_steps; 0: record everything first)
     tail: int = 0  # Cholesky on a device: the trailing matrix of this order or less is factored
     #                in one call of the device's potrf (config cho.tail); 0: never
+    pivot_window: int = 2  # "window" pivoting's block rows (config <routine>.pivot_window)
 
     def panel_placement(self, rows, cols, hiding_update_flops, kind="getrf") -> str:
         """Where this step's panel (of `kind`, see PANEL_FLOPS) runs: always the CPU on the host
@@ -180,6 +182,8 @@ def make_plan(backend, m, n, dtype, *, routine="lu", nb=None, lookahead=None, pa
     if isinstance(tail, str) and tail == "auto":
         tail = table.get(f"{routine}_tail", 0)
     tail = _positive_int(f"{routine}.tail", tail, 0)
+    pivot_window = _positive_int(f"{routine}.pivot_window", cfg.get(f"{routine}.pivot_window", 2),
+                                 1)
     return Plan(backend, nb, lookahead, panel, workers, CostModel(table, dtype),
                 str(trace) if trace else None, bool(progress), pin_pieces, panel_leaf,
-                panel_pivoting, upload_group, head_steps, tail)
+                panel_pivoting, upload_group, head_steps, tail, pivot_window)
