@@ -1,6 +1,7 @@
 // Random butterfly transforms of depth 2 (hybridla/butterfly.py): the n rows fall into groups
-// {i, i + q, i + 2q, i + 3q}, q = n / 4, each mixed by its own 4 x 4 matrix G_i (row-major, the
-// 16 doubles at groups + 16 i); rows from 4q on form groups of one, left as they are.
+// {i, i + q, i + 2q, i + 3q}, q = n / 4, each mixed by its own 4 x 4 matrix G_i (G_i[c][a] at
+// groups[(4 c + a) q + i]: a warp's threads, on consecutive groups, read each entry of their
+// G_i in one coalesced load); rows from 4q on form groups of one, left as they are.
 //
 //   butterfly_two_sided   A := L^T A R in place, A the square low-precision copy (float or
 //                         complex float) of the mixed LU: a thread per pair of groups reads its
@@ -28,8 +29,9 @@ __device__ inline int group_rows(int g, int q, int* rows)
     return 1;
 }
 
-// x := op(G) x for the 4 numbers of a group, given as real and imaginary parts
-__device__ inline void mix4(const double* G, bool transpose, double* re, double* im)
+// x := op(G) x for the 4 numbers of a group, given as real and imaginary parts; G[k q] is
+// entry k of the group's matrix (row-major)
+__device__ inline void mix4(const double* G, long long q, bool transpose, double* re, double* im)
 {
     double out_re[4], out_im[4];
 #pragma unroll
@@ -37,7 +39,7 @@ __device__ inline void mix4(const double* G, bool transpose, double* re, double*
         out_re[c] = out_im[c] = 0.0;
 #pragma unroll
         for (int a = 0; a < 4; ++a) {
-            const double g = transpose ? G[4 * a + c] : G[4 * c + a];
+            const double g = transpose ? G[(4 * a + c) * q] : G[(4 * c + a) * q];
             out_re[c] += g * re[a];
             out_im[c] += g * im[a];
         }
@@ -67,14 +69,14 @@ __device__ void butterfly_two_sided(L* A, long long lda, int n, const double* le
         }
     if (mi == 4)  // each column of the block := G_i^T column
 #pragma unroll
-        for (int b = 0; b < 4; ++b) mix4(left + 16 * gi, true, re[b], im[b]);
+        for (int b = 0; b < 4; ++b) mix4(left + gi, q, true, re[b], im[b]);
     if (mj == 4)  // each row of the block := row G_j, that is G_j^T applied to it as a column
 #pragma unroll
         for (int a = 0; a < 4; ++a) {
             double row_re[4], row_im[4];
 #pragma unroll
             for (int b = 0; b < 4; ++b) { row_re[b] = re[b][a]; row_im[b] = im[b][a]; }
-            mix4(right + 16 * gj, true, row_re, row_im);
+            mix4(right + gj, q, true, row_re, row_im);
 #pragma unroll
             for (int b = 0; b < 4; ++b) { re[b][a] = row_re[b]; im[b][a] = row_im[b]; }
         }
@@ -109,7 +111,7 @@ __device__ void butterfly_rows(const T* X, long long ldx, T* Y, long long ldy, i
         re[a] = s * real_part(x);
         im[a] = s * imag_part(x);
     }
-    if (count == 4) mix4(groups + 16 * g, transpose != 0, re, im);
+    if (count == 4) mix4(groups + g, q, transpose != 0, re, im);
 #pragma unroll
     for (int a = 0; a < 4; ++a)
         if (a < count) {

@@ -12,7 +12,9 @@ A butterfly of order n is B = [R0 R1; R0 -R1] / sqrt(2) with random diagonal R0,
 n / 2; depth 2 is U = diag(B', B'') B, the order-n butterfly followed by one of order n / 2 on
 each half. So U mixes each row only with three others: the rows fall into groups {i, i + q,
 i + 2q, i + 3q}, q = floor(n / 4), and U restricted to group i is a 4 x 4 matrix G_i (its
-"groups", a q x 4 x 4 array: the host and the device apply the same numbers). Rows from 4q on
+"groups": a 4 x 4 x q array, G_i[c, a] at [c, a, i], so that a warp of the device's kernels,
+threads on consecutive groups, reads each entry of its G_i in one coalesced load; the host
+and the device apply the same numbers). Rows from 4q on
 (n not a multiple of 4) are left alone: partial pivoting within the diagonal block still sees
 them. The diagonals' entries are exp(rho / 10), rho uniform on [-1/2, 1/2] (Parker's choice),
 drawn from a fixed seed: the same n gets the same transform in every run.
@@ -27,7 +29,7 @@ SEED = 20131  # any fixed seed: runs are reproducible, and no matrix is special 
 
 
 class RandomButterfly:
-    """U and V of order n (`left` and `right`: their groups, q x 4 x 4 float64 arrays)."""
+    """U and V of order n (`left` and `right`: their groups, 4 x 4 x q float64 arrays)."""
 
     def __init__(self, n: int, seed: int = SEED):
         rng = np.random.default_rng(seed)
@@ -56,19 +58,19 @@ def random_groups(rng, q: int) -> np.ndarray:
             column += 2
             level[:, top, top], level[:, top, bottom] = r0, r1
             level[:, bottom, top], level[:, bottom, bottom] = r0, -r1
-    return (second @ first) / 2  # (1 / sqrt 2) per level
+    return np.ascontiguousarray((second @ first).transpose(1, 2, 0) / 2)  # 1 / sqrt 2 a level
 
 
 def apply_groups(groups: np.ndarray, X: np.ndarray, transpose: bool = False) -> np.ndarray:
     """op(W) X as a new array, W the transform whose groups are `groups` (op: W, or W^T when
     `transpose`); X has n rows (a vector or a matrix), rows from 4q on are copied."""
-    q = groups.shape[0]
+    q = groups.shape[2]
     Y = np.array(X, dtype=np.result_type(X, np.float64), copy=True)
     if q == 0:
         return Y
-    G = groups.transpose(0, 2, 1) if transpose else groups
+    G = groups.transpose(1, 0, 2) if transpose else groups
     stacked = Y[:4 * q].reshape(4, q, -1)  # [local row a, group i, column]
-    Y[:4 * q] = np.einsum("ica,aik->cik", G, stacked).reshape(Y[:4 * q].shape)
+    Y[:4 * q] = np.einsum("cai,aik->cik", G, stacked).reshape(Y[:4 * q].shape)
     return Y
 
 

@@ -708,6 +708,13 @@ def solve_mixed(a, b, assume_a="gen", lower=False, overwrite_a=False, overwrite_
     equilibrate scale a by powers of two before rounding (rows and columns; symmetric for
                 "pos"), so that half precision neither overflows nor underflows on it
 
+    The LU's pivoting is config "mixed.panel_pivoting": "window" (the default) randomizes the
+    low-precision copy with random butterflies (hybridla/butterfly.py) and searches each
+    column's pivot within mixed.pivot_window block rows from the diagonal, which takes the
+    pivot search across the whole height off the factorization's critical path; "partial"
+    is LAPACK's. A matrix with a zero row or column (exactly singular) always gets partial
+    pivoting, so that its failure carries LAPACK's info.
+
     Returns (x, info): x as solve's (shape of b, where a lives: the GPU interface returns the
     same kind of device array as b), info a MixedInfo (iterations code, residual history,
     fell_back, time per phase, ...). a and b are never modified (overwrite_a, overwrite_b are

@@ -137,15 +137,17 @@ def inverse_power_of_two(x):
 
 def general_scaling(ops, A, equilibrate, rows=True):
     """Row and column scales r, c (powers of two; ones when not `equilibrate`) with the entries of
-    diag(r) A diag(c) at most about 1 in modulus, and ||A||_inf, ||A||_1: two passes over A.
-    `rows=False` scales columns only (least squares: row scaling would weight the problem)."""
+    diag(r) A diag(c) at most about 1 in modulus, ||A||_inf, ||A||_1, and whether a row or a
+    column of A is zero (A is exactly singular): two passes over A. `rows=False` scales columns
+    only (least squares: row scaling would weight the problem)."""
     lane = ops.lane("gpu:update")
     whole = A.block(0, A.m, 0, A.n)
     row_max, row_sum = ops.row_stats(lane, A, whole)
     r = inverse_power_of_two(row_max) if equilibrate and rows else np.ones(A.m)
     col_max, col_sum = ops.col_stats(lane, A, whole, r)
     c = inverse_power_of_two(col_max) if equilibrate else np.ones(A.n)
-    return r, c, float(row_sum.max(initial=0.0)), float(col_sum.max(initial=0.0))
+    zero_line = not (np.all(row_max > 0) and np.all(col_max > 0))
+    return r, c, float(row_sum.max(initial=0.0)), float(col_sum.max(initial=0.0)), zero_line
 
 
 def narrow(ops, A, low, r, c, lowest) -> bool:

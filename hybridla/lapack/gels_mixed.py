@@ -34,7 +34,7 @@ class GelsMixed(MixedSolver):
     normal = True
 
     def scale(self, A):
-        r, c, norm_inf, norm_one = general_scaling(self.ops, A, self.options.equilibrate,
+        r, c, norm_inf, norm_one, _ = general_scaling(self.ops, A, self.options.equilibrate,
                                                    rows=False)
         return r, c, norm_inf * norm_one
 

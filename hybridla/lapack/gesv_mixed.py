@@ -20,6 +20,7 @@ solves): at n = 32768 in float64 that is 8.6 GB and 4.3 GB, milliseconds at HBM 
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 from .. import config
@@ -33,14 +34,19 @@ class GesvMixed(MixedSolver):
     def __init__(self, ops, options, plan):
         super().__init__(ops, options, plan)
         self.butterfly = None  # a RandomButterfly when the LU pivots within windows only
+        self.pivoting = plan.panel_pivoting
 
     def scale(self, A):
-        r, c, norm_inf, _ = general_scaling(self.ops, A, self.options.equilibrate)
+        r, c, norm_inf, _, zero_line = general_scaling(self.ops, A, self.options.equilibrate)
+        if zero_line and self.pivoting == "window":
+            # exactly singular: randomized, its zero pivot would be lost to rounding, and the
+            # solve would not fail with LAPACK's info; partial pivoting keeps it exact
+            self.pivoting = "partial"
         return r, c, norm_inf
 
     def scale_and_narrow(self, source, low):
         r, c, anorm, overflow = super().scale_and_narrow(source, low)
-        if self.plan.panel_pivoting == "window" and not overflow:
+        if self.pivoting == "window" and not overflow:
             # the LU without a pivot search across the height is stable for the randomized
             # copy U^T (r A c) V (hybridla/butterfly.py), not for A itself
             self.butterfly = random_butterfly(low.n)
@@ -56,7 +62,8 @@ class GesvMixed(MixedSolver):
         # mixed.lu_panel_sms; null: device.panel_sms as for everything else)
         reserved = config.get("mixed.lu_panel_sms")
         with config.set({} if reserved is None else {"device.panel_sms": reserved}):
-            self.pivots, info, trace = getrf(low, plan)
+            self.pivots, info, trace = getrf(low, dataclasses.replace(
+                plan, panel_pivoting=self.pivoting))
         if plan.trace_path:
             trace.to_chrome(plan.trace_path)
         return info
