@@ -224,18 +224,20 @@ def test_lu_with_tournament_pivoting_converges(backend, kappa, rng):
 WINDOW = {"mixed.panel_pivoting": "window"}
 
 
-@pytest.mark.parametrize("n, kappa, dtype, window", [
-    (700, 1e2, np.float64, 2), (700, 1e6, np.float64, 2), (700, 1e6, np.float64, 1),
-    (701, 1e4, np.float64, 3), (703, 1e4, np.complex128, 2)])
-def test_lu_pivoting_within_a_window_converges(backend, n, kappa, dtype, window, rng):
+@pytest.mark.parametrize("n, kappa, dtype, window, leaf", [
+    (700, 1e2, np.float64, 2, 0), (700, 1e6, np.float64, 2, 0), (700, 1e6, np.float64, 1, 0),
+    (701, 1e4, np.float64, 3, 0), (703, 1e4, np.complex128, 2, 0),
+    (700, 1e6, np.float64, 2, 16), (701, 1e4, np.float64, 2, 32)])
+def test_lu_pivoting_within_a_window_converges(backend, n, kappa, dtype, window, leaf, rng):
     """The copy randomized by butterflies (hybridla/butterfly.py; n = 701, 703: rows past the
     last group of four left as they are), its LU's pivots searched for within `window` block
     rows of 128 from the diagonal (1: the diagonal block; the last windows cut short by the
-    matrix): a preconditioner that converges as partial pivoting's does, several right-hand
-    sides, complex too (tf32)."""
+    matrix), the window factored whole or recursively down to leaves of `leaf` (16: one
+    thread-block cluster each on a device): a preconditioner that converges as partial
+    pivoting's does, several right-hand sides, complex too (tf32)."""
     a = general(n, kappa, dtype, rng)
     b = random_matrix(n, 2, dtype, rng)
-    with hybridla.config.set({**WINDOW, "mixed.pivot_window": window}):
+    with hybridla.config.set({**WINDOW, "mixed.pivot_window": window, "mixed.panel_leaf": leaf}):
         x, info = hybridla.solve_mixed(a, b, backend=backend, nb=128)
     assert info.iterations >= 0 and not info.fell_back, info
     assert backward_ratio(a, x, b, dtype) <= 1.0

@@ -1099,25 +1099,25 @@ class CudaBackend:
         self.kernels.launch("pivots_to_global", (-(-count // 256),), (256,), lane.handle,
                             ctypes.c_void_p(piv_ptr), ctypes.c_int(count), ctypes.c_int(r0))
 
-    def getrf_leaf(self, lane, A: DeviceMatrix, step, r0, c0, c1, k0=None, k1=None):
-        """The leaf A[r0:, c0:c1] of the panel A[r0:, k0:k1] (k0, k1 default c0, c1) by partial
-        pivoting, its interchanges applied to the panel's other columns too; pivots global
-        0-based rows, the info left to panel_info. One launch on a thread-block cluster
-        (cuda/getrf_leaf_cluster.cu) for a float leaf of up to 16 columns and 32768 rows, where
-        the lane can launch its cluster of 16 (not in a green context of fewer SMs than a GPU
-        processing cluster); else getrf_panel and laswp."""
-        k0, k1 = c0 if k0 is None else k0, c1 if k1 is None else k1
-        rows, width = A.m - r0, c1 - c0
+    def getrf_leaf(self, lane, A: DeviceMatrix, step, r0, c0, c1, k0=None, k1=None, r1=None):
+        """The leaf A[r0:r1, c0:c1] of the panel A[r0:r1, k0:k1] (k0, k1 default c0, c1; r1 None:
+        to the last row) by partial pivoting, its interchanges applied to the panel's other
+        columns too; pivots global 0-based rows, the info left to panel_info. One launch on a
+        thread-block cluster (cuda/getrf_leaf_cluster.cu) for a float leaf of up to 16 columns
+        and 32768 rows, where the lane can launch its cluster of 16 (not in a green context of
+        fewer SMs than a GPU processing cluster); else getrf_panel and laswp."""
+        k0, k1, r1 = c0 if k0 is None else k0, c1 if k1 is None else k1, A.m if r1 is None else r1
+        rows, width = r1 - r0, c1 - c0
         if not (lane.cluster_blocks >= _LEAF_CLUSTER["blocks"]
                 and A.dtype in _LEAF_CLUSTER["dtypes"]
                 and width <= min(rows, _LEAF_CLUSTER["max_width"])
                 and rows <= _LEAF_CLUSTER["max_rows"]):
-            self.getrf_panel(lane, A, step, r0, c0, c1)
+            self.getrf_panel(lane, A, step, r0, c0, c1, r1=r1)
             self._interchange_other_columns(lane, A, c0, c1, k0, k1)
             return
         self.kernels.launch(
             "getrf_leaf_cluster_s", (_LEAF_CLUSTER["blocks"],), (_LEAF_CLUSTER["threads"],),
-            lane.handle, ctypes.c_void_p(A.block(r0, A.m, c0, c1).ptr), ctypes.c_longlong(A.ld),
+            lane.handle, ctypes.c_void_p(A.block(r0, r1, c0, c1).ptr), ctypes.c_longlong(A.ld),
             ctypes.c_int(rows), ctypes.c_int(width), ctypes.c_int(c0 - k0), ctypes.c_int(k1 - c1),
             ctypes.c_void_p(int(A.pivots_dev) + c0 * 4), ctypes.c_int(r0))
 

@@ -173,11 +173,11 @@ class HostBackend:
         global (the leaves of a recursive panel, diagonal blocks: panel/lu.py)."""
         getrf_panel_cpu(A, step, r0, c0, c1, r1)
 
-    def getrf_leaf(self, lane, A: HostMatrix, step, r0, c0, c1, k0=None, k1=None):
-        """The leaf A[r0:, c0:c1] of the panel A[r0:, k0:k1] (k0, k1 default c0, c1) by LAPACK
-        getrf, its interchanges applied to the panel's other columns; pivots global, the info
-        left to panel_info."""
-        getrf_panel_cpu(A, step, r0, c0, c1)
+    def getrf_leaf(self, lane, A: HostMatrix, step, r0, c0, c1, k0=None, k1=None, r1=None):
+        """The leaf A[r0:r1, c0:c1] of the panel A[r0:r1, k0:k1] (k0, k1 default c0, c1; r1
+        None: to the last row) by LAPACK getrf, its interchanges applied to the panel's other
+        columns; pivots global, the info left to panel_info."""
+        getrf_panel_cpu(A, step, r0, c0, c1, r1)
         self._interchange_other_columns(lane, A, c0, c1, k0, k1)
 
     def tslu_panel(self, lane, A: HostMatrix, step, r0, c0, c1, k0=None, k1=None):

@@ -3,6 +3,8 @@ panels on any backend, tournament pivoting for their leaves, and pivoting within
 block rows from the diagonal (for randomized matrices: the mixed solvers' random butterfly)."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from scipy.linalg import get_blas_funcs, get_lapack_funcs
 
@@ -134,11 +136,12 @@ def getrf_panel_recursive(ops, lane, A, step: int, k0: int, k1: int, leaf: int,
 
 
 def getrf_panel_window(ops, panel_ops, lane, A, step: int, k0: int, k1: int,
-                       window: int) -> None:
+                       window: int, leaf: int = 0) -> None:
     """The panel A[k0:, k0:k1] with its pivots searched for in the `window` rows from the
     diagonal only (r1 = k0 + window):
 
-        A[k0:r1, k0:k1] = P [L11; L21'] U11     getrf on the window (`panel_ops`: float32)
+        A[k0:r1, k0:k1] = P [L11; L21'] U11     getrf on the window (`panel_ops`: float32;
+                                                 recursive with leaves of `leaf`, if any)
         L21'' := A[r1:, k0:k1] U11^-1            one tall triangular solve (`ops`: the update's
                                                  precision, tensor-core GEMMs in a mixed solve)
 
@@ -154,25 +157,32 @@ def getrf_panel_window(ops, panel_ops, lane, A, step: int, k0: int, k1: int,
     7-41, 1.2e4: perf/RESULTS.md). The info is the window's (a zero U(i, i) leaves the rows
     below it infinite or NaN: the solver's code -3, and its fallback)."""
     r1 = min(k0 + window, A.m)
-    panel_ops.getrf_panel(lane, A, step, k0, k0, k1, r1=r1)
+    if leaf and k1 - k0 > leaf:
+        _recursive(panel_ops, functools.partial(panel_ops.getrf_leaf, r1=r1), lane, A, step,
+                   k0, k1, leaf, k0, k1, r1)
+        panel_ops.panel_info(lane, A, step, k0, k1)
+    else:
+        panel_ops.getrf_panel(lane, A, step, k0, k0, k1, r1=r1)
     ops.trsm(lane, "R", "U", "N", "N", 1, A.block(k0, k1, k0, k1), A.block(r1, A.m, k0, k1))
 
 
-def _recursive(ops, factor_leaf, lane, A, step, c0, c1, leaf, k0, k1):
+def _recursive(ops, factor_leaf, lane, A, step, c0, c1, leaf, k0, k1, r1=None):
+    """The recursion of getrf_panel_recursive on the panel's rows down to r1 (None: all)."""
     if c1 - c0 <= leaf:
         factor_leaf(lane, A, step, c0, c0, c1, k0, k1)
         return
     mid = _middle(c0, c1, leaf)
-    _recursive(ops, factor_leaf, lane, A, step, c0, mid, leaf, k0, k1)
-    _update_right_half(ops, lane, A, c0, mid, c1)
-    _recursive(ops, factor_leaf, lane, A, step, mid, c1, leaf, k0, k1)
+    _recursive(ops, factor_leaf, lane, A, step, c0, mid, leaf, k0, k1, r1)
+    _update_right_half(ops, lane, A, c0, mid, c1, r1)
+    _recursive(ops, factor_leaf, lane, A, step, mid, c1, leaf, k0, k1, r1)
 
 
 def _middle(c0, c1, leaf):
     return c0 + max(leaf, ((c1 - c0) // 2) // 32 * 32)  # a multiple of 32 for aligned GEMMs
 
 
-def _update_right_half(ops, lane, A, c0, mid, c1):
+def _update_right_half(ops, lane, A, c0, mid, c1, r1=None):
+    r1 = A.m if r1 is None else r1
     ops.trsm(lane, "L", "L", "N", "U", 1, A.block(c0, mid, c0, mid), A.block(c0, mid, mid, c1))
-    ops.gemm(lane, -1, A.block(mid, A.m, c0, mid), A.block(c0, mid, mid, c1), 1,
-             A.block(mid, A.m, mid, c1))
+    ops.gemm(lane, -1, A.block(mid, r1, c0, mid), A.block(c0, mid, mid, c1), 1,
+             A.block(mid, r1, mid, c1))
