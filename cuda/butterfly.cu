@@ -48,9 +48,10 @@ __device__ inline void mix4(const double* G, long long q, bool transpose, double
     for (int c = 0; c < 4; ++c) { re[c] = out_re[c]; im[c] = out_im[c]; }
 }
 
-template <typename L>
-__device__ void butterfly_two_sided(L* A, long long lda, int n, const double* left,
-                                    const double* right, double limit, int* overflow)
+template <typename T, typename L>
+__device__ void narrow_butterfly(const T* A, long long lda, L* out, long long ldo, int n,
+                                 const double* r, const double* c, const double* left,
+                                 const double* right, double limit, int* overflow)
 {
     const int q = n / 4, groups = q + n % 4;
     const int gi = blockIdx.x * blockDim.x + threadIdx.x, gj = blockIdx.y * blockDim.y + threadIdx.y;
@@ -63,9 +64,10 @@ __device__ void butterfly_two_sided(L* A, long long lda, int n, const double* le
 #pragma unroll
         for (int a = 0; a < 4; ++a) {
             const bool inside = a < mi && b < mj;
-            const L x = inside ? A[rows[a] + (long long)cols[b] * lda] : Num<L>::make(0.0, 0.0);
-            re[b][a] = real_part(x);
-            im[b][a] = imag_part(x);
+            const T x = inside ? A[rows[a] + (long long)cols[b] * lda] : Num<T>::make(0.0, 0.0);
+            const double s = inside ? r[rows[a]] * c[cols[b]] : 0.0;
+            re[b][a] = s * real_part(x);
+            im[b][a] = s * imag_part(x);
         }
     if (mi == 4)  // each column of the block := G_i^T column
 #pragma unroll
@@ -87,7 +89,7 @@ __device__ void butterfly_two_sided(L* A, long long lda, int n, const double* le
         for (int a = 0; a < 4; ++a)
             if (a < mi && b < mj) {
                 const L x = Num<L>::make(re[b][a], im[b][a]);
-                A[rows[a] + (long long)cols[b] * lda] = x;
+                out[rows[a] + (long long)cols[b] * ldo] = x;
                 too_large |= !(fmax(fabs(real_part(x)), fabs(imag_part(x))) <= limit);
             }
     if (too_large) atomicOr(overflow, 1);
@@ -131,9 +133,13 @@ BUTTERFLY(d, double)
 BUTTERFLY(c, cuFloatComplex)
 BUTTERFLY(z, cuDoubleComplex)
 
-extern "C" __global__ void butterfly_two_sided_s(float* A, long long lda, int n,
-    const double* left, const double* right, double limit, int* overflow)
-{ butterfly_two_sided<float>(A, lda, n, left, right, limit, overflow); }
-extern "C" __global__ void butterfly_two_sided_c(cuFloatComplex* A, long long lda, int n,
-    const double* left, const double* right, double limit, int* overflow)
-{ butterfly_two_sided<cuFloatComplex>(A, lda, n, left, right, limit, overflow); }
+#define NARROW_BUTTERFLY(S, T, L)                                                              \
+extern "C" __global__ void narrow_butterfly_##S(const T* A, long long lda, L* out,             \
+    long long ldo, int n, const double* r, const double* c, const double* left,                \
+    const double* right, double limit, int* overflow)                                          \
+{ narrow_butterfly<T, L>(A, lda, out, ldo, n, r, c, left, right, limit, overflow); }
+
+NARROW_BUTTERFLY(s, float, float)
+NARROW_BUTTERFLY(d, double, float)
+NARROW_BUTTERFLY(c, cuFloatComplex, cuFloatComplex)
+NARROW_BUTTERFLY(z, cuDoubleComplex, cuFloatComplex)

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""What randomizing the mixed LU's copy costs (gesv_mixed with mixed.panel_pivoting "diagonal"):
-the host's RandomButterfly, keeping its groups on the device, and cuda/butterfly.cu's two-sided
-kernel on an n x n float32 copy, each timed alone (host clock around a synchronized call, best
-of --repeat), beside a plain copy of the same bytes for the bandwidth it could reach.
+"""What randomizing the mixed LU's copy costs (gesv_mixed with mixed.panel_pivoting "window"):
+the host's RandomButterfly, keeping its groups on the device, and the backend's narrow of an
+n x n float64 matrix into its float32 copy, plain (cuda/convert.cu) and with the butterflies
+(cuda/butterfly.cu), each timed alone (host clock around a synchronized call, best of
+--repeat).
 
     python3 perf/probe_butterfly.py --n 32768 --repeat 5
 """
@@ -36,28 +37,28 @@ def main():
     args = p.parse_args()
     n = args.n
     ops = get_backend("cuda")
-    low = ops.matrix(n, n, np.float32, 1536)
+    source, low = ops.matrix(n, n, np.float64, 1536), ops.matrix(n, n, np.float32, 1536)
     try:
         lane = ops.lane("gpu:update")
-        block = low.block(0, n, 0, n)
+        whole = source.block(0, n, 0, n), low.block(0, n, 0, n)
+        ones = np.ones(n)
         butterfly = RandomButterfly(n)
         keep = lambda name, groups: ops.keep_on_device(low, name, groups)  # noqa: E731
-        left, right = keep("left", butterfly.left), keep("right", butterfly.right)
+        groups = keep("left", butterfly.left), keep("right", butterfly.right)
         rows = [("RandomButterfly(n) on the host", best(args.repeat, lambda: RandomButterfly(n))),
                 ("keep_on_device of both groups", best(args.repeat, lambda: (
                     keep("left", butterfly.left), keep("right", butterfly.right)))),
-                ("butterfly_two_sided (float32, in place)", best(args.repeat, lambda: (
-                    ops.butterfly_two_sided(lane, low, block, left, right, 1e30))))]
-        source = cp.empty((n, n), cp.float32, order="F")
-        target = cp.empty_like(source)
-        rows.append(("cupy copy of the same bytes", best(args.repeat, lambda: target.__setitem__(
-            Ellipsis, source))))
+                ("narrow, float64 -> float32", best(args.repeat, lambda: (
+                    ops.narrow(lane, low, *whole, ones, ones, 1e30)))),
+                ("narrow with the butterflies, float64 -> float32", best(args.repeat, lambda: (
+                    ops.narrow(lane, low, *whole, ones, ones, 1e30, butterfly=groups))))]
     finally:
+        source.close()
         low.close()
-    gigabytes = 2 * n * n * 4 / 1e9
-    print(f"| n = {n} | ms | GB/s (read + write of the copy) |\n|---|---:|---:|")
+    gigabytes = n * n * (8 + 4) / 1e9
+    print(f"| n = {n} | ms | GB/s (read of A + write of the copy) |\n|---|---:|---:|")
     for name, seconds in rows:
-        rate = f"{gigabytes / seconds:.0f}" if "copy" in name or "two_sided" in name else "–"
+        rate = f"{gigabytes / seconds:.0f}" if "narrow" in name else "–"
         print(f"| {name} | {seconds * 1e3:.3f} | {rate} |")
 
 

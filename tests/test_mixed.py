@@ -272,9 +272,10 @@ def test_window_pivoting_is_for_randomized_matrices_only(backend, rng):
 @pytest.mark.parametrize("n", [4, 13, 150])
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128])
 def test_butterfly_kernels_are_the_transform(backend, n, dtype, rng):
-    """The backend's butterfly_rows (any scales, op W or W^T, in place) and butterfly_two_sided
-    (in place, on the low-precision copy) against the transforms as explicit matrices, built
-    column by column from hybridla/butterfly.apply_groups."""
+    """The backend's butterfly_rows (any scales, op W or W^T, in place) and its narrow with a
+    butterfly (from the working matrix, and in place on a low-precision copy) against the
+    transforms as explicit matrices, built column by column from hybridla/butterfly.py's
+    apply_groups."""
     from hybridla.butterfly import RandomButterfly, apply_groups
     ops = hybridla.backend.get_backend(backend)
     butterfly = RandomButterfly(n)
@@ -283,30 +284,39 @@ def test_butterfly_kernels_are_the_transform(backend, n, dtype, rng):
     low_dtype = np.complex64 if dtype == np.complex128 else np.float32
     x = random_matrix(n, 3, dtype, rng)
     before, after = rng.random(n) + 0.5, rng.random(n) + 0.5
-    a = np.asfortranarray(random_matrix(n, n, low_dtype, rng))
-    store = ops.matrix(n, n, low_dtype, 32)
+    r, c = 2.0 ** rng.integers(-3, 3, n), 2.0 ** rng.integers(-3, 3, n)
+    a = np.asfortranarray(random_matrix(n, n, dtype, rng))
+    source, store = ops.matrix(n, n, dtype, 32), ops.matrix(n, n, low_dtype, 32)
     try:
         keep = lambda name, array: ops.keep_on_device(store, name, array)  # noqa: E731
-        left, right = keep("left", butterfly.left), keep("right", butterfly.right)
+        groups = keep("left", butterfly.left), keep("right", butterfly.right)
         lane = ops.lane("gpu:update")
-        X, A = store.workspace("x", n, 3, dtype=dtype), store.block(0, n, 0, n)
+        X, A, low = (store.workspace("x", n, 3, dtype=dtype), source.block(0, n, 0, n),
+                     store.block(0, n, 0, n))
         ops.from_host(lane, x, X)
         ops.from_host(lane, a, A)
         with lane:
-            ops.butterfly_rows(lane, X, X, left, True, before=keep("before", before))
+            ops.butterfly_rows(lane, X, X, groups[0], True, before=keep("before", before))
         mixed = ops.to_host(lane, X)
         with lane:
-            ops.butterfly_rows(lane, X, X, right, False, after=keep("after", after))
+            ops.butterfly_rows(lane, X, X, groups[1], False, after=keep("after", after))
         both = ops.to_host(lane, X)
-        overflow = ops.butterfly_two_sided(lane, store, A, left, right, 1e30)
-        transformed = ops.to_host(lane, A)
-        assert ops.butterfly_two_sided(lane, store, A, left, right, 1e-3)  # flags the limit
+        overflow = ops.narrow(lane, store, A, low, r, c, 1e30, butterfly=groups)
+        transformed = ops.to_host(lane, low)
+        ones = np.ones(n)
+        assert not ops.narrow(lane, store, low, low, ones, ones, 1e30, butterfly=groups)
+        twice = ops.to_host(lane, low)
+        assert ops.narrow(lane, store, A, low, r, c, 1e-3, butterfly=groups)  # flags the limit
     finally:
+        source.close()
         store.close()
     np.testing.assert_allclose(mixed, U.T @ (before[:, None] * x), rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(both, after[:, None] * (V @ mixed), rtol=1e-13, atol=1e-13)
     assert not overflow
-    np.testing.assert_allclose(transformed, U.T @ a.astype(dtype) @ V, rtol=1e-5, atol=1e-5)
+    expected = U.T @ (r[:, None] * a * c) @ V
+    np.testing.assert_allclose(transformed, expected, rtol=1e-5, atol=1e-5 * abs(expected).max())
+    np.testing.assert_allclose(twice, U.T @ expected @ V, rtol=1e-5,
+                               atol=1e-5 * abs(expected).max())
 
 
 @pytest.mark.cuda

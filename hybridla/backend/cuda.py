@@ -1546,29 +1546,6 @@ class CudaBackend:
                             ctypes.c_void_p(groups), ctypes.c_int(1 if transpose else 0),
                             ctypes.c_void_p(before or 0), ctypes.c_void_p(after or 0))
 
-    def butterfly_two_sided(self, lane, owner: DeviceMatrix, A: DeviceBlock, left, right,
-                            limit) -> bool:
-        """A := L^T A R in place for the square low-precision A (cuda/butterfly.cu), L and R
-        the random butterflies whose groups are kept on the device. Returns whether a part of
-        an entry now exceeds `limit` (a wait, as `narrow`'s). One read and one write of A."""
-        if A.size == 0:
-            return False
-        flag = owner.extra_workspace("butterfly overflow", 8)
-        result = np.zeros(1, dtype=np.int32)
-        groups_count = A.rows // 4 + A.rows % 4
-        gpu = self.lane("gpu:update")
-        with gpu:
-            cublas.set_vector_async(1, 4, result.ctypes.data, 1, flag, 1, gpu.handle)
-            self.kernels.launch(f"butterfly_two_sided_{_PREFIX[A.dtype]}",
-                                self._aux_grid(groups_count, groups_count), _AUX_BLOCK,
-                                gpu.handle, ctypes.c_void_p(A.ptr), ctypes.c_longlong(A.ld),
-                                ctypes.c_int(A.rows), ctypes.c_void_p(left),
-                                ctypes.c_void_p(right), ctypes.c_double(limit),
-                                ctypes.c_void_p(flag))
-            cublas.get_vector_async(1, 4, flag, 1, result.ctypes.data, 1, gpu.handle)
-            _driver.stream_synchronize(gpu.handle)
-        return bool(result[0])
-
     # -- mixed precision (lapack/_mixed.py, backend/reduced.py, cuda/convert.cu) ----------------
     # These run before or after a factorization's task graph, on the update stream, and wait:
     # their results (scales, flags) decide what the host does next.
@@ -1605,10 +1582,12 @@ class CudaBackend:
         return out[:, 0].copy(), out[:, 1].copy()
 
     def narrow(self, lane, owner: DeviceMatrix, src: DeviceBlock, dst: DeviceBlock, row_scale,
-               col_scale, limit) -> bool:
-        """dst := (r_i c_j src_ij) rounded to dst's precision (float or complex float). Returns
-        whether a scaled entry's real or imaginary part exceeds `limit`. One read of src, one
-        write of dst."""
+               col_scale, limit, butterfly=None) -> bool:
+        """dst := (r_i c_j src_ij) rounded to dst's precision (float or complex float); with a
+        `butterfly` (left, right: random butterflies' groups kept on the device), dst := L^T
+        (r src c) R rounded (the square mixed LU's randomized copy, cuda/butterfly.cu). Returns
+        whether a part of an entry of dst exceeds `limit`. One read of src, one write of dst
+        (dst may be src)."""
         if dst.size == 0:
             return False
         scales = np.concatenate([np.asarray(row_scale, np.float64),
@@ -1619,13 +1598,26 @@ class CudaBackend:
         gpu = self.lane("gpu:update")
         with gpu:
             cublas.set_vector_async(scales.size, 8, scales.ctypes.data, 1, buffer, 1, gpu.handle)
-            self.kernels.launch(f"narrow_{_PREFIX[src.dtype]}", self._aux_grid(dst.rows, dst.cols),
-                                _AUX_BLOCK, gpu.handle, ctypes.c_void_p(src.ptr),
-                                ctypes.c_longlong(src.ld), ctypes.c_int(dst.rows),
-                                ctypes.c_int(dst.cols), ctypes.c_void_p(buffer),
-                                ctypes.c_void_p(buffer + dst.rows * 8), ctypes.c_void_p(dst.ptr),
-                                ctypes.c_longlong(dst.ld), ctypes.c_double(limit),
-                                ctypes.c_void_p(flag))
+            if butterfly is None:
+                self.kernels.launch(f"narrow_{_PREFIX[src.dtype]}",
+                                    self._aux_grid(dst.rows, dst.cols), _AUX_BLOCK, gpu.handle,
+                                    ctypes.c_void_p(src.ptr), ctypes.c_longlong(src.ld),
+                                    ctypes.c_int(dst.rows), ctypes.c_int(dst.cols),
+                                    ctypes.c_void_p(buffer),
+                                    ctypes.c_void_p(buffer + dst.rows * 8),
+                                    ctypes.c_void_p(dst.ptr), ctypes.c_longlong(dst.ld),
+                                    ctypes.c_double(limit), ctypes.c_void_p(flag))
+            else:
+                left, right = butterfly
+                groups = dst.rows // 4 + dst.rows % 4
+                self.kernels.launch(f"narrow_butterfly_{_PREFIX[src.dtype]}",
+                                    self._aux_grid(groups, groups), _AUX_BLOCK, gpu.handle,
+                                    ctypes.c_void_p(src.ptr), ctypes.c_longlong(src.ld),
+                                    ctypes.c_void_p(dst.ptr), ctypes.c_longlong(dst.ld),
+                                    ctypes.c_int(dst.rows), ctypes.c_void_p(buffer),
+                                    ctypes.c_void_p(buffer + dst.rows * 8), ctypes.c_void_p(left),
+                                    ctypes.c_void_p(right), ctypes.c_double(limit),
+                                    ctypes.c_void_p(flag))
             cublas.get_vector_async(1, 8, flag, 1, result.ctypes.data, 1, gpu.handle)
             _driver.stream_synchronize(gpu.handle)
         return bool(result.view(np.int32)[0])

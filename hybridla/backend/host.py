@@ -447,15 +447,6 @@ class HostBackend:
         y = apply_groups(groups, x, transpose)
         dst[...] = y if after is None else after[:, None] * y
 
-    @staticmethod
-    def butterfly_two_sided(lane, owner, A, left, right, limit) -> bool:
-        """A := L^T A R in place (cuda/butterfly.cu's butterfly_two_sided), the arithmetic in
-        float64; whether a part of an entry now exceeds `limit`."""
-        with np.errstate(over="ignore", invalid="ignore"):
-            A[...] = transform(left, right, A)
-        largest = np.maximum(np.abs(A.real), np.abs(A.imag))
-        return not bool(np.all(largest <= limit))
-
     # -- mixed precision (lapack/_mixed.py, backend/reduced.py) ---------------------------------
     @staticmethod
     def row_stats(lane, owner, A):
@@ -470,10 +461,14 @@ class HostBackend:
         return (modulus * row_scale[:, None]).max(axis=0, initial=0.0), modulus.sum(axis=0)
 
     @staticmethod
-    def narrow(lane, owner, src, dst, row_scale, col_scale, limit) -> bool:
-        """dst := (r_i c_j src_ij) rounded to dst's precision (cuda/convert.cu's narrow).
-        Returns whether a scaled entry's real or imaginary part exceeds `limit`."""
+    def narrow(lane, owner, src, dst, row_scale, col_scale, limit, butterfly=None) -> bool:
+        """dst := (r_i c_j src_ij) rounded to dst's precision (cuda/convert.cu's narrow); with a
+        `butterfly` (left, right: random butterflies' groups), dst := L^T (r src c) R rounded
+        (cuda/butterfly.cu's narrow_butterfly, the arithmetic in float64). Returns whether a
+        part of an entry of dst exceeds `limit`."""
         scaled = src * (row_scale[:, None] * col_scale[None, :])
+        if butterfly is not None:
+            scaled = transform(*butterfly, scaled)
         with np.errstate(over="ignore", invalid="ignore"):
             dst[...] = scaled
         largest = np.maximum(np.abs(dst.real), np.abs(dst.imag))

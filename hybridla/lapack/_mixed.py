@@ -150,11 +150,16 @@ def general_scaling(ops, A, equilibrate, rows=True):
     return r, c, float(row_sum.max(initial=0.0)), float(col_sum.max(initial=0.0)), zero_line
 
 
-def narrow(ops, A, low, r, c, lowest) -> bool:
-    """low := diag(r) A diag(c) in float32 (complex64); True when an entry exceeds what the
-    `lowest` precision can hold (the tensor cores would see an infinity): code -2."""
+def narrow(ops, A, low, r, c, lowest, butterfly=None) -> bool:
+    """low := diag(r) A diag(c) in float32 (complex64), or W_L^T diag(r) A diag(c) W_R with a
+    `butterfly` (a RandomButterfly); True when an entry exceeds what the `lowest` precision can
+    hold (the tensor cores would see an infinity): code -2."""
+    if butterfly is not None:
+        keep = functools.partial(ops.keep_on_device, low)
+        butterfly = (keep("butterfly left", butterfly.left), keep("butterfly right",
+                                                                  butterfly.right))
     return ops.narrow(ops.lane("gpu:update"), low, A.block(0, A.m, 0, A.n),
-                      low.block(0, low.m, 0, low.n), r, c, LARGEST[lowest])
+                      low.block(0, low.m, 0, low.n), r, c, LARGEST[lowest], butterfly)
 
 
 class TriangularPreconditioner:

@@ -21,12 +21,11 @@ solves): at n = 32768 in float64 that is 8.6 GB and 4.3 GB, milliseconds at HBM 
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 from .. import config
-from ..backend.reduced import LARGEST
 from ..butterfly import random_butterfly
-from ._mixed import MixedSolver, TriangularPreconditioner, general_scaling, lu_permutation
+from ._mixed import (MixedSolver, TriangularPreconditioner, general_scaling, lu_permutation,
+                     narrow)
 from .getrf import getrf
 
 
@@ -45,17 +44,12 @@ class GesvMixed(MixedSolver):
         return r, c, norm_inf
 
     def scale_and_narrow(self, source, low):
-        r, c, anorm, overflow = super().scale_and_narrow(source, low)
-        if self.pivoting == "window" and not overflow:
-            # the LU without a pivot search across the height is stable for the randomized
-            # copy U^T (r A c) V (hybridla/butterfly.py), not for A itself
-            self.butterfly = random_butterfly(low.n)
-            keep = functools.partial(self.ops.keep_on_device, low)
-            overflow = self.ops.butterfly_two_sided(
-                self.ops.lane("gpu:update"), low, low.block(0, low.m, 0, low.n),
-                keep("butterfly left", self.butterfly.left),
-                keep("butterfly right", self.butterfly.right), LARGEST[self.options.lowest])
-        return r, c, anorm, overflow
+        r, c, anorm = self.scale(source)
+        # the LU without a pivot search across the height is stable for the randomized copy
+        # W_L^T (r A c) W_R (hybridla/butterfly.py), not for A itself
+        self.butterfly = random_butterfly(low.n) if self.pivoting == "window" else None
+        return r, c, anorm, narrow(self.ops, source, low, r, c, self.options.lowest,
+                                   self.butterfly)
 
     def factor(self, A, low, plan, r, c) -> int:
         # the tensor-core update leaves SMs to the panels, the LU's critical path (config
