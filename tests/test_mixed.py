@@ -243,6 +243,39 @@ def test_lu_pivoting_within_a_window_converges(backend, n, kappa, dtype, window,
     assert backward_ratio(a, x, b, dtype) <= 1.0
 
 
+@pytest.mark.parametrize("lookahead", [1, 2])
+def test_window_lu_is_an_lu_with_pivots_in_the_windows(backend, lookahead, rng):
+    """getrf with window pivoting on its own (float64, no rounding): P A = L U to float64's
+    accuracy, every step's pivots within its window of two block rows. Look-ahead 1 records each panel as the window, the solve of the next window's
+    block and the rows below on a lane of their own (lapack/getrf.record_window_panel): a
+    missing dependency between them would show as a wrong factor; look-ahead 2 keeps the panel
+    whole."""
+    from hybridla.lapack import getrf
+    from hybridla.scheduler.plan import make_plan
+    ops = hybridla.backend.get_backend(backend)
+    n, nb = 1000, 128
+    a = np.asfortranarray(rng.standard_normal((n, n)))
+    with hybridla.config.set({**WINDOW, "mixed.pivot_window": 2}):
+        plan = make_plan(ops, n, n, np.float64, routine="mixed", nb=nb, lookahead=lookahead,
+                         panel="gpu")
+    store = ops.matrix(n, n, np.float64, nb)
+    try:
+        lane = ops.lane("gpu:update")
+        ops.from_host(lane, a, store.block(0, n, 0, n))
+        pivots, info, _ = getrf(store, plan)
+        lu = ops.to_host(lane, store.block(0, n, 0, n))
+    finally:
+        store.close()
+    assert info == 0
+    pivots = np.asarray(pivots)
+    steps = np.arange(n) // nb * nb
+    assert np.all((pivots >= np.arange(n)) & (pivots < np.minimum(steps + 2 * nb, n)))
+    lower, upper = np.tril(lu, -1) + np.eye(n), np.triu(lu)
+    permuted = a[lu_permutation(pivots)]
+    residual = np.abs(permuted - lower @ upper).max() / np.abs(a).max()
+    assert residual < 1e-12, residual
+
+
 def test_lu_pivoting_within_a_window_of_a_matrix_that_needs_pivoting(backend, rng):
     """A = [0 B; C 0] (n = 512, nb 128): the windows of two block rows of A's first half are
     zero, so an LU of A itself that pivots within them fails at once (U(1, 1) = 0). Of the
