@@ -246,10 +246,7 @@ def test_lu_pivoting_within_a_window_converges(backend, n, kappa, dtype, window,
 @pytest.mark.parametrize("lookahead", [1, 2])
 def test_window_lu_is_an_lu_with_pivots_in_the_windows(backend, lookahead, rng):
     """getrf with window pivoting on its own (float64, no rounding): P A = L U to float64's
-    accuracy, every step's pivots within its window of two block rows. Look-ahead 1 records each panel as the window, the solve of the next window's
-    block and the rows below on a lane of their own (lapack/getrf.record_window_panel): a
-    missing dependency between them would show as a wrong factor; look-ahead 2 keeps the panel
-    whole."""
+    accuracy, and every step's pivots within its window of two block rows."""
     from hybridla.lapack import getrf
     from hybridla.scheduler.plan import make_plan
     ops = hybridla.backend.get_backend(backend)

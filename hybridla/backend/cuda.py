@@ -1682,7 +1682,7 @@ class CudaBackend:
             _driver.stream_synchronize(gpu.handle)
         if compute in _OPERAND_TYPE:
             elements, copies = owner.nb * max(owner.m, owner.n), 3 if compute == "half-x3" else 1
-            for name in ("gpu:update", "gpu:panel", "gpu:below"):  # lapack/getrf.BELOW_LANE
+            for name in ("gpu:update", "gpu:panel"):
                 for operand in "ab":
                     owner.extra_workspace(f"{compute} {operand} {name}",
                                           elements * (4 if compute == "half-x3" else 2))

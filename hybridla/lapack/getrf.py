@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import functools
 
-from ..panel.lu import (factor_window, getrf_panel_cpu, getrf_panel_recursive,
-                        getrf_panel_window, solve_below_window)
+from ..panel.lu import getrf_panel_cpu, getrf_panel_recursive, getrf_panel_window
 from ..scheduler import Region, TaskGraph
 from ..scheduler.plan import panel_flops
 from ..update import lu as lu_update
@@ -57,12 +56,8 @@ def record_getrf(graph, A, plan):
         panel, pivots = region(k0, m, k0, k1), Region("piv", k0, k1)
 
         # [A11; A21] = P [L11; L21] U11
-        split_window = plan.panel_pivoting == "window" and plan.lookahead == 1 and not streamed
-        if split_window:
-            below = record_window_panel(graph, A, plan, step, k0, k1, pivots)
-        else:
-            where = plan.panel_placement(m - k0, k1 - k0, previous_update_flops)
-            record_panel(graph, A, plan, step, k0, k1, where, panel, pivots)
+        where = plan.panel_placement(m - k0, k1 - k0, previous_update_flops)
+        record_panel(graph, A, plan, step, k0, k1, where, panel, pivots)
 
         # [A10; A20] := P^T [A10; A20]
         if k0 > 0:
@@ -74,10 +69,7 @@ def record_getrf(graph, A, plan):
         right = list(range(k1, n, nb))
         lookahead_columns, rest = right[:plan.lookahead], right[plan.lookahead:]
         for c0 in lookahead_columns:
-            if split_window:
-                record_window_lookahead(graph, ops, A, step, k0, k1, c0, min(c0 + nb, n), below)
-            else:
-                record_update(graph, ops, A, step, k0, k1, c0, min(c0 + nb, n), "gpu:panel")
+            record_update(graph, ops, A, step, k0, k1, c0, min(c0 + nb, n), "gpu:panel")
         previous_update_flops = 0.0
         for c0, c1 in trailing_chunks(rest, n, nb, ops, plan, upload_group,
                                       uploading=step < split_steps):
@@ -119,73 +111,6 @@ def record_panel(graph, A, plan, step, k0, k1, where, panel, pivots):
               writes=[panel, pivots], flops=flops)
 
 
-# the lane of a window-pivoted step's rows below the panel lane's (record_window_panel)
-BELOW_LANE = "gpu:below"
-
-
-def record_window_panel(graph, A, plan, step, k0, k1, pivots):
-    """A window-pivoted panel (panel/lu.getrf_panel_window) as three tasks, so that the panel
-    lane's chain is the window and the rows the next window takes from below it:
-
-        [panel]  A[k0:w1, k0:k1] = P [L11; L21'] U11    the window, w1 = k0 + window
-        [solve]  L21 of rows w1:h1, h1 = w1 + nb        the next window's last block
-        [solve]  L21 of rows h1:m, on BELOW_LANE        (with the look-ahead column's rows h1:m,
-                                                         record_window_lookahead)
-
-    The next panel needs its column updated on rows k1:h1 only (its window), and its own rows
-    below from BELOW_LANE's work, done meanwhile. Returns h1. H100, n = 32768, nb 1536: the
-    window's sgetrf took 4.98 ms and A21 U11^-1 of the whole height 1.81 alone
-    (perf/probe_window_panel.py), and the panel lane was busy 93% of the factorization with
-    both in one task."""
-    ops, m = plan.backend, A.m
-    panel_ops = getattr(ops, "panel_ops", ops)
-    on_device = ops.has_device
-    lane, below_lane = ("gpu:panel", BELOW_LANE) if on_device else ("cpu", "cpu")
-    w1 = min(k0 + plan.pivot_window * plan.nb, m)
-    h1 = min(w1 + plan.nb, m)
-    factor = functools.partial(factor_window, panel_ops, A=A, step=step, k0=k0, k1=k1,
-                               window=plan.pivot_window * plan.nb, leaf=plan.panel_leaf)
-    graph.add("panel", step, lane,
-              functools.partial(_factor_then_prepare, factor=factor, ops=ops, A=A, step=step,
-                                k0=k0, k1=k1),
-              writes=[Region("A", k0, w1, k0, k1), pivots], flops=panel_flops(w1 - k0, k1 - k0))
-    U11 = Region("A", k0, k1, k0, k1)
-    for name, task_lane, r0, r1 in (("solve", lane, w1, h1), ("solve below", below_lane, h1, m)):
-        if r1 > r0:
-            graph.add(name, step, task_lane,
-                      functools.partial(_solve_below, ops=ops, A=A, k0=k0, k1=k1, r0=r0, r1=r1),
-                      reads=[U11], writes=[Region("A", r0, r1, k0, k1)],
-                      flops=float((r1 - r0) * (k1 - k0) ** 2))
-    return h1
-
-
-def record_window_lookahead(graph, ops, A, step, k0, k1, c0, c1, h1):
-    """The look-ahead column c0:c1 of a window-pivoted step: interchanges, row solve and the
-    product for rows k1:h1 on the panel lane (what the next window reads), the product for rows
-    h1:m on BELOW_LANE."""
-    on_device = ops.has_device
-    graph.add("update", step, "gpu:panel" if on_device else "cpu",
-              functools.partial(_update, ops=ops, A=A, k0=k0, k1=k1, c0=c0, c1=c1, r1=h1),
-              reads=[Region("A", k0, h1, k0, k1), Region("piv", k0, k1)],
-              writes=[Region("A", k0, h1, c0, c1)],
-              flops=lu_update.update_flops(h1, k0, k1, c0, c1))
-    if h1 < A.m:
-        graph.add("update below", step, BELOW_LANE if on_device else "cpu",
-                  functools.partial(_schur_below, ops=ops, A=A, k0=k0, k1=k1, c0=c0, c1=c1,
-                                    r0=h1),
-                  reads=[Region("A", k0, k1, c0, c1), Region("A", h1, A.m, k0, k1)],
-                  writes=[Region("A", h1, A.m, c0, c1)],
-                  flops=float(2 * (A.m - h1) * (k1 - k0) * (c1 - c0)))
-
-
-def _solve_below(lane, ops, A, k0, k1, r0, r1):
-    solve_below_window(ops, lane, A, k0, k1, r0, r1)
-
-
-def _schur_below(lane, ops, A, k0, k1, c0, c1, r0):
-    lu_update.schur_rows(ops, lane, A, k0, k1, c0, c1, r0, A.m)
-
-
 def _factor_then_prepare(lane, factor, ops, A, step, k0, k1):
     """The panel, then its interchanges made ready for the step's laswps (on a device: as row
     moves, which the laswps of the trailing and left columns apply at once)."""
@@ -207,6 +132,6 @@ def record_update(graph, ops, A, step, k0, k1, c0, c1, lane):
         flops=lu_update.update_flops(A.m, k0, k1, c0, c1))
 
 
-def _update(lane, ops, A, k0, k1, c0, c1, r1=None):
+def _update(lane, ops, A, k0, k1, c0, c1):
     # through the module attribute, so that a test can inject a failure into the update
-    lu_update.gemm_update(ops, lane, A, k0, k1, c0, c1, r1)
+    lu_update.gemm_update(ops, lane, A, k0, k1, c0, c1)

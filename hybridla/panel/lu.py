@@ -140,8 +140,9 @@ def getrf_panel_window(ops, panel_ops, lane, A, step: int, k0: int, k1: int,
     """The panel A[k0:, k0:k1] with its pivots searched for in the `window` rows from the
     diagonal only (r1 = k0 + window):
 
-        A[k0:r1, k0:k1] = P [L11; L21'] U11     factor_window (`panel_ops`: float32)
-        L21'' := A[r1:, k0:k1] U11^-1            solve_below_window (`ops`: the update's
+        A[k0:r1, k0:k1] = P [L11; L21'] U11     getrf on the window (`panel_ops`: float32;
+                                                 recursive with leaves of `leaf`, if any)
+        L21'' := A[r1:, k0:k1] U11^-1            one tall triangular solve (`ops`: the update's
                                                  precision, tensor-core GEMMs in a mixed solve)
 
     P A = L U with P acting within each step's window. Partial pivoting's step across the whole
@@ -154,16 +155,7 @@ def getrf_panel_window(ops, panel_ops, lane, A, step: int, k0: int, k1: int,
     preconditioner (n = 4096, nb 512: max |l_ij| 90-130, growth 380-1000, cond(L) 2e6 against
     partial pivoting's 1, 5-34 and 1e4); with two block rows, as partial pivoting's (1.7-1.8,
     7-41, 1.2e4: perf/RESULTS.md). The info is the window's (a zero U(i, i) leaves the rows
-    below it infinite or NaN: the solver's code -3, and its fallback). lapack/getrf.py records
-    the two parts as tasks of their own where it can (the rows below on another lane)."""
-    r1 = factor_window(panel_ops, lane, A, step, k0, k1, window, leaf)
-    solve_below_window(ops, lane, A, k0, k1, r1, A.m)
-
-
-def factor_window(panel_ops, lane, A, step: int, k0: int, k1: int, window: int,
-                  leaf: int = 0) -> int:
-    """A[k0:r1, k0:k1] = P [L11; L21'] U11, r1 = min(k0 + window, m): getrf on the window, or
-    recursively down to leaves of `leaf`; pivots global, the step's info. Returns r1."""
+    below it infinite or NaN: the solver's code -3, and its fallback)."""
     r1 = min(k0 + window, A.m)
     if leaf and k1 - k0 > leaf:
         _recursive(panel_ops, functools.partial(panel_ops.getrf_leaf, r1=r1), lane, A, step,
@@ -171,13 +163,7 @@ def factor_window(panel_ops, lane, A, step: int, k0: int, k1: int, window: int,
         panel_ops.panel_info(lane, A, step, k0, k1)
     else:
         panel_ops.getrf_panel(lane, A, step, k0, k0, k1, r1=r1)
-    return r1
-
-
-def solve_below_window(ops, lane, A, k0: int, k1: int, r0: int, r1: int) -> None:
-    """L21 of rows r0:r1 (below the window): A[r0:r1, k0:k1] := A[r0:r1, k0:k1] U11^-1."""
-    if r1 > r0:
-        ops.trsm(lane, "R", "U", "N", "N", 1, A.block(k0, k1, k0, k1), A.block(r0, r1, k0, k1))
+    ops.trsm(lane, "R", "U", "N", "N", 1, A.block(k0, k1, k0, k1), A.block(r1, A.m, k0, k1))
 
 
 def _recursive(ops, factor_leaf, lane, A, step, c0, c1, leaf, k0, k1, r1=None):

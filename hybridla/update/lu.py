@@ -16,21 +16,13 @@ def swap_left(ops, lane, A, k0: int, k1: int) -> None:
     ops.laswp(lane, A, 0, k0, k0, k1)
 
 
-def gemm_update(ops, lane, A, k0: int, k1: int, c0: int, c1: int, r1: int | None = None) -> None:
-    """Update columns c0:c1 with the panel of rows/columns k0:k1 (see the module docstring);
-    the product only for rows k1:r1 (r1 None: all; the rest is schur_rows's)."""
+def gemm_update(ops, lane, A, k0: int, k1: int, c0: int, c1: int) -> None:
+    """Update columns c0:c1 with the panel of rows/columns k0:k1 (see the module docstring)."""
     ops.laswp(lane, A, c0, c1, k0, k1)
     L11, A12 = A.block(k0, k1, k0, k1), A.block(k0, k1, c0, c1)
     ops.trsm(lane, "L", "L", "N", "U", 1, L11, A12)
-    schur_rows(ops, lane, A, k0, k1, c0, c1, k1, A.m if r1 is None else r1)
-
-
-def schur_rows(ops, lane, A, k0: int, k1: int, c0: int, c1: int, r0: int, r1: int) -> None:
-    """A[r0:r1, c0:c1] -= A[r0:r1, k0:k1] A[k0:k1, c0:c1]: rows r0:r1 of the Schur complement's
-    product (A12 solved already)."""
-    if r1 > r0:
-        ops.gemm(lane, -1, A.block(r0, r1, k0, k1), A.block(k0, k1, c0, c1), 1,
-                 A.block(r0, r1, c0, c1))
+    A21, A22 = A.block(k1, A.m, k0, k1), A.block(k1, A.m, c0, c1)
+    ops.gemm(lane, -1, A21, A12, 1, A22)
 
 
 def update_flops(m: int, k0: int, k1: int, c0: int, c1: int) -> float:
