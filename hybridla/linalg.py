@@ -793,7 +793,11 @@ def _mixed(name, a, b, square, solver, extra, full_precision, check_finite, fall
     if given["lowest"] == "auto":
         given["lowest"] = "tf32" if np.dtype(dtype).kind == "c" else "half-x3"
     options = check_options(dtype, **given)
-    plan = make_plan(ops, m, n, LOW_DTYPE[np.dtype(dtype)], routine="mixed", **engine_options)
+    # the LU's own block size where the device's table has one (its panels are cheaper than the
+    # Cholesky's and QR's: tuning "mixed_lu_nb_large")
+    plan = make_plan(ops, m, n, LOW_DTYPE[np.dtype(dtype)], routine="mixed",
+                     table_routine="mixed_lu" if solver is _lapack.gesv_mixed else None,
+                     **engine_options)
     nrhs = 1 if len(b_shape) == 1 else b_shape[1]
     if m == 0 or n == 0 or nrhs == 0:
         x = np.zeros((n,) + tuple(b_shape[1:]), dtype=dtype)

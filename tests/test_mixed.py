@@ -288,6 +288,32 @@ def test_lu_pivoting_within_a_window_of_a_matrix_that_needs_pivoting(backend, rn
     assert backward_ratio(a, x, b, np.float64) <= 1.0
 
 
+def test_the_mixed_lu_takes_its_own_block_size_from_the_tuning_entry(rng):
+    """nb "auto" of solve_mixed: the device entry's mixed_lu_nb_large for the LU where it has one,
+    mixed_nb_large for the Cholesky (and for the LU where there is none)."""
+    import hybridla.linalg
+    from hybridla.scheduler.plan import make_plan
+    seen = []
+    real = hybridla.linalg.make_plan
+
+    def spy(*args, **kwargs):
+        plan = real(*args, **kwargs)
+        seen.append(plan.nb)
+        return plan
+    a, b = spd(1100, 1e2, np.float64, rng), np.ones(1100)
+    ops = hybridla.backend.get_backend("host")
+    entry = {"tuning.host.mixed_nb_large": 96, "tuning.host.nb_switch": 1000}
+    with hybridla.config.set(entry), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(hybridla.linalg, "make_plan", spy)
+        hybridla.solve_mixed(a, b, backend="host", max_iter=1, fallback=False)
+        with hybridla.config.set({"tuning.host.mixed_lu_nb_large": 160}):
+            hybridla.solve_mixed(a, b, backend="host", max_iter=1, fallback=False)
+            hybridla.solve_mixed(a, b, assume_a="pos", backend="host", max_iter=1,
+                                 fallback=False)
+        assert make_plan(ops, 1100, 1100, np.float32, routine="mixed").nb == 96
+    assert seen == [96, 160, 96]
+
+
 def test_window_pivoting_is_for_randomized_matrices_only(backend, rng):
     a = general(64, 1e2, np.float64, rng)
     with hybridla.config.set({"lu.panel_pivoting": "window"}), \

@@ -140,9 +140,11 @@ def _positive_int(name, value, minimum):
 
 
 def make_plan(backend, m, n, dtype, *, routine="lu", nb=None, lookahead=None, panel=None,
-              trace=None, progress=False) -> Plan:
+              trace=None, progress=False, table_routine=None) -> Plan:
     """Resolve the engine options: call keywords win over `config` (which merges defaults, tuning
-    files, HYBRIDLA_* environment and `config.set`). Bad values raise ValueError naming them."""
+    files, HYBRIDLA_* environment and `config.set`). Bad values raise ValueError naming them.
+    `table_routine`: a more specific name for the device table's entries ("mixed_lu": its
+    "mixed_lu_nb_large" before "mixed_nb_large")."""
     cfg = _config.config
     nb = cfg.get(f"{routine}.nb") if nb is None else nb
     lookahead = cfg.get(f"{routine}.lookahead") if lookahead is None else lookahead
@@ -152,6 +154,7 @@ def make_plan(backend, m, n, dtype, *, routine="lu", nb=None, lookahead=None, pa
     if isinstance(nb, str) and nb == "auto":
         # a routine's own large block size where the table has one ("cho_nb_large")
         large = table.get(f"{routine}_nb_large", table["nb_large"])
+        large = table.get(f"{table_routine}_nb_large", large) if table_routine else large
         nb = table["nb_small"] if min(m, n) < table["nb_switch"] else large
     nb = _positive_int("nb", nb, 1)
     lookahead = _positive_int("lookahead", lookahead, 0)
