@@ -152,9 +152,9 @@ def getrf_panel_window(ops, panel_ops, lane, A, step: int, k0: int, k1: int,
     matrix with high probability (Parker 1995; Baboulin et al. 2013), so only the mixed solvers,
     which transform A first and refine against the true A, may ask for it. With the diagonal
     block alone as the window the randomized LU grew too much for a float32-accurate
-    preconditioner (n = 4096, nb 512: max |l_ij| 90-130, growth 380-1000, cond(L) 2e6 against
-    partial pivoting's 1, 5-34 and 1e4); with two block rows, as partial pivoting's (1.7-1.8,
-    7-41, 1.2e4: perf/RESULTS.md). The info is the window's (a zero U(i, i) leaves the rows
+    preconditioner (n = 4096, nb 512, perf/growth_window.py: max |l_ij| 71-114, growth
+    290-650, cond(L) 1.2e6-1.8e6 against partial pivoting's 1, 5-34 and 1e4); with two block
+    rows, as partial pivoting's (1.8, 6-32, 1.2e4: perf/RESULTS.md). The info is the window's (a zero U(i, i) leaves the rows
     below it infinite or NaN: the solver's code -3, and its fallback)."""
     r1 = min(k0 + window, A.m)
     if leaf and k1 - k0 > leaf:
