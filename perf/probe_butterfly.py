@@ -10,24 +10,12 @@ n x n float64 matrix into its float32 copy, plain (cuda/convert.cu) and with the
 from __future__ import annotations
 
 import argparse
-import time
 
-import cupy as cp
 import numpy as np
 
+from device_clock import best_of  # perf/device_clock.py, beside this file
 from hybridla.backend import get_backend
 from hybridla.butterfly import RandomButterfly
-
-
-def best(repeat, call):
-    seconds = float("inf")
-    for _ in range(repeat):
-        cp.cuda.Device().synchronize()
-        started = time.perf_counter()
-        call()
-        cp.cuda.Device().synchronize()
-        seconds = min(seconds, time.perf_counter() - started)
-    return seconds
 
 
 def main():
@@ -45,13 +33,15 @@ def main():
         butterfly = RandomButterfly(n)
         keep = lambda name, groups: ops.keep_on_device(low, name, groups)  # noqa: E731
         groups = keep("left", butterfly.left), keep("right", butterfly.right)
-        rows = [("RandomButterfly(n) on the host", best(args.repeat, lambda: RandomButterfly(n))),
-                ("keep_on_device of both groups", best(args.repeat, lambda: (
-                    keep("left", butterfly.left), keep("right", butterfly.right)))),
-                ("narrow, float64 -> float32", best(args.repeat, lambda: (
-                    ops.narrow(lane, low, *whole, ones, ones, 1e30)))),
-                ("narrow with the butterflies, float64 -> float32", best(args.repeat, lambda: (
-                    ops.narrow(lane, low, *whole, ones, ones, 1e30, butterfly=groups))))]
+        timed = {
+            "RandomButterfly(n) on the host": lambda: RandomButterfly(n),
+            "keep_on_device of both groups": lambda: (keep("left", butterfly.left),
+                                                      keep("right", butterfly.right)),
+            "narrow, float64 -> float32": lambda: ops.narrow(lane, low, *whole, ones, ones,
+                                                             1e30),
+            "narrow with the butterflies, float64 -> float32": lambda: ops.narrow(
+                lane, low, *whole, ones, ones, 1e30, butterfly=groups)}
+        rows = [(name, best_of(args.repeat, call)) for name, call in timed.items()]
     finally:
         source.close()
         low.close()

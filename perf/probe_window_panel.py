@@ -11,24 +11,12 @@ sizes (the tallest) and the middle step's.
 from __future__ import annotations
 
 import argparse
-import time
 
-import cupy as cp
 import numpy as np
 
+from device_clock import best_of  # perf/device_clock.py, beside this file
 from hybridla.backend import get_backend
 from hybridla.backend.reduced import ReducedPrecisionOps
-
-
-def best(repeat, call):
-    seconds = float("inf")
-    for _ in range(repeat):
-        cp.cuda.Device().synchronize()
-        started = time.perf_counter()
-        call()
-        cp.cuda.Device().synchronize()
-        seconds = min(seconds, time.perf_counter() - started)
-    return seconds
 
 
 def main():
@@ -55,11 +43,11 @@ def main():
                 fresh()
                 with lane:
                     ops.getrf_panel(lane, low, 0, 0, 0, nb, r1=r1)
-            copy_only = best(args.repeat, fresh)
+            copy_only = best_of(args.repeat, fresh)
             for window in [*args.window, None]:
                 r1 = rows if window is None else min(window * nb, rows)
                 label = "whole panel" if window is None else f"window of {window} block rows"
-                seconds = best(args.repeat, lambda: getrf(r1)) - copy_only
+                seconds = best_of(args.repeat, lambda: getrf(r1)) - copy_only
                 print(f"| {rows} | sgetrf, {label} ({r1} x {nb}) | {seconds * 1e3:.2f} |")
             getrf(nb)  # U11 in place for the solves
             below = low.block(nb, rows, 0, nb)
@@ -68,13 +56,13 @@ def main():
 
             def restore():
                 ops.from_host(lane, saved, below)
-            restore_only = best(args.repeat, restore)
+            restore_only = best_of(args.repeat, restore)
             for name, solver in (("blocked, half-x3 GEMMs", reduced), ("cuBLAS strsm", ops)):
                 def solve():
                     restore()
                     with lane:
                         solver.trsm(lane, "R", "U", "N", "N", 1, U11, below)
-                seconds = best(args.repeat, solve) - restore_only
+                seconds = best_of(args.repeat, solve) - restore_only
                 print(f"| {rows} | A21 U11^-1 ({rows - nb} x {nb}), {name} | "
                       f"{seconds * 1e3:.2f} |")
     finally:
