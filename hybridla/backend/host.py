@@ -170,7 +170,7 @@ class HostBackend:
     @staticmethod
     def getrf_panel(lane, A: HostMatrix, step, r0, c0, c1, r1=None):
         """LAPACK getrf on the panel A[r0:r1, c0:c1] in place (r1 None: to the last row); pivots
-        global (the leaves of a recursive panel, diagonal blocks: panel/lu.py)."""
+        global (the leaves of a recursive panel, windows: panel/lu.py)."""
         getrf_panel_cpu(A, step, r0, c0, c1, r1)
 
     def getrf_leaf(self, lane, A: HostMatrix, step, r0, c0, c1, k0=None, k1=None, r1=None):

@@ -70,7 +70,7 @@ class ReducedPrecisionOps:
     def trsm(self, lane, side, uplo, trans, diag, alpha, T, B):
         """The LU's triangular solves, blocked: B := alpha T^-1 B for a lower-triangular T on the
         left (its row solves, update/lu.py) and B := alpha B T^-1 for an upper-triangular T on
-        the right (L21 of a panel pivoted within its diagonal block, panel/lu.py). With T
+        the right (L21 below a window-pivoted panel's window, panel/lu.py). With T
         halved, T11 first, T22 last:
 
             left, lower:    B1 := alpha T11^-1 B1;  B2 := alpha B2 - T21 B1;  B2 := T22^-1 B2
@@ -90,7 +90,7 @@ class ReducedPrecisionOps:
         half, (rows, cols), sub = n // 2 // 32 * 32, B.shape, self._ops.sub_block
         T11, T22 = sub(T, 0, half, 0, half), sub(T, half, n, half, n)
         if side == "L":
-            B1, B2, = sub(B, 0, half, 0, cols), sub(B, half, n, 0, cols)
+            B1, B2 = sub(B, 0, half, 0, cols), sub(B, half, n, 0, cols)
             coupling = (sub(T, half, n, 0, half), B1)   # T21 B1
         else:
             B1, B2 = sub(B, 0, rows, 0, half), sub(B, 0, rows, half, n)

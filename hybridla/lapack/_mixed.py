@@ -150,14 +150,17 @@ def general_scaling(ops, A, equilibrate, rows=True):
     return r, c, float(row_sum.max(initial=0.0)), float(col_sum.max(initial=0.0)), zero_line
 
 
+def keep_butterfly(ops, low, butterfly):
+    """A RandomButterfly's groups where the factors of `low` live (keep_on_device): the pair
+    that narrow and TriangularPreconditioner take."""
+    keep = functools.partial(ops.keep_on_device, low)
+    return keep("butterfly left", butterfly.left), keep("butterfly right", butterfly.right)
+
+
 def narrow(ops, A, low, r, c, lowest, butterfly=None) -> bool:
     """low := diag(r) A diag(c) in float32 (complex64), or W_L^T diag(r) A diag(c) W_R with a
-    `butterfly` (a RandomButterfly); True when an entry exceeds what the `lowest` precision can
-    hold (the tensor cores would see an infinity): code -2."""
-    if butterfly is not None:
-        keep = functools.partial(ops.keep_on_device, low)
-        butterfly = (keep("butterfly left", butterfly.left), keep("butterfly right",
-                                                                  butterfly.right))
+    `butterfly` (keep_butterfly's pair); True when an entry exceeds what the `lowest` precision
+    can hold (the tensor cores would see an infinity): code -2."""
     return ops.narrow(ops.lane("gpu:update"), low, A.block(0, A.m, 0, A.n),
                       low.block(0, low.m, 0, low.n), r, c, LARGEST[lowest], butterfly)
 
@@ -165,7 +168,7 @@ def narrow(ops, A, low, r, c, lowest, butterfly=None) -> bool:
 class TriangularPreconditioner:
     """M^-1 R = diag(scale_out) T_k^-op ... T_1^-op P diag(scale_in) R: the low-precision factors
     applied in their precision where they live, R and the result in the working precision. With
-    a `butterfly` (hybridla/butterfly.RandomButterfly: the factors are of U^T diag(r) A diag(c)
+    a `butterfly` (keep_butterfly's pair for U and V: the factors are of U^T diag(r) A diag(c)
     V), M^-1 R = diag(scale_out) V T_k^-op ... P U^T diag(scale_in) R.
     `solves` lists (uplo, trans, diag) of the triangular solves with the leading n x n block of
     `low`; `permutation` (host indices) is LU's row interchanges, applied as a gather of the
@@ -244,15 +247,11 @@ class TriangularPreconditioner:
         ops, k = self.ops, src.shape[1]
         if self._kept is None:
             keep = functools.partial(ops.keep_on_device, self.low)
-            butterfly = self.butterfly
             self._kept = (keep("scale in", np.asarray(self.scale_in, np.float64)),
                           keep("permutation", None if self.permutation is None
                                else self.permutation.astype(np.int32)),
-                          keep("scale out", np.asarray(self.scale_out, np.float64)),
-                          None if butterfly is None else keep("butterfly left", butterfly.left),
-                          None if butterfly is None else keep("butterfly right",
-                                                              butterfly.right))
-        scale_in, permutation, scale_out, left, right = self._kept
+                          keep("scale out", np.asarray(self.scale_out, np.float64)))
+        scale_in, permutation, scale_out = self._kept
         work = self.low.workspace("preconditioner", self.n, k)
         lane = ops.lane("gpu:panel")
         with lane:
@@ -262,6 +261,7 @@ class TriangularPreconditioner:
                 ops.vector_from_low(lane, work, dst, scale_out)
                 return
             # the factors are of U^T diag(r) A diag(c) V: in with U^T diag(r), out with diag(c) V
+            left, right = self.butterfly
             mixed = self.low.workspace("preconditioner mixed", self.n, k, dtype=src.dtype)
             ops.butterfly_rows(lane, src, mixed, left, True, before=scale_in)
             ops.vector_to_low(lane, mixed, work, None, permutation)

@@ -6,8 +6,8 @@ refinement, Haidar et al. SC18; cuSOLVER's IRS; SLATE's gesv_mixed):
     [refine]   M^-1 v = diag(c) U^-1 L^-1 P diag(r) v  (float32, where the factors are);
                refinement in the working precision with the true A (lapack/_refine.py)
 
-With mixed.panel_pivoting "window" the copy is randomized, A_low := W_L^T fl32(r A c) W_R
-with random butterflies (hybridla/butterfly.py, one more pass over the copy), and the LU
+With mixed.panel_pivoting "window" the copy is randomized, A_low := fl32(W_L^T (r A c) W_R)
+with random butterflies (hybridla/butterfly.py, applied while rounding), and the LU
 searches each column's pivot within mixed.pivot_window block rows from the diagonal only
 (panel/lu.getrf_panel_window): its panels lose the pivot search across the whole height that
 makes them the LU's critical path. Then M^-1 v = diag(c) W_R U^-1 L^-1 P W_L^T diag(r) v.
@@ -24,15 +24,15 @@ import dataclasses
 
 from .. import config
 from ..butterfly import random_butterfly
-from ._mixed import (MixedSolver, TriangularPreconditioner, general_scaling, lu_permutation,
-                     narrow)
+from ._mixed import (MixedSolver, TriangularPreconditioner, general_scaling, keep_butterfly,
+                     lu_permutation, narrow)
 from .getrf import getrf
 
 
 class GesvMixed(MixedSolver):
     def __init__(self, ops, options, plan):
         super().__init__(ops, options, plan)
-        self.butterfly = None  # a RandomButterfly when the LU pivots within windows only
+        self.butterfly = None  # keep_butterfly's pair when the LU pivots within windows only
         self.pivoting = plan.panel_pivoting
 
     def scale(self, A):
@@ -47,7 +47,8 @@ class GesvMixed(MixedSolver):
         r, c, anorm = self.scale(source)
         # the LU without a pivot search across the height is stable for the randomized copy
         # W_L^T (r A c) W_R (hybridla/butterfly.py), not for A itself
-        self.butterfly = random_butterfly(low.n) if self.pivoting == "window" else None
+        self.butterfly = keep_butterfly(self.ops, low, random_butterfly(low.n)) \
+            if self.pivoting == "window" else None
         return r, c, anorm, narrow(self.ops, source, low, r, c, self.options.lowest,
                                    self.butterfly)
 
