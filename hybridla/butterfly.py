@@ -34,7 +34,6 @@ class RandomButterfly:
 
     def __init__(self, n: int, seed: int = SEED):
         rng = np.random.default_rng(seed)
-        self.n = n
         self.left, self.right = random_groups(rng, n // 4), random_groups(rng, n // 4)
         for groups in (self.left, self.right):
             groups.setflags(write=False)  # shared by every solve of this order (below)
