@@ -243,16 +243,18 @@ def test_lu_pivoting_within_a_window_converges(backend, n, kappa, dtype, window,
     assert backward_ratio(a, x, b, dtype) <= 1.0
 
 
-@pytest.mark.parametrize("lookahead", [1, 2])
-def test_window_lu_is_an_lu_with_pivots_in_the_windows(backend, lookahead, rng):
+@pytest.mark.parametrize("lookahead, leaf", [(1, 0), (2, 0), (1, 32)])
+def test_window_lu_is_an_lu_with_pivots_in_the_windows(backend, lookahead, leaf, rng):
     """getrf with window pivoting on its own (float64, no rounding): P A = L U to float64's
-    accuracy, and every step's pivots within its window of two block rows."""
+    accuracy, and every step's pivots within its window of two block rows; with leaves, within
+    two block rows of the leaf's width from the leaf's diagonal (nb 128 halved to leaves of
+    32: windows of 64 rows)."""
     from hybridla.lapack import getrf
     from hybridla.scheduler.plan import make_plan
     ops = hybridla.backend.get_backend(backend)
     n, nb = 1000, 128
     a = np.asfortranarray(rng.standard_normal((n, n)))
-    with hybridla.config.set({**WINDOW, "mixed.pivot_window": 2}):
+    with hybridla.config.set({**WINDOW, "mixed.pivot_window": 2, "mixed.panel_leaf": leaf}):
         plan = make_plan(ops, n, n, np.float64, routine="mixed", nb=nb, lookahead=lookahead,
                          panel="gpu")
     store = ops.matrix(n, n, np.float64, nb)
@@ -265,8 +267,9 @@ def test_window_lu_is_an_lu_with_pivots_in_the_windows(backend, lookahead, rng):
         store.close()
     assert info == 0
     pivots = np.asarray(pivots)
-    steps = np.arange(n) // nb * nb
-    assert np.all((pivots >= np.arange(n)) & (pivots < np.minimum(steps + 2 * nb, n)))
+    width = leaf or nb
+    blocks = np.arange(n) // width * width
+    assert np.all((pivots >= np.arange(n)) & (pivots < np.minimum(blocks + 2 * width, n)))
     lower, upper = np.tril(lu, -1) + np.eye(n), np.triu(lu)
     permuted = a[lu_permutation(pivots)]
     residual = np.abs(permuted - lower @ upper).max() / np.abs(a).max()

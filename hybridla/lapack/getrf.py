@@ -92,7 +92,7 @@ def record_panel(graph, A, plan, step, k0, k1, where, panel, pivots):
         (where == "gpu" or not plan.backend.has_device)
     if plan.panel_pivoting == "window":  # where the matrix is: it is mostly a tall trsm
         factor = functools.partial(getrf_panel_window, plan.backend, panel_ops, A=A, step=step,
-                                   k0=k0, k1=k1, window=plan.pivot_window * plan.nb,
+                                   k0=k0, k1=k1, blocks=plan.pivot_window,
                                    leaf=plan.panel_leaf)
         lane = "gpu:panel" if plan.backend.has_device else "cpu"
     elif where == "gpu" or recursive:

@@ -3,8 +3,6 @@ panels on any backend, tournament pivoting for their leaves, and pivoting within
 block rows from the diagonal (for randomized matrices: the mixed solvers' random butterfly)."""
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 from scipy.linalg import get_blas_funcs, get_lapack_funcs
 
@@ -131,17 +129,17 @@ def getrf_panel_recursive(ops, lane, A, step: int, k0: int, k1: int, leaf: int,
     step's info is taken at the end from U's diagonal (`ops.panel_info`): the first exactly
     zero U(i, i), as LAPACK's getrf reports it."""
     factor_leaf = ops.getrf_leaf if pivoting == "partial" else ops.tslu_panel
-    _recursive(ops, factor_leaf, lane, A, step, k0, k1, leaf, k0, k1)
+    _recursive(ops, lane, A, k0, k1, leaf,
+               lambda c0, c1: factor_leaf(lane, A, step, c0, c0, c1, k0, k1))
     ops.panel_info(lane, A, step, k0, k1)
 
 
 def getrf_panel_window(ops, panel_ops, lane, A, step: int, k0: int, k1: int,
-                       window: int, leaf: int = 0) -> None:
-    """The panel A[k0:, k0:k1] with its pivots searched for in the `window` rows from the
-    diagonal only (r1 = k0 + window):
+                       blocks: int, leaf: int = 0) -> None:
+    """The panel A[k0:, k0:k1] with its pivots searched for in `blocks` block rows of its width
+    from the diagonal only (r1 = k0 + blocks (k1 - k0)):
 
-        A[k0:r1, k0:k1] = P [L11; L21'] U11     getrf on the window (`panel_ops`: float32;
-                                                 recursive with leaves of `leaf`, if any)
+        A[k0:r1, k0:k1] = P [L11; L21'] U11     getrf on the window (`panel_ops`: float32)
         L21'' := A[r1:, k0:k1] U11^-1            one tall triangular solve (`ops`: the update's
                                                  precision, tensor-core GEMMs in a mixed solve)
 
@@ -154,27 +152,41 @@ def getrf_panel_window(ops, panel_ops, lane, A, step: int, k0: int, k1: int,
     block alone as the window the randomized LU grew too much for a float32-accurate
     preconditioner (n = 4096, nb 512, perf/growth_window.py: max |l_ij| 71-114, growth
     290-650, cond(L) 1.2e6-1.8e6 against partial pivoting's 1, 5-34 and 1e4); with two block
-    rows, as partial pivoting's (1.8, 6-32, 1.2e4: perf/RESULTS.md). The info is the window's (a zero U(i, i) leaves the rows
-    below it infinite or NaN: the solver's code -3, and its fallback)."""
-    r1 = min(k0 + window, A.m)
+    rows, as partial pivoting's (1.8, 6-32, 1.2e4: perf/RESULTS.md).
+
+    With a `leaf` narrower than the panel, the window is factored by recursive halving, and each
+    leaf of width w searches its pivots within `blocks` w rows from its own diagonal (the rows
+    of the window below those, by U_leaf^-1): the window LU with block size `leaf`. cuSOLVER's
+    getrf spends about 2 us per column of a narrow panel (perf/RESULTS.md), less where the
+    panel is shorter: on the H100 a 4096 x 2048 window took 6.8 ms whole and 5.6 ms by leaves of
+    512 (windows of 1024 x 512, 1.0 ms each), and the growth stays partial pivoting's (float64,
+    n = 4096, windows of two blocks of 128: max |l_ij| 2.2-2.5, cond(L) 1.7e4-1.8e4). The info
+    is the panel's first zero U(i, i) (a zero U(i, i) leaves the rows below it infinite or NaN:
+    the solver's code -3, and its fallback)."""
+    r1 = min(k0 + blocks * (k1 - k0), A.m)
     if leaf and k1 - k0 > leaf:
-        _recursive(panel_ops, functools.partial(panel_ops.getrf_leaf, r1=r1), lane, A, step,
-                   k0, k1, leaf, k0, k1, r1)
+        def window_leaf(c0, c1):
+            leaf_r1 = min(c0 + blocks * (c1 - c0), r1)
+            panel_ops.getrf_leaf(lane, A, step, c0, c0, c1, k0, k1, r1=leaf_r1)
+            panel_ops.trsm(lane, "R", "U", "N", "N", 1, A.block(c0, c1, c0, c1),
+                           A.block(leaf_r1, r1, c0, c1))
+        _recursive(panel_ops, lane, A, k0, k1, leaf, window_leaf, r1)
         panel_ops.panel_info(lane, A, step, k0, k1)
     else:
         panel_ops.getrf_panel(lane, A, step, k0, k0, k1, r1=r1)
     ops.trsm(lane, "R", "U", "N", "N", 1, A.block(k0, k1, k0, k1), A.block(r1, A.m, k0, k1))
 
 
-def _recursive(ops, factor_leaf, lane, A, step, c0, c1, leaf, k0, k1, r1=None):
-    """The recursion of getrf_panel_recursive on the panel's rows down to r1 (None: all)."""
+def _recursive(ops, lane, A, c0, c1, leaf, factor_leaf, r1=None):
+    """Columns c0:c1 halved down to leaves at most `leaf` wide, factor_leaf(c0, c1) on each,
+    the right half updated on rows down to r1 (None: all) between them."""
     if c1 - c0 <= leaf:
-        factor_leaf(lane, A, step, c0, c0, c1, k0, k1)
+        factor_leaf(c0, c1)
         return
     mid = _middle(c0, c1, leaf)
-    _recursive(ops, factor_leaf, lane, A, step, c0, mid, leaf, k0, k1, r1)
+    _recursive(ops, lane, A, c0, mid, leaf, factor_leaf, r1)
     _update_right_half(ops, lane, A, c0, mid, c1, r1)
-    _recursive(ops, factor_leaf, lane, A, step, mid, c1, leaf, k0, k1, r1)
+    _recursive(ops, lane, A, mid, c1, leaf, factor_leaf, r1)
 
 
 def _middle(c0, c1, leaf):
