@@ -276,6 +276,51 @@ def test_window_lu_is_an_lu_with_pivots_in_the_windows(backend, lookahead, leaf,
     assert residual < 1e-12, residual
 
 
+@pytest.mark.parametrize("n, nb", [(1000, 128), (700, 128), (256, 64)])
+def test_diagonal_inverses_made_during_the_lu_are_those_of_its_factors(backend, n, nb, rng):
+    """DiagonalInverses.record as getrf's on_panel (from the middle step on, a task per step
+    on the update lane, the last step's included): every block's inverse is the inverse of the finished
+    factors' diagonal block (L11 unit lower, U11 upper), the last block a partial one where
+    nb does not divide n; a task that wrote over another's blocks, or ran before its panel
+    was done, fails this."""
+    from hybridla.lapack import getrf
+    from hybridla.lapack._mixed import DiagonalInverses
+    from hybridla.scheduler.plan import make_plan
+    ops = hybridla.backend.get_backend(backend)
+    a = np.asfortranarray(rng.standard_normal((n, n)))
+    with hybridla.config.set(WINDOW):
+        plan = make_plan(ops, n, n, np.float64, routine="mixed", nb=nb, panel="gpu")
+    store = ops.matrix(n, n, np.float64, nb)
+    try:
+        lane = ops.lane("gpu:update")
+        ops.from_host(lane, a, store.block(0, n, 0, n))
+        inverses = DiagonalInverses(ops, store, n, [("L", "U"), ("U", "N")])
+        _, info, _ = getrf(store, plan, on_panel=inverses.record)
+        recorded = inverses.done
+        inverses.complete(lane)
+        lu = ops.to_host(lane, store.block(0, n, 0, n))
+        made = {key: ops.to_host(lane, inverses[key]) for key in (("L", "U"), ("U", "N"))}
+        # tasks may run in any order: one block at a time, the last first, the same inverses
+        again = DiagonalInverses(ops, store, n, [("L", "U"), ("U", "N")])
+        with lane:
+            for block in reversed(range(again.count)):
+                again.invert(lane, block, block + 1)
+        reversed_order = {key: ops.to_host(lane, again[key]) for key in made}
+    finally:
+        store.close()
+    assert info == 0 and recorded == inverses.count
+    for key in made:
+        np.testing.assert_allclose(reversed_order[key], made[key], rtol=0, atol=1e-8)
+    for j0 in range(0, n, nb):
+        j1, column = min(j0 + nb, n), j0 // nb * (nb + 1)
+        block = lu[j0:j1, j0:j1]
+        for (uplo, _), triangle in ((("L", "U"), np.tril(block, -1) + np.eye(j1 - j0)),
+                                    (("U", "N"), np.triu(block))):
+            inverse = made[uplo, _][:j1 - j0, column:column + j1 - j0]
+            error = np.abs(inverse @ triangle - np.eye(j1 - j0)).max()
+            assert error < 1e-8, (uplo, j0, error)
+
+
 def test_lu_pivoting_within_a_window_of_a_matrix_that_needs_pivoting(backend, rng):
     """A = [0 B; C 0] (n = 512, nb 128): the windows of two block rows of A's first half are
     zero, so an LU of A itself that pivots within them fails at once (U(1, 1) = 0). Of the

@@ -1394,18 +1394,20 @@ class CudaBackend:
                                         B.rows, B.ptr, B.ld, gpu.handle)
                 _driver.stream_synchronize(gpu.handle)
 
-    def replay(self, lane, recordings: dict, key, record):
+    def replay(self, lane, recordings: dict, key, record, launch=True):
         """Run record(): work enqueued on `lane` (entered) only, with no host wait and no
         allocation. The first call for `key` captures it into a CUDA graph, kept in
         `recordings` (the caller's: the graphs live as long as it keeps them); every call
-        launches that graph, one launch for all of record()'s. The refinement's blocked
-        triangular solves are ~130 small kernels per application; launched one by one from
-        Python they took 2.42 ms at n = 32768, replayed 2.16 ms (H100,
+        launches that graph, one launch for all of record()'s (launch=False: only capture it,
+        which runs nothing, so the host may do it while the device works on). The refinement's
+        blocked triangular solves are ~130 small kernels per application; launched one by one
+        from Python they took 2.42 ms at n = 32768, replayed 2.16 ms (H100,
         perf/probe_refine_kernels.py)."""
         graph = recordings.get(key)
         if graph is None:
             graph = recordings[key] = _driver.Graph(lane.handle, record)
-        graph.launch(lane.handle)
+        if launch:
+            graph.launch(lane.handle)
 
     def larfg(self, lane, x: DeviceBlock, tau: DeviceBlock):
         """LAPACK larfg on the column block x (alpha = x[0], the rest below), in place where it

@@ -371,11 +371,12 @@ class HostBackend:
         B[...] = x
 
     @staticmethod
-    def replay(lane, recordings: dict, key, record):
+    def replay(lane, recordings: dict, key, record, launch=True):
         """Run record(), work on `lane` only. A device backend records it once per `key` (into
         `recordings`, which the caller keeps while it may replay) and replays the recording
-        after that; here it simply runs."""
-        record()
+        after that (launch=False: only records it); here it simply runs, when launched."""
+        if launch:
+            record()
 
     @staticmethod
     def larfg(lane, x, tau):
