@@ -279,15 +279,16 @@ def test_window_lu_is_an_lu_with_pivots_in_the_windows(backend, lookahead, leaf,
 @pytest.mark.parametrize("n, nb", [(1000, 128), (700, 128), (256, 64)])
 def test_diagonal_inverses_made_during_the_lu_are_those_of_its_factors(backend, n, nb, rng):
     """DiagonalInverses.record as getrf's on_panel (from the middle step on, a task per step
-    on the update lane, the last step's included): every block's inverse is the inverse of the finished
+    on a lane of its own, the last step's included): every block's inverse is the inverse of the finished
     factors' diagonal block (L11 unit lower, U11 upper), the last block a partial one where
     nb does not divide n; a task that wrote over another's blocks, or ran before its panel
-    was done, fails this."""
+    was done, fails this. The matrix is diagonally dominant, so that the blocks are well
+    conditioned (window pivoting of A itself, not randomized, may grow)."""
     from hybridla.lapack import getrf
     from hybridla.lapack._mixed import DiagonalInverses
     from hybridla.scheduler.plan import make_plan
     ops = hybridla.backend.get_backend(backend)
-    a = np.asfortranarray(rng.standard_normal((n, n)))
+    a = np.asfortranarray(rng.standard_normal((n, n)) + n * np.eye(n))
     with hybridla.config.set(WINDOW):
         plan = make_plan(ops, n, n, np.float64, routine="mixed", nb=nb, panel="gpu")
     store = ops.matrix(n, n, np.float64, nb)

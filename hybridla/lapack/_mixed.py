@@ -173,10 +173,13 @@ class DiagonalInverses:
 
     A diagonal block is final once its step's panel is done, so the factorization can make them
     (`record`, getrf's on_panel): from its middle step on, where the trailing update has slack
-    beside the panels (the n = 32768 LU's trace, perf/RESULTS.md), each step adds a task on the
-    update lane that inverts the blocks finished since the last one; `complete` inverts the rest
-    once it is done. Made after it, all at once, they held the first application back by 3 ms
-    (H100, n = 32768, nb 2048)."""
+    beside the panels (the n = 32768 LU's trace, perf/RESULTS.md), each step adds a task that
+    inverts the blocks finished since the last one, on a lane of its own (a stream of the
+    least priority, so that neither the panels' chain nor the update waits behind it);
+    `complete` inverts the rest once it is done. Made after it, all at once, they held the
+    first application back by 3 ms (H100, n = 32768, nb 2048)."""
+
+    LANE = "gpu:inverses"
 
     def __init__(self, ops, low, n, triangles):
         self.ops, self.n = ops, n
@@ -211,7 +214,7 @@ class DiagonalInverses:
         if last <= first:
             return
         r0 = first * self.block
-        graph.add("invert", step, "gpu:update",
+        graph.add("invert", step, self.LANE,
                   functools.partial(self.invert, first=first, last=last),
                   reads=[Region("A", r0, k1, r0, k1)],
                   writes=[Region("diagonal inverses", first, last)])
