@@ -33,7 +33,7 @@ posv_mixed = importlib.import_module("hybridla.lapack.posv_mixed")
 
 TIMED = [(_mixed.MixedSolver, "solve"), (_mixed.TriangularPreconditioner, "__init__"),
          (_mixed.TriangularPreconditioner, "__call__"),
-         (_mixed.DiagonalInverses, "complete"),
+         (_mixed.TriangularPreconditioner, "_invert_diagonal_blocks"),
          (_mixed.WorkingOperator, "product"), (_mixed, "run_refinement"),
          (posv_mixed.PosvMixed, "factor"), (gesv_mixed.GesvMixed, "factor"),
          (gesv_mixed, "lu_permutation"), (_refine._Krylov, "cycle"), (_refine, "_residual"),

@@ -276,52 +276,6 @@ def test_window_lu_is_an_lu_with_pivots_in_the_windows(backend, lookahead, leaf,
     assert residual < 1e-12, residual
 
 
-@pytest.mark.parametrize("n, nb", [(1000, 128), (700, 128), (256, 64)])
-def test_diagonal_inverses_made_during_the_lu_are_those_of_its_factors(backend, n, nb, rng):
-    """DiagonalInverses.record as getrf's on_panel (from the middle step on, a task per step
-    on a lane of its own, the last step's included): every block's inverse is the inverse of the finished
-    factors' diagonal block (L11 unit lower, U11 upper), the last block a partial one where
-    nb does not divide n; a task that wrote over another's blocks, or ran before its panel
-    was done, fails this. The matrix is diagonally dominant, so that the blocks are well
-    conditioned (window pivoting of A itself, not randomized, may grow)."""
-    from hybridla.lapack import getrf
-    from hybridla.lapack._mixed import DiagonalInverses
-    from hybridla.scheduler.plan import make_plan
-    ops = hybridla.backend.get_backend(backend)
-    a = np.asfortranarray(rng.standard_normal((n, n)) + n * np.eye(n))
-    with hybridla.config.set(WINDOW):
-        plan = make_plan(ops, n, n, np.float64, routine="mixed", nb=nb, panel="gpu")
-    store = ops.matrix(n, n, np.float64, nb)
-    try:
-        lane = ops.lane("gpu:update")
-        ops.from_host(lane, a, store.block(0, n, 0, n))
-        inverses = DiagonalInverses(ops, store, n, [("L", "U"), ("U", "N")])
-        _, info, _ = getrf(store, plan, on_panel=inverses.record)
-        recorded = inverses.done
-        inverses.complete(lane)
-        lu = ops.to_host(lane, store.block(0, n, 0, n))
-        made = {key: ops.to_host(lane, inverses[key]) for key in (("L", "U"), ("U", "N"))}
-        # tasks may run in any order: one block at a time, the last first, the same inverses
-        again = DiagonalInverses(ops, store, n, [("L", "U"), ("U", "N")])
-        with lane:
-            for block in reversed(range(again.count)):
-                again.invert(lane, block, block + 1)
-        reversed_order = {key: ops.to_host(lane, again[key]) for key in made}
-    finally:
-        store.close()
-    assert info == 0 and recorded == inverses.count
-    for key in made:
-        np.testing.assert_allclose(reversed_order[key], made[key], rtol=0, atol=1e-8)
-    for j0 in range(0, n, nb):
-        j1, column = min(j0 + nb, n), j0 // nb * (nb + 1)
-        block = lu[j0:j1, j0:j1]
-        for (uplo, _), triangle in ((("L", "U"), np.tril(block, -1) + np.eye(j1 - j0)),
-                                    (("U", "N"), np.triu(block))):
-            inverse = made[uplo, _][:j1 - j0, column:column + j1 - j0]
-            error = np.abs(inverse @ triangle - np.eye(j1 - j0)).max()
-            assert error < 1e-8, (uplo, j0, error)
-
-
 def test_lu_pivoting_within_a_window_of_a_matrix_that_needs_pivoting(backend, rng):
     """A = [0 B; C 0] (n = 512, nb 128): the windows of two block rows of A's first half are
     zero, so an LU of A itself that pivots within them fails at once (U(1, 1) = 0). Of the
@@ -700,8 +654,8 @@ def test_to_host_fills_the_given_array(backend, rng):
 
 def test_replay_runs_the_recorded_work_every_time(backend, rng):
     """backend.replay (the preconditioner's blocked solves: a CUDA graph on the device): the
-    work of each key runs on every call, recorded once; a failure while recording leaves the
-    lane usable."""
+    work of each key runs on every call, recorded once; launch=False runs nothing (the first
+    key 2 below: recorded only); a failure while recording leaves the lane usable."""
     ops = hybridla.backend.get_backend(backend)
     n = 96
     a, x = random_matrix(n, n, np.float64, rng), random_matrix(n, 2, np.float64, rng)
@@ -724,8 +678,10 @@ def test_replay_runs_the_recorded_work_every_time(backend, rng):
             raise RuntimeError("while recording")
 
         with lane:
+            ops.replay(lane, recordings, 2, lambda: accumulate(2), launch=False)
             for columns in (2, 1, 2, 2, 1):
                 ops.replay(lane, recordings, columns, lambda: accumulate(columns))
+            ops.replay(lane, recordings, 1, lambda: accumulate(1), launch=False)
             with pytest.raises(RuntimeError, match="while recording"):
                 ops.replay(lane, recordings, "fails", fails)
             ops.gemm(lane, 1, A.block(0, n, 0, n), X, 1, C)

@@ -25,7 +25,7 @@ import numpy as np
 from scipy.linalg import lapack
 
 from ..backend.reduced import COMPUTE, LARGEST, REAL_ONLY, ReducedPrecisionOps
-from ..scheduler import Region, TaskGraph, run
+from ..scheduler import TaskGraph, run
 from ._blocked import record_uploads
 from ._refine import refine
 
@@ -165,69 +165,6 @@ def narrow(ops, A, low, r, c, lowest, butterfly=None) -> bool:
                       low.block(0, low.m, 0, low.n), r, c, LARGEST[lowest], butterfly)
 
 
-class DiagonalInverses:
-    """The inverses of the diagonal blocks (order `block`, the factorization's nb) of the factors'
-    triangles, which the preconditioner's blocked solves multiply by: for each (uplo, diag) in
-    `triangles`, W_J at columns J (block + 1) of a workspace (the backend's layout for
-    invert_triangular_blocks).
-
-    A diagonal block is final once its step's panel is done, so the factorization can make them
-    (`record`, getrf's on_panel): from its middle step on, where the trailing update has slack
-    beside the panels (the n = 32768 LU's trace, perf/RESULTS.md), each step adds a task that
-    inverts the blocks finished since the last one, on a lane of its own (a stream of the
-    least priority, so that neither the panels' chain nor the update waits behind it);
-    `complete` inverts the rest once it is done. Made after it, all at once, they held the
-    first application back by 3 ms (H100, n = 32768, nb 2048)."""
-
-    LANE = "gpu:inverses"
-
-    def __init__(self, ops, low, n, triangles):
-        self.ops, self.n = ops, n
-        self.block = b = max(1, min(low.nb, n))
-        self.count = -(-n // b)
-        self.factors = low.block(0, n, 0, n)
-        self.scratch = low.workspace("inversion scratch", b, -(-max(b, n) // 4))
-        self.workspaces = {key: low.workspace(f"diagonal inverses {key[0]}{key[1]}", b,
-                                              self.count * (b + 1))
-                           for key in dict.fromkeys(triangles)}
-        self.done = 0  # blocks 0..done-1 are inverted, or their task is recorded
-
-    def __getitem__(self, triangle):
-        return self.workspaces[triangle]
-
-    def invert(self, lane, first, last):
-        """Blocks first..last-1 of every triangle, enqueued on `lane` (entered: a task's)."""
-        ops, b = self.ops, self.block
-        r0, r1 = first * b, min(last * b, self.n)
-        diagonal = ops.sub_block(self.factors, r0, r1, r0, r1)
-        for (uplo, diag), W in self.workspaces.items():
-            # only these blocks' columns: another task may be filling the next ones
-            columns = ops.sub_block(W, 0, b, first * (b + 1), min(last * (b + 1), W.shape[1]))
-            ops.invert_triangular_blocks(lane, uplo, diag, diagonal, b, columns, self.scratch)
-
-    def record(self, graph, step, k0, k1):
-        """getrf's on_panel: a task for the blocks finished since the last one, once the panels
-        have reached the middle of the matrix."""
-        if 2 * k1 < self.n:
-            return
-        first, last = self.done, (self.count if k1 >= self.n else k1 // self.block)
-        if last <= first:
-            return
-        r0 = first * self.block
-        graph.add("invert", step, self.LANE,
-                  functools.partial(self.invert, first=first, last=last),
-                  reads=[Region("A", r0, k1, r0, k1)],
-                  writes=[Region("diagonal inverses", first, last)])
-        self.done = last
-
-    def complete(self, lane):
-        """The blocks no task of the factorization inverted, enqueued on `lane`."""
-        if self.done < self.count:
-            with lane:
-                self.invert(lane, self.done, self.count)
-            self.done = self.count
-
-
 class TriangularPreconditioner:
     """M^-1 R = diag(scale_out) T_k^-op ... T_1^-op P diag(scale_in) R: the low-precision factors
     applied in their precision where they live, R and the result in the working precision. With
@@ -251,7 +188,7 @@ class TriangularPreconditioner:
     directions), the blocked form in 1.33-1.36 ms (2026-11-23)."""
 
     def __init__(self, ops, low, n, nrhs, solves, scale_in, scale_out, permutation=None,
-                 butterfly=None, inverses=None):
+                 butterfly=None):
         self.ops, self.low, self.n, self.solves = ops, low, n, solves
         self.scale_in, self.scale_out, self.permutation = scale_in, scale_out, permutation
         self.butterfly = butterfly
@@ -259,18 +196,17 @@ class TriangularPreconditioner:
         self.block = b = max(1, min(low.nb, n))
         low.workspace("preconditioner", n, nrhs)  # at its largest now: no allocation later
         low.workspace("preconditioner block", b, nrhs)
+        self.scratch = low.workspace("inversion scratch", b, -(-max(b, n) // 4))
         self.seconds = 0.0
         self._recordings = {}
         self._kept = None  # the scales and permutation where the factors are
         started = time.perf_counter()
-        # one set per triangle: the Cholesky's two solves (op N and C) share L's; some perhaps
-        # made during the factorization (`inverses`, DiagonalInverses.record)
-        self.inverses = inverses or DiagonalInverses(
-            ops, low, n, [(uplo, diag) for uplo, _, diag in solves])
-        lane = ops.lane("gpu:panel")
-        self.inverses.complete(lane)
+        # one set per triangle: the Cholesky's two solves (op N and C) share L's
+        self.inverses = {key: self._invert_diagonal_blocks(*key)
+                         for key in dict.fromkeys((uplo, diag) for uplo, _, diag in solves)}
         # the solves' recording (host work, nothing runs) while the device inverts: recorded at
         # the first application, it held the device idle for 1.7 ms (H100, n = 32768)
+        lane = ops.lane("gpu:panel")
         with lane:
             self._replay_solves(lane, low.workspace("preconditioner", n, nrhs), launch=False)
         self.seconds += time.perf_counter() - started
@@ -292,6 +228,18 @@ class TriangularPreconditioner:
 
     def _edges(self):
         return [(j0, min(j0 + self.block, self.n)) for j0 in range(0, self.n, self.block)]
+
+    def _invert_diagonal_blocks(self, uplo, diag):
+        """The inverses of T's diagonal blocks, W_J at columns J (block + 1) of a workspace
+        (the backend's layout for invert_triangular_blocks)."""
+        ops, b = self.ops, self.block
+        inverses = self.low.workspace(f"diagonal inverses {uplo}{diag}", b,
+                                      len(self._edges()) * (b + 1))
+        lane = ops.lane("gpu:panel")
+        with lane:
+            ops.invert_triangular_blocks(lane, uplo, diag, self.factors, b, inverses,
+                                         self.scratch)
+        return inverses
 
     def apply(self, src, dst):
         """dst := M^-1 src for n x k blocks of the working precision where the factors live,

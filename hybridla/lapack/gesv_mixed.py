@@ -24,13 +24,9 @@ import dataclasses
 
 from .. import config
 from ..butterfly import random_butterfly
-from ._mixed import (DiagonalInverses, MixedSolver, TriangularPreconditioner, general_scaling,
-                     keep_butterfly, lu_permutation, narrow)
+from ._mixed import (MixedSolver, TriangularPreconditioner, general_scaling, keep_butterfly,
+                     lu_permutation, narrow)
 from .getrf import getrf
-
-
-# L^-1 then U^-1: ((uplo, diag), op) of each triangular solve
-LU_SOLVES = ((("L", "U"), "N"), (("U", "N"), "N"))
 
 
 class GesvMixed(MixedSolver):
@@ -60,11 +56,9 @@ class GesvMixed(MixedSolver):
         # the tensor-core update leaves SMs to the panels, the LU's critical path (config
         # mixed.lu_panel_sms; null: device.panel_sms as for everything else)
         reserved = config.get("mixed.lu_panel_sms")
-        # the preconditioner's diagonal inverses, from the middle steps on (DiagonalInverses)
-        self.inverses = DiagonalInverses(self.ops, low, low.n, [t for t, _ in LU_SOLVES])
         with config.set({} if reserved is None else {"device.panel_sms": reserved}):
             self.pivots, info, trace = getrf(low, dataclasses.replace(
-                plan, panel_pivoting=self.pivoting), on_panel=self.inverses.record)
+                plan, panel_pivoting=self.pivoting))
         if plan.trace_path:
             trace.to_chrome(plan.trace_path)
         return info
@@ -72,9 +66,8 @@ class GesvMixed(MixedSolver):
     def preconditioner(self, low, nrhs, r, c):
         # P diag(r) A diag(c) = L U:  A^-1 = diag(c) U^-1 L^-1 P diag(r)
         return TriangularPreconditioner(self.ops, low, low.n, nrhs,
-                                        [(uplo, trans, diag) for (uplo, diag), trans in LU_SOLVES],
-                                        r, c, lu_permutation(self.pivots), self.butterfly,
-                                        self.inverses)
+                                        [("L", "N", "U"), ("U", "N", "N")], r, c,
+                                        lu_permutation(self.pivots), self.butterfly)
 
 
 def gesv_mixed(ops, A, B, options, plan, arriving=None):

@@ -28,19 +28,16 @@ from ._blocked import (first_failure, record_cpu_panel, record_download, record_
                        run_recording, steps_hidden_by_upload, trailing_chunks)
 
 
-def getrf(A, plan, trace=None, on_panel=None):
+def getrf(A, plan, trace=None):
     """Factor the tile store's matrix A in place. Returns (pivots 0-based global, info, trace),
-    with info as LAPACK's: 0, or i > 0 when U(i, i) (1-based) is exactly zero. `on_panel(graph,
-    step, k0, k1)`, if given, is called as each step's panel is recorded, to add tasks of the
-    caller's that read the finished diagonal block (a mixed solver's preconditioner)."""
+    with info as LAPACK's: 0, or i > 0 when U(i, i) (1-based) is exactly zero."""
     graph = TaskGraph()
-    trace = run_recording(graph, record_getrf(graph, A, plan, on_panel), A, plan, trace,
-                          "getrf")
+    trace = run_recording(graph, record_getrf(graph, A, plan), A, plan, trace, "getrf")
     pivots, step_info = A.finish()
     return pivots, first_failure(step_info, plan.nb), trace
 
 
-def record_getrf(graph, A, plan, on_panel=None):
+def record_getrf(graph, A, plan):
     """Record the factorization's tasks into `graph`, yielding after each step."""
     ops, m, n, nb = plan.backend, A.m, A.n, plan.nb
     k_end = min(m, n)
@@ -61,8 +58,6 @@ def record_getrf(graph, A, plan, on_panel=None):
         # [A11; A21] = P [L11; L21] U11
         where = plan.panel_placement(m - k0, k1 - k0, previous_update_flops)
         record_panel(graph, A, plan, step, k0, k1, where, panel, pivots)
-        if on_panel is not None:
-            on_panel(graph, step, k0, k1)
 
         # [A10; A20] := P^T [A10; A20]
         if k0 > 0:
