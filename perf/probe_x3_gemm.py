@@ -17,7 +17,7 @@ import cupy as cp
 import numpy as np
 
 from device_clock import best_of  # perf/device_clock.py, beside this file
-from hybridla.backend import cuda as cuda_backend
+from half_gemm import half_gemm  # perf/half_gemm.py
 from hybridla.backend import get_backend
 from hybridla.backend.reduced import ReducedPrecisionOps
 
@@ -61,14 +61,7 @@ def main():
         out = cp.zeros((w, w), dtype=cp.float32, order="F")
 
         def gemm(x, y, depth, alpha, beta):
-            scalars = np.array([alpha, beta], dtype=np.float32)
-            with lane:
-                cuda_backend.cublas.gemm_ex(
-                    lane.blas, cuda_backend._OP["N"], cuda_backend._OP["N"], w, w, depth,
-                    scalars.ctypes.data, x.data.ptr, cuda_backend._CUDA_R_16F, w,
-                    y.data.ptr, cuda_backend._CUDA_R_16F, depth, scalars.ctypes.data + 4,
-                    out.data.ptr, cuda_backend._CUDA_R_32F, w, cuda_backend._COMPUTE_32F,
-                    cuda_backend._GEMM_DEFAULT)
+            half_gemm(lane, "N", w, w, depth, alpha, x, w, y, depth, beta, out, w)
 
         def reduced_gemm():
             with lane:
