@@ -1123,9 +1123,9 @@ class CudaBackend:
 
     def _interchange_other_columns(self, lane, A, step, c0, c1, k0, k1):
         """A leaf's interchanges (pivots c0..c1-1) in the panel's columns k0:c0 and c1:k1, as
-        the row moves they amount to: replayed column by column, a leaf of 512 cost 0.5 ms per
-        laswp (each thread 512 dependent swaps). The moves go to the step's slot, a part of it
-        that prepare_interchanges overwrites once the panel is done (same lane, in order)."""
+        the row moves they amount to (replayed column by column, each thread would make the
+        leaf's c1 - c0 dependent swaps). The moves go to the step's slot, a part of it that
+        prepare_interchanges overwrites once the panel is done (same lane, in order)."""
         self.prepare_interchanges(lane, A, step, c0, c1)
         try:
             self.laswp(lane, A, k0, c0, c0, c1)
