@@ -4,6 +4,9 @@
 //   row_stats     per row i:    max_j |a_ij| and sum_j |a_ij|      (STRIP-column strips per
 //                               thread, merged with atomics: one read of A)
 //   col_stats     per column j: max_i r_i |a_ij| and sum_i |a_ij|  (r the row scaling; one read)
+//   power_of_two_scales  s_i = 2^-k, k the integer nearest log2 of a row's (column's) maximum:
+//                 the exact equilibration scales, made where the maxima are (no trip to the host
+//                 between row_stats and col_stats)
 //   narrow        out_ij = (low) (r_i c_j a_ij), the working matrix scaled and rounded to the
 //                 factorization's storage precision (float or complex float); sets *overflow when
 //                 a scaled entry exceeds `limit` (the largest finite value of the precision the
@@ -144,6 +147,24 @@ __device__ void col_stats(const T* A, long long lda, int m, int n, const double*
     }
     merge_warp_parts<double, MergeMax>(warp_largest, j1 - j0, cmax + j0);
     merge_warp_parts<double, MergeSum>(warp_total, j1 - j0, csum + j0);
+}
+
+// frexp: x = m 2^e, m in [1/2, 1); log2 x rounds to e where m >= sqrt(1/2), else to e - 1 (the
+// host's backend/reduced.inverse_power_of_two decides with the same double). 1 where the maximum
+// is 0 or not finite, or where `enabled` is 0 (no equilibration of these lines).
+extern "C" __global__ void power_of_two_scales(const double* largest, int n, int enabled,
+                                               double* scale)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const double x = largest[i];
+    double s = 1.0;
+    if (enabled && x > 0.0 && isfinite(x)) {
+        int e;
+        const double m = frexp(x, &e);
+        s = ldexp(1.0, m >= 0.70710678118654752440 ? -e : 1 - e);
+    }
+    scale[i] = s;
 }
 
 __device__ inline float scaled_to_low(double a, double s) { return (float)(a * s); }

@@ -24,6 +24,7 @@ import cupy as cp
 import hybridla
 from hybridla.backend import cuda as cuda_backend
 from hybridla.lapack import _mixed, _refine
+from hybridla.scheduler import engine
 
 import mixed as tables  # perf/mixed.py, beside this file
 
@@ -36,13 +37,15 @@ TIMED = [(_mixed.MixedSolver, "solve"), (_mixed.TriangularPreconditioner, "__ini
          (_mixed.TriangularPreconditioner, "_invert_diagonal_blocks"),
          (_mixed.WorkingOperator, "product"), (_mixed, "run_refinement"),
          (posv_mixed.PosvMixed, "factor"), (gesv_mixed.GesvMixed, "factor"),
-         (gesv_mixed, "lu_permutation"), (_refine._Krylov, "cycle"), (_refine, "_residual"),
+         (_mixed, "lu_permutation"), (_refine._Krylov, "cycle"), (_refine, "_residual"),
          (_mixed.DeviceSpace, "arnoldi"), (_mixed.DeviceSpace, "combine"),
          (_mixed.TriangularPreconditioner, "apply"), (_mixed.WorkingOperator, "apply"),
          (cuda_backend.CudaBackend, "narrow_hermitian"), (cuda_backend.CudaBackend, "narrow"),
          (cuda_backend.CudaBackend, "row_stats"), (cuda_backend.CudaBackend, "col_stats"),
          (cuda_backend.CudaBackend, "from_host"), (cuda_backend.CudaBackend, "to_host"),
-         (cuda_backend.CudaBackend, "replay"), (cuda_backend.CudaBackend, "synchronize")]
+         (cuda_backend.CudaBackend, "replay"), (cuda_backend.CudaBackend, "synchronize"),
+         (cuda_backend.CudaBackend, "equilibration"), (cuda_backend.DeviceMatrix, "finish"),
+         (gesv_mixed, "getrf"), (gesv_mixed, "keep_butterfly"), (engine, "_run")]
 
 
 def timed(events, origin, owner, name):

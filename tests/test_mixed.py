@@ -328,6 +328,49 @@ def test_window_pivoting_is_for_randomized_matrices_only(backend, rng):
         hybridla.solve_mixed(a, np.ones(64), backend=backend)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128, np.float32])
+@pytest.mark.parametrize("rows", [True, False])
+def test_equilibration_scales_by_the_nearest_powers_of_two(backend, dtype, rows, rng):
+    """The backend's equilibration (cuda: the scales made on the device between the passes)
+    against NumPy: r_i = 2^-round(log2 max_j |a_ij|), c_j the same of diag(r) A's columns,
+    the sums of |a_ij|; a zero row and a zero column keep scale 1 and are reported; maxima
+    next to sqrt(2) 2^k round both ways as log2 does."""
+    from hybridla.backend.reduced import inverse_power_of_two
+    ops = hybridla.backend.get_backend(backend)
+    m, n = 70, 50
+    a = random_matrix(m, n, dtype, rng) * (2.0 ** rng.integers(-20, 20, m))[:, None]
+    a[3], a[:, 7] = 0, 0
+    a[5, 0] = np.sqrt(2) * 2.0 ** 9 * (1 + 1e-15)  # the row's maximum: log2 just above k + 1/2
+    a[6, 0] = np.sqrt(2) * 2.0 ** 9 * (1 - 1e-15)  # just below
+    a[5, 1:], a[6, 1:] = 0, 0
+    a = a.astype(dtype)
+    store = ops.matrix(m, n, dtype, 32)
+    try:
+        ops.from_host(ops.lane("gpu:update"), np.asfortranarray(a), store.block(0, m, 0, n))
+        scaling, kept = ops.equilibration(ops.lane("gpu:update"), store,
+                                          store.block(0, m, 0, n), rows, True,
+                                          meanwhile=lambda: "overlapped")
+    finally:
+        store.close()
+    modulus = np.abs(a).astype(np.float64)
+    row_max = modulus.max(axis=1)
+    r = 2.0 ** -np.round(np.log2(np.where(row_max > 0, row_max, 1))) if rows else np.ones(m)
+    col_max = (r[:, None] * modulus).max(axis=0)
+    c = 2.0 ** -np.round(np.log2(np.where(col_max > 0, col_max, 1)))
+    assert kept == "overlapped"
+    np.testing.assert_array_equal(scaling.r, r)
+    np.testing.assert_array_equal(scaling.c, c)
+    if rows and dtype != np.float32:  # (float32 rounds both to one number)
+        assert scaling.r[5] == 2.0 ** -10 and scaling.r[6] == 2.0 ** -9
+    np.testing.assert_allclose(scaling.row_max, row_max, rtol=1e-7)
+    np.testing.assert_allclose(scaling.col_max, col_max, rtol=1e-7)
+    np.testing.assert_allclose(scaling.row_sum, modulus.sum(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(scaling.col_sum, modulus.sum(axis=0), rtol=1e-6)
+    assert scaling.zero_line and scaling.norm_inf == pytest.approx(modulus.sum(axis=1).max())
+    np.testing.assert_array_equal(inverse_power_of_two([0.0, np.inf, np.nan, 3.0]),
+                                  [1.0, 1.0, 1.0, 0.25])
+
+
 @pytest.mark.parametrize("n", [4, 13, 150])
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128])
 def test_butterfly_kernels_are_the_transform(backend, n, dtype, rng):

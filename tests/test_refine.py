@@ -317,6 +317,50 @@ def test_gmres_cycle_minimises_residual(dtype, rng):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_residual_weights_form_the_residual(dtype, rng):
+    """g[j+1] V[:, :j+2] Q^H e_{j+1} is the residual r - A d of the cycle's last step."""
+    n, m = 30, 6
+    a = general(n, 10, dtype, rng)
+    m_inv = np.linalg.inv(a + 0.05 * general(n, 1, dtype, rng))
+    r = general(n, 1, dtype, rng)[:, :1]
+    ops = _Operators(lambda x: a @ x, lambda x: m_inv @ x, n, np.dtype(dtype))
+    krylov = _Krylov(HostSpace(ops, n, 1, m, np.dtype(dtype)), 1, m, np.dtype(dtype))
+    d = krylov.cycle(ops, r, np.zeros(1))
+    q = krylov.residual_weights(0, m - 1)
+    formed = krylov.g[0, m] * (krylov.space.V[0, :m + 1].T @ q)
+    np.testing.assert_allclose(formed, r[:, 0] - a @ d[:, 0], rtol=0,
+                               atol=1e-12 * np.abs(r).max())
+
+
+def test_cycle_stops_at_the_first_step_passing_in_inf_norm(rng):
+    """With `passing`, a cycle ends at the first step whose residual has ||r||_inf <=
+    INF_NORM_SHARE passing, even where its 2-norm estimate has not reached stop_at: the
+    residuals of every length found by cycles of that many steps."""
+    n, m = 60, 12
+    a = general(n, 100, np.float64, rng)
+    m_inv = np.linalg.inv(a + 0.1 * general(n, 1, np.float64, rng))
+    r = general(n, 1, np.float64, rng)[:, :1]
+
+    def cycle(steps, passing=None):
+        ops = _Operators(lambda x: a @ x, lambda x: m_inv @ x, n, np.dtype(np.float64))
+        krylov = _Krylov(HostSpace(ops, n, 1, steps, np.dtype(np.float64)), 1, steps,
+                         np.dtype(np.float64))
+        d = krylov.cycle(ops, r, np.zeros(1), passing)
+        return ops.inner, r[:, 0] - a @ d[:, 0]
+
+    inf_norms = [np.abs(cycle(steps)[1]).max() for steps in range(1, m + 1)]
+    two_norms = [np.linalg.norm(cycle(steps)[1]) for steps in range(1, m + 1)]
+    share = _Krylov.INF_NORM_SHARE
+    target = 4  # stop after 4 steps: the bound halfway between the 4th and the 3rd residual
+    bound = np.sqrt(inf_norms[target - 1] * inf_norms[target - 2]) / share
+    assert inf_norms[target - 1] <= share * bound < min(inf_norms[:target - 1])
+    assert two_norms[target - 1] > share * bound  # the 2-norm alone would go on
+    steps, residual = cycle(m, np.array([bound]))
+    assert steps == target
+    assert np.abs(residual).max() <= share * bound
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
 def test_arnoldi_basis_stays_orthonormal(dtype, rng):
     """kappa 1e8 and no preconditioner make the Krylov basis nearly dependent: single-pass
     Gram-Schmidt would lose orthogonality (~1e-9 here); CGS2 keeps it to working precision."""

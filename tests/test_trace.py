@@ -73,6 +73,24 @@ def test_records_sorted_by_start():
     assert [r["name"] for r in t.records] == ["a", "b"]
 
 
+def test_records_added_later_are_made_once_at_the_first_read():
+    t = Trace()
+    calls = []
+
+    def later():
+        calls.append(1)
+        return [("gemm", "gpu:update", 1.0, 2.0, 3, 5e9, 0.0)]
+
+    t.add_later(later)
+    t.add("panel", "cpu:0", 0.0, 1.5)
+    assert not calls
+    assert len(t) == 2 and calls == [1]
+    records = t.records
+    assert [r["name"] for r in records] == ["panel", "gemm"] and calls == [1]
+    assert records[1]["step"] == 3 and records[1]["flops"] == 5e9
+    assert t.summary()["tasks"] == 2
+
+
 def test_chrome_round_trip(tmp_path):
     t = hand_trace()
     t.add("odd", "cpu:0", 0.1 + 0.2, 1 / 3)  # times not exact in microseconds

@@ -12,7 +12,7 @@ from threadpoolctl import threadpool_limits
 
 from ..butterfly import apply_groups, transform
 from ..panel.lu import factor_panel_tournament, getrf_panel_cpu
-from .reduced import round_to
+from .reduced import Equilibration, inverse_power_of_two, round_to
 
 
 class HostLane:
@@ -460,6 +460,19 @@ class HostBackend:
         """Per column of the block A: (max r_i |a_ij|, sum |a_ij|), r = row_scale."""
         modulus = np.abs(A).astype(np.float64)
         return (modulus * row_scale[:, None]).max(axis=0, initial=0.0), modulus.sum(axis=0)
+
+    @classmethod
+    def equilibration(cls, lane, owner, A, rows, cols, meanwhile=None):
+        """backend/reduced.Equilibration of the block A (the cuda backend's, pass for pass: the
+        row scales ones unless `rows`, the column scales of diag(r) A ones unless `cols`), and
+        the result of `meanwhile()` (None: None), host work that the cuda backend runs while
+        the device makes the passes."""
+        row_max, row_sum = cls.row_stats(lane, owner, A)
+        r = inverse_power_of_two(row_max) if rows else np.ones(A.shape[0])
+        col_max, col_sum = cls.col_stats(lane, owner, A, r)
+        c = inverse_power_of_two(col_max) if cols else np.ones(A.shape[1])
+        kept = meanwhile() if meanwhile is not None else None
+        return Equilibration(r, c, row_max, row_sum, col_max, col_sum), kept
 
     @staticmethod
     def narrow(lane, owner, src, dst, row_scale, col_scale, limit, butterfly=None) -> bool:

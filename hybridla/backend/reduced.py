@@ -25,6 +25,8 @@ the last bit of a TF32 product, not the error analysis.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 COMPUTE = ("single", "tf32", "half", "bfloat16", "half-x3")
@@ -148,6 +150,48 @@ def _slot_key(slot):
     """round_panel's buffer key of a round_herk_panel slot (allocated up front by
     prepare_reduced)."""
     return f"slot {slot}"
+
+
+class Equilibration(NamedTuple):
+    """The backends' `equilibration` of a matrix A: the exact scales r, c of diag(r) A diag(c)
+    and, from the same passes, the maxima and sums of |a_ij| per row and per column (the
+    column maxima of diag(r) A)."""
+    r: np.ndarray
+    c: np.ndarray
+    row_max: np.ndarray
+    row_sum: np.ndarray
+    col_max: np.ndarray
+    col_sum: np.ndarray
+
+    @property
+    def norm_inf(self) -> float:
+        return float(self.row_sum.max(initial=0.0))
+
+    @property
+    def norm_one(self) -> float:
+        return float(self.col_sum.max(initial=0.0))
+
+    @property
+    def zero_line(self) -> bool:
+        """Whether a row or a column of A is zero (A is exactly singular)."""
+        return not (np.all(self.row_max > 0) and np.all(self.col_max > 0))
+
+
+# frexp's mantissa m in [1/2, 1) from which log2 rounds up: cuda/convert.cu's power_of_two_scales
+# compares with the same double
+SQRT_HALF = 0.70710678118654752440
+
+
+def inverse_power_of_two(x):
+    """2^-k, k the integer nearest log2 x, elementwise; 1 where x is 0 or not finite: an exact
+    scale that brings x to [0.7, 1.4]. With x = m 2^e, m in [1/2, 1) (frexp), k = e where m >=
+    sqrt(1/2), else e - 1: how cuda/convert.cu decides too, so both backends scale alike."""
+    x = np.asarray(x, dtype=np.float64)
+    good = np.isfinite(x) & (x > 0)
+    mantissa, exponent = np.frexp(np.where(good, x, 1.0))
+    nearest = np.where(mantissa >= SQRT_HALF, exponent, exponent - 1)
+    with np.errstate(over="ignore"):
+        return np.where(good, np.ldexp(1.0, -nearest), 1.0)
 
 
 def round_to(x: np.ndarray, compute: str) -> np.ndarray:

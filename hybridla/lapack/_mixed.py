@@ -125,29 +125,15 @@ class Phases:
         return self.seconds
 
 
-def inverse_power_of_two(x):
-    """2^-round(log2 x) elementwise, 1 where x is 0 or not finite: an exact scale that brings x
-    to [0.7, 1.4]."""
-    x = np.asarray(x, dtype=np.float64)
-    good = np.isfinite(x) & (x > 0)
-    out = np.ones_like(x)
-    out[good] = np.exp2(-np.round(np.log2(x[good])))
-    return out
-
-
-def general_scaling(ops, A, equilibrate, rows=True):
-    """Row and column scales r, c (powers of two; ones when not `equilibrate`) with the entries of
-    diag(r) A diag(c) at most about 1 in modulus, ||A||_inf, ||A||_1, and whether a row or a
-    column of A is zero (A is exactly singular): two passes over A. `rows=False` scales columns
-    only (least squares: row scaling would weight the problem)."""
-    lane = ops.lane("gpu:update")
-    whole = A.block(0, A.m, 0, A.n)
-    row_max, row_sum = ops.row_stats(lane, A, whole)
-    r = inverse_power_of_two(row_max) if equilibrate and rows else np.ones(A.m)
-    col_max, col_sum = ops.col_stats(lane, A, whole, r)
-    c = inverse_power_of_two(col_max) if equilibrate else np.ones(A.n)
-    zero_line = not (np.all(row_max > 0) and np.all(col_max > 0))
-    return r, c, float(row_sum.max(initial=0.0)), float(col_sum.max(initial=0.0)), zero_line
+def general_scaling(ops, A, equilibrate, rows=True, meanwhile=None):
+    """The backend's Equilibration of A: row and column scales r, c (powers of two; ones when
+    not `equilibrate`) with the entries of diag(r) A diag(c) at most about 1 in modulus, and
+    the row and column sums and maxima of |A| (||A||_inf, ||A||_1, a zero row or column): two
+    passes over A. `rows=False` scales columns only (least squares: row scaling would weight
+    the problem). Returns (Equilibration, the result of `meanwhile()`, host work run while
+    the device makes the passes; None without it)."""
+    return ops.equilibration(ops.lane("gpu:update"), A, A.block(0, A.m, 0, A.n),
+                             equilibrate and rows, equilibrate, meanwhile)
 
 
 def keep_butterfly(ops, low, butterfly):
@@ -172,7 +158,9 @@ class TriangularPreconditioner:
     V), M^-1 R = diag(scale_out) V T_k^-op ... P U^T diag(scale_in) R.
     `solves` lists (uplo, trans, diag) of the triangular solves with the leading n x n block of
     `low`; `permutation` (host indices) is LU's row interchanges, applied as a gather of the
-    rows when R is rounded to the factors' precision (one pass, not a pass per interchange).
+    rows when R is rounded to the factors' precision (one pass, not a pass per interchange);
+    or `pivots`, LAPACK's sequence of them, made into the permutation while the device
+    inverts the diagonal blocks.
 
     One path: `apply` for blocks where the factors are (DeviceSpace's basis: R into the factors'
     precision and back by kernels, no host copy and no wait), and the call for host arrays
@@ -188,7 +176,7 @@ class TriangularPreconditioner:
     directions), the blocked form in 1.33-1.36 ms (2026-11-23)."""
 
     def __init__(self, ops, low, n, nrhs, solves, scale_in, scale_out, permutation=None,
-                 butterfly=None):
+                 butterfly=None, pivots=None):
         self.ops, self.low, self.n, self.solves = ops, low, n, solves
         self.scale_in, self.scale_out, self.permutation = scale_in, scale_out, permutation
         self.butterfly = butterfly
@@ -204,6 +192,8 @@ class TriangularPreconditioner:
         # one set per triangle: the Cholesky's two solves (op N and C) share L's
         self.inverses = {key: self._invert_diagonal_blocks(*key)
                          for key in dict.fromkeys((uplo, diag) for uplo, _, diag in solves)}
+        if pivots is not None:  # the host's share, while the device inverts
+            self.permutation = lu_permutation(pivots)
         # the solves' recording (host work, nothing runs) while the device inverts: recorded at
         # the first application, it held the device idle for 1.7 ms (H100, n = 32768)
         lane = ops.lane("gpu:panel")
@@ -370,7 +360,7 @@ class DeviceSpace:
         self.Z = store.workspace("krylov Z", n, m * k)
         self.W = store.workspace("krylov W", n, k)
         self.D = store.workspace("krylov D", n, k)
-        self.y = store.workspace("krylov y", m, 1)
+        self.y = store.workspace("krylov y", m + 1, 1)
         # per column: h of the first pass (m + 1 rows), of the second, and ||w||_2^2
         self.coefficients = store.workspace("krylov coefficients", 2 * m + 3, k)
         self.host_coefficients = np.empty((2 * m + 3, k), dtype, order="F")  # store's dtype
@@ -414,6 +404,16 @@ class DeviceSpace:
         with self.lane:
             self.ops.scale_copy(self.lane, 1.0 / hnext, self._column(self.W, c),
                                 self._column(self.V, (j + 1) * self.k + c))
+
+    def combination_inf_norm(self, c, q) -> float:
+        """||V_c q||_inf, V_c the first len(q) basis vectors of column c: one gemv here, the
+        vector to the host for its largest entry."""
+        ops, lane = self.ops, self.lane
+        q_dev, out = ops.sub_block(self.y, 0, len(q), 0, 1), self._column(self.D, 0)
+        ops.from_host(lane, np.asarray(q, self.host_coefficients.dtype).reshape(-1, 1), q_dev)
+        with lane:
+            ops.gemm(lane, 1, ops.strided_columns(self.V, c, len(q), self.k), q_dev, 0, out)
+        return float(np.abs(ops.to_host(lane, out)).max())
 
     def combine(self, R, solutions):
         """D (host): column c = Z_c y_c for `solutions` {c: y_c}, Z_c its columns j k + c."""

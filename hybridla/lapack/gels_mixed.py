@@ -34,9 +34,8 @@ class GelsMixed(MixedSolver):
     normal = True
 
     def scale(self, A):
-        r, c, norm_inf, norm_one, _ = general_scaling(self.ops, A, self.options.equilibrate,
-                                                   rows=False)
-        return r, c, norm_inf * norm_one
+        scaling, _ = general_scaling(self.ops, A, self.options.equilibrate, rows=False)
+        return scaling.r, scaling.c, scaling.norm_inf * scaling.norm_one
 
     def factor(self, A, low, plan, r, c) -> int:
         _, info, trace = geqrf(low, plan)

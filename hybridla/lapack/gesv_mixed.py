@@ -21,11 +21,12 @@ solves): at n = 32768 in float64 that is 8.6 GB and 4.3 GB, milliseconds at HBM 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from .. import config
 from ..butterfly import random_butterfly
 from ._mixed import (MixedSolver, TriangularPreconditioner, general_scaling, keep_butterfly,
-                     lu_permutation, narrow)
+                     narrow)
 from .getrf import getrf
 
 
@@ -35,22 +36,21 @@ class GesvMixed(MixedSolver):
         self.butterfly = None  # keep_butterfly's pair when the LU pivots within windows only
         self.pivoting = plan.panel_pivoting
 
-    def scale(self, A):
-        r, c, norm_inf, _, zero_line = general_scaling(self.ops, A, self.options.equilibrate)
-        if zero_line and self.pivoting == "window":
+    def scale_and_narrow(self, source, low):
+        # the LU without a pivot search across the height is stable for the randomized copy
+        # W_L^T (r A c) W_R (hybridla/butterfly.py), not for A itself; the butterflies go to
+        # the device while it makes the scaling passes
+        upload = functools.partial(keep_butterfly, self.ops, low, random_butterfly(low.n))
+        scaling, self.butterfly = general_scaling(
+            self.ops, source, self.options.equilibrate,
+            meanwhile=upload if self.pivoting == "window" else None)
+        if scaling.zero_line and self.pivoting == "window":
             # exactly singular: randomized, its zero pivot would be lost to rounding, and the
             # solve would not fail with LAPACK's info; partial pivoting keeps it exact
-            self.pivoting = "partial"
-        return r, c, norm_inf
-
-    def scale_and_narrow(self, source, low):
-        r, c, anorm = self.scale(source)
-        # the LU without a pivot search across the height is stable for the randomized copy
-        # W_L^T (r A c) W_R (hybridla/butterfly.py), not for A itself
-        self.butterfly = keep_butterfly(self.ops, low, random_butterfly(low.n)) \
-            if self.pivoting == "window" else None
-        return r, c, anorm, narrow(self.ops, source, low, r, c, self.options.lowest,
-                                   self.butterfly)
+            self.pivoting, self.butterfly = "partial", None
+        r, c = scaling.r, scaling.c
+        return r, c, scaling.norm_inf, narrow(self.ops, source, low, r, c, self.options.lowest,
+                                              self.butterfly)
 
     def factor(self, A, low, plan, r, c) -> int:
         # the tensor-core update leaves SMs to the panels, the LU's critical path (config
@@ -67,7 +67,7 @@ class GesvMixed(MixedSolver):
         # P diag(r) A diag(c) = L U:  A^-1 = diag(c) U^-1 L^-1 P diag(r)
         return TriangularPreconditioner(self.ops, low, low.n, nrhs,
                                         [("L", "N", "U"), ("U", "N", "N")], r, c,
-                                        lu_permutation(self.pivots), self.butterfly)
+                                        butterfly=self.butterfly, pivots=self.pivots)
 
 
 def gesv_mixed(ops, A, B, options, plan, arriving=None):

@@ -18,6 +18,8 @@ the head leaves behind (its events; its host side has returned).
 """
 from __future__ import annotations
 
+import functools
+
 import itertools
 import sys
 import threading
@@ -203,12 +205,16 @@ def _run(state, graph, backend, workers, trace, recording, head_steps):
         raise
     if backend.has_device:
         backend.synchronize()  # device times are read from events, which must have completed
-        backend.context.push()
-        try:
-            for task, lane, start, end in state.device_timings:
-                trace.add(task.name, lane, start.time_since(state.origin_event) / 1e3,
-                          end.time_since(state.origin_event) / 1e3, step=task.step,
-                          flops=task.flops, bytes=task.bytes)
-        finally:
-            backend.context.pop()
+        trace.add_later(functools.partial(_device_records, backend, state))
     return trace
+
+
+def _device_records(backend, state):
+    """The GPU tasks' trace records, from their events (Trace.add_later: when first read)."""
+    backend.context.push()
+    try:
+        return [(task.name, lane, start.time_since(state.origin_event) / 1e3,
+                 end.time_since(state.origin_event) / 1e3, task.step, task.flops, task.bytes)
+                for task, lane, start, end in state.device_timings]
+    finally:
+        backend.context.pop()
