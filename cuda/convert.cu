@@ -167,26 +167,6 @@ extern "C" __global__ void power_of_two_scales(const double* largest, int n, int
     scale[i] = s;
 }
 
-// split_tf32: float blocks (count of them, rows x cols, leading dimension lda, `stride` elements
-// apart; blockIdx.z the block) as a = big + small: big rounded to TF32's 10 stored mantissa bits
-// (to nearest, ties to even), small = a - big (exact in float), into dense blocks (leading
-// dimension rows): the operands of a float product in three TF32 tensor-core GEMMs, big big +
-// big small + small big (backend/cuda._gemm_tf32x3).
-extern "C" __global__ void split_tf32(const float* A, long long lda, long long stride, int rows,
-                                      int cols, float* big, float* small)
-{
-    const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;
-    if (i >= rows || j >= cols) return;
-    const long long block = blockIdx.z;
-    const float a = A[block * stride + i + (long long)j * lda];
-    unsigned int bits = __float_as_uint(a);
-    if (isfinite(a)) bits = (bits + 0xFFFu + ((bits >> 13) & 1u)) & 0xFFFFE000u;
-    const float high = __uint_as_float(bits);
-    const long long at = block * rows * (long long)cols + i + (long long)j * rows;
-    big[at] = high;
-    small[at] = isfinite(high) ? a - high : 0.0f;
-}
-
 __device__ inline float scaled_to_low(double a, double s) { return (float)(a * s); }
 __device__ inline float scaled_to_low(float a, double s) { return (float)((double)a * s); }
 __device__ inline cuFloatComplex scaled_to_low(cuDoubleComplex a, double s)

@@ -2,8 +2,7 @@
 """Where the preconditioner's inversion of its diagonal blocks goes: CudaBackend's recursive
 halving (invert_triangular_blocks) on the n / b diagonal blocks of order b of a float32
 triangle, for b = 64 (the leaves alone), 128, ..., --block: each order's time less the one
-below is what its level of products costs. With and without the split scratch (the large
-products in three TF32 GEMMs).
+below is what its level of products costs.
 
     python3 perf/probe_inversion.py --n 32768 --block 2048 --repeat 5
 
@@ -36,22 +35,17 @@ def main():
         cp.cuda.runtime.memcpy2D(block.ptr, block.ld * 4, square.data.ptr, n * 4, n * 4, n,
                                  cp.cuda.runtime.memcpyDeviceToDevice)
         del square
-        print(f"n {n}, {ops.device_name}\n\n| block order | uplo | float32 GEMMs (ms) | "
-              f"TF32 x3 from order {1024} (ms) |\n|---:|---|---:|---:|")
+        print(f"n {n}, {ops.device_name}\n\n| block order | uplo | ms |\n|---:|---|---:|")
         order = 64
         while order <= args.block:
             W = low.workspace("probe inverses", order, -(-n // order) * (order + 1))
             scratch = low.workspace("probe scratch", order, -(-n // 4))
-            split = low.workspace("probe split", order, n)
             for uplo, diag in (("L", "U"), ("U", "N")):
-                times = []
-                for split_scratch in (None, split):
-                    def call():
-                        with lane:
-                            ops.invert_triangular_blocks(lane, uplo, diag, block, order, W,
-                                                         scratch, split_scratch)
-                    times.append(best_of(args.repeat, call) * 1e3)
-                print(f"| {order} | {uplo} | {times[0]:.3f} | {times[1]:.3f} |", flush=True)
+                def call():
+                    with lane:
+                        ops.invert_triangular_blocks(lane, uplo, diag, block, order, W, scratch)
+                print(f"| {order} | {uplo} | {best_of(args.repeat, call) * 1e3:.3f} |",
+                      flush=True)
             order *= 2
     finally:
         low.close()

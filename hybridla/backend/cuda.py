@@ -67,9 +67,6 @@ _LEAF_CLUSTER = {"blocks": 16, "threads": 512, "max_rows": 16 * 512 * 4, "max_wi
                  "dtypes": (np.dtype(np.float32),)}
 # invert_triangular_blocks halves blocks down to this order (invert_leaves' threads per block)
 _INVERSE_LEAF = 64
-# invert_triangular_blocks with split_scratch: products of halves from this order on in three
-# TF32 GEMMs (below it they are small and few, and float32's GEMMs keep up)
-_TF32X3_MIN = 512
 _STATS_THREADS, _STATS_STRIP = 256, 64
 # convert.cu's row_stats/col_stats/narrow_hermitian and hemv.cu's launch shape (STATS_THREADS,
 # STRIP) and part codes
@@ -1952,7 +1949,7 @@ class CudaBackend:
                             ctypes.c_int(_LASET_PART[uplo]))
 
     def invert_triangular_blocks(self, lane, uplo, diag, T: DeviceBlock, b, W: DeviceBlock,
-                                 scratch: DeviceBlock, split_scratch: DeviceBlock = None):
+                                 scratch: DeviceBlock):
         """W_c := T_cc^-1 for the diagonal blocks of order b of the square T (the last one
         may be smaller), each W_c at columns c (b + 1) of W (b rows, ld b, `inverse_columns`
         columns), the other triangle zero: the layout of the diagonal blocks of a matrix of
@@ -1961,12 +1958,7 @@ class CudaBackend:
         invert_leaves, one thread block each), then for each pair of halves, lower
         W21 = -W22 (T21 W11) (upper W12 = -(W11 T12) W22): two gemms. cuBLAS trsm on the identity
         took 0.5-0.9 ms per 1024 block in float32 on the H100 (2026-11-23), on the Cholesky's
-        critical path once a step. `scratch`: at least b x max(b, n) / 4 elements.
-        With `split_scratch` (float32, at least b x max(b, n) elements), a float32 T's products
-        of halves of at least _TF32X3_MIN run as three TF32 GEMMs each (_gemm_tf32x3): their
-        float32 GEMMs were most of the 4.6 ms that the mixed LU's preconditioner took to invert
-        its 32 blocks of 2048 (H100, n = 32768), between the factorization and the first
-        solve."""
+        critical path once a step. `scratch`: at least b x max(b, n) / 4 elements."""
         n = T.rows
         if W.ld != b:
             raise ValueError(f"invert_triangular_blocks: W's leading dimension {W.ld} is not "
@@ -1976,22 +1968,16 @@ class CudaBackend:
         self.laset(lane, "A", 0, 0, W)
         full, rest = divmod(n, b)
         item = T.dtype.itemsize
-        split = split_scratch.ptr if split_scratch is not None and T.dtype == np.float32 \
-            else None
         if full:
-            self._invert_halving(lane, uplo, diag, T.ptr, T.ld, W.ptr, W.ld, b, full, scratch,
-                                 split)
+            self._invert_halving(lane, uplo, diag, T.ptr, T.ld, W.ptr, W.ld, b, full, scratch)
         if rest:
             start = full * b
             self._invert_halving(lane, uplo, diag, T.ptr + start * (T.ld + 1) * item, T.ld,
-                                 W.ptr + start * (W.ld + 1) * item, W.ld, rest, 1, scratch,
-                                 split)
+                                 W.ptr + start * (W.ld + 1) * item, W.ld, rest, 1, scratch)
 
-    def _invert_halving(self, lane, uplo, diag, t, ldt, w, ldw, order, count, scratch,
-                        split=None):
+    def _invert_halving(self, lane, uplo, diag, t, ldt, w, ldw, order, count, scratch):
         """The inverses of `count` triangular blocks of `order` on the diagonals of t and w
-        (consecutive: block c at c order (ld + 1)); `split`: invert_triangular_blocks'
-        split_scratch."""
+        (consecutive: block c at c order (ld + 1))."""
         dtype = scratch.dtype
         if order <= _INVERSE_LEAF or order % 2:
             self.kernels.launch(f"invert_leaves_{_PREFIX[dtype]}", (count,),
@@ -2002,55 +1988,26 @@ class CudaBackend:
                                 ctypes.c_int(uplo == "L"), ctypes.c_int(diag == "U"))
             return
         half = order // 2
-        self._invert_halving(lane, uplo, diag, t, ldt, w, ldw, half, 2 * count, scratch, split)
+        self._invert_halving(lane, uplo, diag, t, ldt, w, ldw, half, 2 * count, scratch)
         item = dtype.itemsize
         t11, w11 = t, w
         t22, w22 = t + half * (ldt + 1) * item, w + half * (ldw + 1) * item
         stride_t, stride_w = order * (ldt + 1), order * (ldw + 1)
-        if split is not None and half >= _TF32X3_MIN:
-            def gemm(alpha, a, lda, stride_a, b, ldb, stride_b, c, ldc, stride_c):
-                self._gemm_tf32x3(lane, alpha, (a, lda, stride_a), (b, ldb, stride_b),
-                                  (c, ldc, stride_c), half, count, split)
-        else:
-            def gemm(alpha, a, lda, stride_a, b, ldb, stride_b, c, ldc, stride_c):
-                _GEMM_STRIDED[dtype](lane.blas, _OP["N"], _OP["N"], half, half, half,
-                                     self._scalar(dtype, alpha), a, lda, stride_a, b, ldb,
-                                     stride_b, self._scalar(dtype, 0), c, ldc, stride_c, count)
-        product = (scratch.ptr, half, half * half)
+        gemm, one, zero = _GEMM_STRIDED[dtype], self._scalar(dtype, 1), self._scalar(dtype, 0)
+        minus = self._scalar(dtype, -1)
+        op = _OP["N"]
         if uplo == "L":  # scratch := T21 W11, W21 := -W22 scratch
             t21, w21 = t + half * item, w + half * item
-            gemm(1, t21, ldt, stride_t, w11, ldw, stride_w, *product)
-            gemm(-1, w22, ldw, stride_w, *product, w21, ldw, stride_w)
+            gemm(lane.blas, op, op, half, half, half, one, t21, ldt, stride_t, w11, ldw, stride_w,
+                 zero, scratch.ptr, half, half * half, count)
+            gemm(lane.blas, op, op, half, half, half, minus, w22, ldw, stride_w, scratch.ptr,
+                 half, half * half, zero, w21, ldw, stride_w, count)
         else:            # scratch := W11 T12, W12 := -scratch W22
             t12, w12 = t + half * ldt * item, w + half * ldw * item
-            gemm(1, w11, ldw, stride_w, t12, ldt, stride_t, *product)
-            gemm(-1, *product, w22, ldw, stride_w, w12, ldw, stride_w)
-
-    def _gemm_tf32x3(self, lane, alpha, a, b, c, order, count, split):
-        """C_i := alpha A_i B_i for `count` float32 blocks of order x order, each operand a
-        (pointer, leading dimension, stride) triple: with X = big_X + small_X (convert.cu's
-        split_tf32, into `split`), A B = big big + big small + small big in three TF32 tensor-
-        core GEMMs (small small, 2^-22 of the product, left out): float32's accuracy at about
-        three times its GEMM rate (TF32 416 against FP32's 60 TFLOP/s on the H100)."""
-        elements = order * order * count
-        parts = [split + q * elements * 4 for q in range(4)]  # big A, small A, big B, small B
-        grid = self._aux_grid(order, order) + (count,)
-        for (pointer, ld, stride), big, small in ((a, parts[0], parts[1]),
-                                                  (b, parts[2], parts[3])):
-            self.kernels.launch("split_tf32", grid, _AUX_BLOCK, lane.handle,
-                                ctypes.c_void_p(pointer), ctypes.c_longlong(ld),
-                                ctypes.c_longlong(stride), ctypes.c_int(order),
-                                ctypes.c_int(order), ctypes.c_void_p(big),
-                                ctypes.c_void_p(small))
-        scalars = np.array([alpha, 0, 1], dtype=np.float32)  # alpha, then beta 0 and 1
-        c_pointer, ldc, stride_c = c
-        for x, y, beta in ((parts[0], parts[2], 1), (parts[0], parts[3], 2),
-                           (parts[1], parts[2], 2)):
-            cublas.gemm_strided_batched_ex(
-                lane.blas, _OP["N"], _OP["N"], order, order, order, scalars.ctypes.data,
-                x, _CUDA_R_32F, order, order * order, y, _CUDA_R_32F, order, order * order,
-                scalars.ctypes.data + 4 * beta, c_pointer, _CUDA_R_32F, ldc, stride_c, count,
-                _COMPUTE_32F_FAST_TF32, _GEMM_DEFAULT)
+            gemm(lane.blas, op, op, half, half, half, one, w11, ldw, stride_w, t12, ldt, stride_t,
+                 zero, scratch.ptr, half, half * half, count)
+            gemm(lane.blas, op, op, half, half, half, minus, scratch.ptr, half, half * half, w22,
+                 ldw, stride_w, zero, w12, ldw, stride_w, count)
 
     def trsm(self, lane, side, uplo, trans, diag, alpha, T: DeviceBlock, B: DeviceBlock):
         if B.size == 0:

@@ -185,9 +185,6 @@ class TriangularPreconditioner:
         low.workspace("preconditioner", n, nrhs)  # at its largest now: no allocation later
         low.workspace("preconditioner block", b, nrhs)
         self.scratch = low.workspace("inversion scratch", b, -(-max(b, n) // 4))
-        # float32 factors: the inversion's large products in three TF32 GEMMs each
-        self.split_scratch = low.workspace("inversion split", b, max(b, n)) \
-            if np.dtype(low.dtype) == np.float32 else None
         self.seconds = 0.0
         self._recordings = {}
         self._kept = None  # the scales and permutation where the factors are
@@ -231,7 +228,7 @@ class TriangularPreconditioner:
         lane = ops.lane("gpu:panel")
         with lane:
             ops.invert_triangular_blocks(lane, uplo, diag, self.factors, b, inverses,
-                                         self.scratch, self.split_scratch)
+                                         self.scratch)
         return inverses
 
     def apply(self, src, dst):
