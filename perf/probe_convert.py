@@ -6,7 +6,8 @@
 
 Rows: the median of --repeat calls after one untimed call, host wall clock around each call
 (each ends with a device synchronization: the stats kernels bring their sums to the host).
-row_stats and col_stats are gesv_mixed's two passes for the scales, narrow its rounded copy;
+equilibration is gesv_mixed's two passes for the scales (row_stats, col_stats), narrow its
+rounded copy;
 narrow_hermitian is posv_mixed's whole convert (one triangle); the two products are the
 refinement's for posv_mixed (hemv, lower triangle) and gesv_mixed (gemv), with the vector's
 copies.
@@ -40,8 +41,8 @@ def main():
         x = np.random.default_rng(1).standard_normal((n, 1))
         work = A.workspace("refine", 2 * n, 1)
         calls = [
-            ("row_stats", lambda: ops.row_stats(lane, A, whole)),
-            ("col_stats", lambda: ops.col_stats(lane, A, whole, ones)),
+            ("equilibration (row_stats, col_stats)",
+             lambda: ops.equilibration(lane, A, whole, True, True)),
             ("narrow", lambda: ops.narrow(lane, low, whole, low_whole, ones, ones, 65504.0)),
             ("narrow_hermitian L",
              lambda: ops.narrow_hermitian(lane, low, whole, low_whole, ones, "L", 65504.0)),

@@ -41,7 +41,6 @@ TIMED = [(_mixed.MixedSolver, "solve"), (_mixed.TriangularPreconditioner, "__ini
          (_mixed.DeviceSpace, "arnoldi"), (_mixed.DeviceSpace, "combine"),
          (_mixed.TriangularPreconditioner, "apply"), (_mixed.WorkingOperator, "apply"),
          (cuda_backend.CudaBackend, "narrow_hermitian"), (cuda_backend.CudaBackend, "narrow"),
-         (cuda_backend.CudaBackend, "row_stats"), (cuda_backend.CudaBackend, "col_stats"),
          (cuda_backend.CudaBackend, "from_host"), (cuda_backend.CudaBackend, "to_host"),
          (cuda_backend.CudaBackend, "replay"), (cuda_backend.CudaBackend, "synchronize"),
          (cuda_backend.CudaBackend, "equilibration"), (cuda_backend.DeviceMatrix, "finish"),

@@ -1560,38 +1560,6 @@ class CudaBackend:
     # -- mixed precision (lapack/_mixed.py, backend/reduced.py, cuda/convert.cu) ----------------
     # These run before or after a factorization's task graph, on the update stream, and wait:
     # their results (scales, flags) decide what the host does next.
-    def row_stats(self, lane, owner: DeviceMatrix, A: DeviceBlock):
-        """Per row of the block A: (max |a_ij|, sum |a_ij|), float64 host arrays. One pass."""
-        return self._stats("row_stats", owner, A, A.rows, None)
-
-    def col_stats(self, lane, owner: DeviceMatrix, A: DeviceBlock, row_scale):
-        """Per column of the block A: (max r_i |a_ij|, sum |a_ij|), r = row_scale. One pass."""
-        return self._stats("col_stats", owner, A, A.cols, row_scale)
-
-    def _stats(self, kernel, owner, A, length, row_scale):
-        out = np.zeros((length, 2), dtype=np.float64, order="F")  # the maxima, the sums
-        if A.size == 0:
-            return out[:, 0], out[:, 1]
-        buffer = owner.extra_workspace("stats", (2 * length + A.rows) * 8)
-        scale_ptr = buffer + 2 * length * 8
-        grid = (-(-A.rows // _STATS_THREADS), -(-A.cols // _STATS_STRIP))
-        gpu = self.lane("gpu:update")
-        with gpu:
-            cublas.set_vector_async(2 * length, 8, out.ctypes.data, 1, buffer, 1, gpu.handle)
-            args = [ctypes.c_void_p(A.ptr), ctypes.c_longlong(A.ld), ctypes.c_int(A.rows),
-                    ctypes.c_int(A.cols)]
-            if row_scale is not None:
-                scale = np.ascontiguousarray(row_scale, dtype=np.float64)
-                cublas.set_vector_async(A.rows, 8, scale.ctypes.data, 1, scale_ptr, 1,
-                                        gpu.handle)
-                args.append(ctypes.c_void_p(scale_ptr))
-            args += [ctypes.c_void_p(buffer), ctypes.c_void_p(buffer + length * 8)]
-            self.kernels.launch(f"{kernel}_{_PREFIX[A.dtype]}", grid, (_STATS_THREADS,),
-                                gpu.handle, *args)
-            cublas.get_vector_async(2 * length, 8, buffer, 1, out.ctypes.data, 1, gpu.handle)
-            _driver.stream_synchronize(gpu.handle)
-        return out[:, 0].copy(), out[:, 1].copy()
-
     def equilibration(self, lane, owner: DeviceMatrix, A: DeviceBlock, rows, cols,
                       meanwhile=None):
         """backend/reduced.Equilibration of the block A: row_stats, the row scales (ones unless

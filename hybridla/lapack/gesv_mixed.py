@@ -21,7 +21,6 @@ solves): at n = 32768 in float64 that is 8.6 GB and 4.3 GB, milliseconds at HBM 
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 from .. import config
 from ..butterfly import random_butterfly
@@ -40,7 +39,9 @@ class GesvMixed(MixedSolver):
         # the LU without a pivot search across the height is stable for the randomized copy
         # W_L^T (r A c) W_R (hybridla/butterfly.py), not for A itself; the butterflies go to
         # the device while it makes the scaling passes
-        upload = functools.partial(keep_butterfly, self.ops, low, random_butterfly(low.n))
+        def upload():
+            return keep_butterfly(self.ops, low, random_butterfly(low.n))
+
         scaling, self.butterfly = general_scaling(
             self.ops, source, self.options.equilibrate,
             meanwhile=upload if self.pivoting == "window" else None)
