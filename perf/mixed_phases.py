@@ -46,7 +46,9 @@ def matrix(n, assume, seed=0):
 
 
 def _value(text):
-    """A --config value: an integer, a number, or the word itself."""
+    """A --config value: an integer, a number, true or false, or the word itself."""
+    if text in ("true", "false"):
+        return text == "true"
     for kind in (int, float):
         try:
             return kind(text)
