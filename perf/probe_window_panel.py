@@ -7,24 +7,19 @@ the panel lane, host clock around a synchronized call, best of --repeat, less th
 that restores the matrix before each; the first step's
 sizes (the tallest) and the middle step's. Then the whole panel as the LU runs it,
 getrf_panel_window with each `--leaf` (0: the window in one getrf; else recursive halving
-down to leaves that pivot within windows of their own width), the solve below included, and a
-leaf alone (its `--window` leaf widths of rows). `--short-panels true false` repeats the leaves
-and the whole panels with each device.short_panels (our kernel for the leaves, or cuSOLVER's
-getrf).
+down to leaves that pivot within windows of their own width), the solve below included.
 
     python3 perf/probe_window_panel.py --n 32768 --nb 1536 --window 1 2 3 --leaf 0 512 \
-        --trsm-leaf 64 128 --short-panels true false --repeat 5
+        --trsm-leaf 64 128 --repeat 5
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 
 import cupy as cp
 import numpy as np
 
-import hybridla
 from device_clock import best_of  # perf/device_clock.py, beside this file
 from hybridla.backend import get_backend
 from hybridla.backend import reduced as reduced_backend
@@ -39,7 +34,6 @@ def main():
     p.add_argument("--window", type=int, nargs="+", default=[2])
     p.add_argument("--leaf", type=int, nargs="+", default=[0])
     p.add_argument("--trsm-leaf", type=int, nargs="+", default=[reduced_backend.TRSM_LEAF])
-    p.add_argument("--short-panels", nargs="+", default=["true"], choices=["true", "false"])
     p.add_argument("--repeat", type=int, default=5)
     args = p.parse_args()
     ops = get_backend("cuda")
@@ -85,28 +79,15 @@ def main():
                     seconds = best_of(args.repeat, solve) - restore_only
                 print(f"| {rows} | A21 U11^-1 ({rows - nb} x {nb}), {name} | "
                       f"{seconds * 1e3:.2f} |")
-            for short_panels, window, leaf in itertools.product(args.short_panels, args.window,
-                                                                args.leaf):
-                kernel = "our kernel" if short_panels == "true" else "cuSOLVER"
-                with hybridla.config.set({"device.short_panels": short_panels == "true"}):
-                    if leaf:
-                        leaf_rows = min(window * leaf, rows)
-
-                        def alone():
-                            fresh()
-                            with lane:
-                                ops.getrf_leaf(lane, low, 0, 0, 0, leaf, 0, nb, r1=leaf_rows)
-                        seconds = best_of(args.repeat, alone) - copy_only
-                        print(f"| {rows} | leaf {leaf_rows} x {leaf} alone, {kernel} | "
-                              f"{seconds * 1e3:.3f} |")
-
+            for window in args.window:
+                for leaf in args.leaf:
                     def whole():
                         fresh()
                         with lane:
                             getrf_panel_window(reduced, ops, lane, low, 0, 0, nb, window, leaf)
                     seconds = best_of(args.repeat, whole) - copy_only
-                    print(f"| {rows} | getrf_panel_window, window {window}, leaf {leaf}, "
-                          f"{kernel} | {seconds * 1e3:.2f} |")
+                    print(f"| {rows} | getrf_panel_window, window {window}, leaf {leaf} | "
+                          f"{seconds * 1e3:.2f} |")
     finally:
         low.close()
 

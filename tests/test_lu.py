@@ -219,7 +219,7 @@ def test_driver_getrf_info_matches_lapack(backend, which, rng):
     assert getrf_ratio(a, to_host(lu), piv) < THRESH
 
 
-def driver_getrf(a, *, backend, nb, panel=None):
+def driver_getrf(a, *, backend, nb):
     """hybridla.lapack.getrf on a copy of ``a`` (docs/INTERNALS.md: the driver factors a tile
     store in place and returns (piv, info, trace)); the store comes from the backend, the plan
     from hybridla.scheduler.plan.make_plan. The one place that knows how the driver layer is
@@ -227,7 +227,7 @@ def driver_getrf(a, *, backend, nb, panel=None):
     import hybridla.lapack
     from hybridla.scheduler.plan import make_plan
     ops = hybridla.backend.get_backend(backend)
-    plan = make_plan(ops, a.shape[0], a.shape[1], a.dtype, nb=nb, panel=panel)
+    plan = make_plan(ops, a.shape[0], a.shape[1], a.dtype, nb=nb)
     work = np.array(a, order="F", copy=True)
     A = ops.host_matrix(work, work, plan.nb)
     try:
@@ -665,81 +665,6 @@ def test_cluster_leaves_zero_column(backend, monkeypatch, rng):
     np.testing.assert_array_equal(piv, piv_ref)
     assert np.all(np.isfinite(to_host(lu)))
     assert getrf_ratio(a, to_host(lu), piv) < THRESH
-
-
-# -- partial-pivoting leaves of at most 1024 rows by blocks of 32 columns (getrf_short_panel.cu) --
-# On a device a float32 leaf of 17 to 512 columns and at most 1024 rows is factored in one
-# cooperative launch, a block per 32 columns (the window-pivoted LU's leaves are 1024 x 512);
-# elsewhere getrf. The shapes give 16 full blocks, a ragged last block, and a single block.
-
-def _leaves_only_in_short_panels(backend, monkeypatch):
-    """On a device, make any other way of factoring a leaf fail, and count the leaves, so that
-    a test of the kernel can pass neither through the fallback nor around the device."""
-    leaves = []
-    if backend != "cuda":
-        return leaves
-    ops = hybridla.backend.get_backend("cuda")
-    factor_leaf = ops.getrf_leaf
-
-    def counted(lane, A, step, r0, c0, c1, *args, **kwargs):
-        leaves.append((c1 - c0, (kwargs.get("r1") or A.m) - r0))
-        return factor_leaf(lane, A, step, r0, c0, c1, *args, **kwargs)
-
-    def no_fallback(*args, **kwargs):
-        raise AssertionError("a float32 leaf of at most 512 x 1024 left the short-panel kernel")
-    monkeypatch.setattr(ops, "getrf_leaf", counted)
-    monkeypatch.setattr(ops, "getrf_panel", no_fallback)
-    return leaves
-
-
-@pytest.mark.parametrize("shape, nb, leaf", [((1024, 1024), 1024, 512), ((1000, 700), 700, 350),
-                                             ((600, 180), 180, 90)], ids=str)
-def test_short_panel_leaves_match_lapack(backend, shape, nb, leaf, monkeypatch, rng):
-    """LAPACK's pivots (sgetrf's, on random matrices: no near-ties), and its ratio."""
-    leaves = _leaves_only_in_short_panels(backend, monkeypatch)
-    a = fortran_random(*shape, np.float32, rng)
-    with hybridla.config.set({"lu.panel_leaf": leaf}):
-        lu, piv = hybridla.lu_factor(a, backend=backend, nb=nb, panel="gpu")
-    _, piv_ref, _ = scipy_getrf(a)
-    np.testing.assert_array_equal(piv, piv_ref)
-    assert getrf_ratio(a, lu, piv) < THRESH
-    assert backend == "host" or (leaf, min(shape[0], 1024)) in leaves
-
-
-def test_short_panel_leaves_break_ties_as_lapack(backend, monkeypatch, rng):
-    """One nonzero per row, +-1 or +-2 in a random column: each column's largest magnitude is
-    held by many rows, and every multiplier is exact (0, +-1/2 or +-1), so LAPACK's choice is
-    the only right one: the first such row in the order the interchanges so far have left, in
-    this block column and in those before it."""
-    leaves = _leaves_only_in_short_panels(backend, monkeypatch)
-    m = 1000
-    a = np.zeros((m, 192), np.float32, order="F")
-    a[np.arange(m), rng.integers(0, 192, m)] = rng.choice(np.array([-2, -1, 1, 2], np.float32),
-                                                           m)
-    with hybridla.config.set({"lu.panel_leaf": 96}):  # a panel of two leaves of three blocks
-        lu, piv = hybridla.lu_factor(a, backend=backend, nb=192, panel="gpu")
-    lu_ref, piv_ref, _ = scipy_getrf(a)
-    assert np.any(piv_ref[1:] != np.arange(1, 192))  # interchanges after the first
-    np.testing.assert_array_equal(piv, piv_ref)
-    np.testing.assert_array_equal(lu, lu_ref)
-    assert backend == "host" or (96, m) in leaves
-
-
-def test_short_panel_leaves_zero_column(backend, monkeypatch, rng):
-    """A zero column inside a leaf's second block: LAPACK's info, no interchange there, the
-    column unscaled, nothing infinite."""
-    leaves = _leaves_only_in_short_panels(backend, monkeypatch)
-    a = fortran_random(900, 200, np.float32, rng)
-    a[:, 45] = 0
-    lu_ref, piv_ref, info_ref = scipy.linalg.lapack.sgetrf(a)
-    assert info_ref == 46
-    with hybridla.config.set({"lu.panel_leaf": 100}):
-        lu, piv, info = driver_getrf(a, backend=backend, nb=200, panel="gpu")
-    assert int(info) == info_ref
-    np.testing.assert_array_equal(piv, piv_ref)
-    assert np.all(np.isfinite(to_host(lu)))
-    assert getrf_ratio(a, to_host(lu), piv) < THRESH
-    assert backend == "host" or (100, 900) in leaves
 
 
 # -- tournament pivoting for the leaves of recursive panels (lu.panel_pivoting) -----------------

@@ -67,9 +67,6 @@ _LEAF_CLUSTER = {"blocks": 16, "threads": 512, "max_rows": 16 * 512 * 4, "max_wi
                  "dtypes": (np.dtype(np.float32),)}
 # invert_triangular_blocks halves blocks down to this order (invert_leaves' threads per block)
 _INVERSE_LEAF = 64
-# getrf_short_panel.cu's shape: a block of 512 threads (2 rows each) per 32 columns, at most 16
-_SHORT_PANEL = {"threads": 512, "max_rows": 1024, "columns": 32, "max_blocks": 16,
-                "dtypes": (np.dtype(np.float32),)}
 _STATS_THREADS, _STATS_STRIP = 256, 64
 # convert.cu's row_stats/col_stats/narrow_hermitian and hemv.cu's launch shape (STATS_THREADS,
 # STRIP) and part codes
@@ -105,8 +102,6 @@ class CudaLane:
             # the largest thread-block cluster of SM-filling blocks its kernels can count on
             self.cluster_blocks = green.coscheduled if green is not None else \
                 _LEAF_CLUSTER["blocks"] if backend.leaf_cluster else 1
-            # the SM-filling blocks a cooperative launch on this lane may have resident at once
-            self.sms = green.sms if green is not None else backend.multiprocessors
             self.blas = cublas.create()
             cublas.set_stream(self.blas, self.handle)
             self.solver = cusolverDn.create()
@@ -262,7 +257,6 @@ class DeviceMatrix:
         self.panel_slots = _FusedPanelSlots(self, backend.multiprocessors) if k else None
         self._pinned_panels = {}
         self._extra_workspaces = {}
-        self._short_panel_tags = {}  # short_panel_workspace's last tag per workspace
         self._pinned_pivots = None  # allocated with the first CPU panel (pinning costs time)
         self._registered = []  # host page ranges pinned by this store, unpinned by `close`
         self.pin = False  # pin the host matrix as it uploads (CPU interface)
@@ -473,22 +467,6 @@ class DeviceMatrix:
         if fresh:
             _driver.memset_d32_async(arrivals, 0, nodes, lane.handle)
         return base, counts, arrivals, arrivals + nodes * 4
-
-    def short_panel_workspace(self, lane):
-        """getrf_short_panel.cu's publications for a launch on `lane`: (rows, moves, flags)
-        pointers and the launch's tag, new for each launch, so that no flag needs resetting
-        (the flags are zeroed on `lane` when first made)."""
-        blocks, name = _SHORT_PANEL["max_blocks"], f"short panel {lane.name}"
-        floats = blocks * _SHORT_PANEL["max_rows"] * _SHORT_PANEL["columns"]
-        ints = blocks * (1 + 4 * _SHORT_PANEL["columns"])
-        fresh = name not in self._extra_workspaces
-        rows = self.extra_workspace(name, (floats + ints + blocks) * 4)
-        flags = rows + (floats + ints) * 4
-        if fresh:
-            _driver.memset_d32_async(flags, 0, blocks, lane.handle)
-        tag = self._short_panel_tags.get(name, 0) % 0xFFFFFFFF + 1
-        self._short_panel_tags[name] = tag
-        return rows, rows + floats * 4, flags, tag
 
     def extra_workspace(self, name, nbytes):
         """A device workspace kept for this store's lifetime (first use allocates it)."""
@@ -736,7 +714,6 @@ class CudaBackend:
                                                                    "convert.cu", "hemv.cu",
                                                                    "getrf_panel.cu", "tslu.cu",
                                                                    "getrf_leaf_cluster.cu",
-                                                                   "getrf_short_panel.cu",
                                                                    "butterfly.cu"))
             self.kernels = _driver.Module(compile_cuda(source, no_extern_c=True,
                                                        options=["-O3"]))
@@ -1126,41 +1103,24 @@ class CudaBackend:
     def getrf_leaf(self, lane, A: DeviceMatrix, step, r0, c0, c1, k0=None, k1=None, r1=None):
         """The leaf A[r0:r1, c0:c1] of the panel A[r0:r1, k0:k1] (k0, k1 default c0, c1; r1 None:
         to the last row) by partial pivoting, its interchanges applied to the panel's other
-        columns too; pivots global 0-based rows, the info left to panel_info. For a float leaf,
-        one launch: on a thread-block cluster (cuda/getrf_leaf_cluster.cu) for up to 16 columns
+        columns too; pivots global 0-based rows, the info left to panel_info. One launch on a
+        thread-block cluster (cuda/getrf_leaf_cluster.cu) for a float leaf of up to 16 columns
         and 32768 rows, where the lane can launch its cluster of 16 (not in a green context of
-        fewer SMs than a GPU processing cluster); by blocks of 32 columns
-        (cuda/getrf_short_panel.cu) for up to 512 columns and 1024 rows, unless
-        device.short_panels is off. Else getrf_panel. The
-        interchanges go to the other columns by laswp, except in the cluster's launch."""
+        fewer SMs than a GPU processing cluster); else getrf_panel and laswp."""
         k0, k1, r1 = c0 if k0 is None else k0, c1 if k1 is None else k1, A.m if r1 is None else r1
         rows, width = r1 - r0, c1 - c0
-        if (lane.cluster_blocks >= _LEAF_CLUSTER["blocks"]
+        if not (lane.cluster_blocks >= _LEAF_CLUSTER["blocks"]
                 and A.dtype in _LEAF_CLUSTER["dtypes"]
                 and width <= min(rows, _LEAF_CLUSTER["max_width"])
                 and rows <= _LEAF_CLUSTER["max_rows"]):
-            self.kernels.launch(
-                "getrf_leaf_cluster_s", (_LEAF_CLUSTER["blocks"],), (_LEAF_CLUSTER["threads"],),
-                lane.handle, ctypes.c_void_p(A.block(r0, r1, c0, c1).ptr),
-                ctypes.c_longlong(A.ld), ctypes.c_int(rows), ctypes.c_int(width),
-                ctypes.c_int(c0 - k0), ctypes.c_int(k1 - c1),
-                ctypes.c_void_p(int(A.pivots_dev) + c0 * 4), ctypes.c_int(r0))
-            return
-        blocks = -(-width // _SHORT_PANEL["columns"])
-        if (A.dtype in _SHORT_PANEL["dtypes"] and 0 < width <= rows <= _SHORT_PANEL["max_rows"]
-                and blocks <= min(_SHORT_PANEL["max_blocks"], lane.sms)
-                and _config_get("device.short_panels")):
-            rows_published, moves, flags, tag = A.short_panel_workspace(lane)
-            self.kernels.launch(
-                "getrf_short_panel_s", (blocks,), (_SHORT_PANEL["threads"],), lane.handle,
-                ctypes.c_void_p(A.block(r0, r1, c0, c1).ptr), ctypes.c_longlong(A.ld),
-                ctypes.c_int(rows), ctypes.c_int(width),
-                ctypes.c_void_p(int(A.pivots_dev) + c0 * 4), ctypes.c_int(r0),
-                ctypes.c_void_p(rows_published), ctypes.c_void_p(moves), ctypes.c_void_p(flags),
-                ctypes.c_uint(tag), cooperative=True)
-        else:
             self.getrf_panel(lane, A, step, r0, c0, c1, r1=r1)
-        self._interchange_other_columns(lane, A, step, c0, c1, k0, k1)
+            self._interchange_other_columns(lane, A, step, c0, c1, k0, k1)
+            return
+        self.kernels.launch(
+            "getrf_leaf_cluster_s", (_LEAF_CLUSTER["blocks"],), (_LEAF_CLUSTER["threads"],),
+            lane.handle, ctypes.c_void_p(A.block(r0, r1, c0, c1).ptr), ctypes.c_longlong(A.ld),
+            ctypes.c_int(rows), ctypes.c_int(width), ctypes.c_int(c0 - k0), ctypes.c_int(k1 - c1),
+            ctypes.c_void_p(int(A.pivots_dev) + c0 * 4), ctypes.c_int(r0))
 
     def _interchange_other_columns(self, lane, A, step, c0, c1, k0, k1):
         """A leaf's interchanges (pivots c0..c1-1) in the panel's columns k0:c0 and c1:k1, as
