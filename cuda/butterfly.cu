@@ -3,10 +3,11 @@
 // groups[(4 c + a) q + i]: a warp's threads, on consecutive groups, read each entry of their
 // G_i in one coalesced load); rows from 4q on form groups of one, left as they are.
 //
-//   butterfly_two_sided   A := L^T A R in place, A the square low-precision copy (float or
-//                         complex float) of the mixed LU: a thread per pair of groups reads its
-//                         16 entries once and writes them once (the transform costs one pass
-//                         over the copy); *overflow when a part of an entry exceeds `limit`
+//   narrow_butterfly      out := L^T (r A c) R rounded to the low precision (float or complex
+//                         float; out may be A), the mixed LU's randomized copy: a thread per pair
+//                         of groups reads its 16 entries once and writes them once (the
+//                         transform costs one pass over the copy); *overflow when a part of an
+//                         entry exceeds `limit`
 //   butterfly_rows        Y := diag(after) op(G) diag(before) X for n x k blocks (the
 //                         preconditioner's vectors; X == Y allowed), op(G) = G or G^T, a null
 //                         `before` or `after` is the identity
