@@ -450,26 +450,17 @@ class HostBackend:
 
     # -- mixed precision (lapack/_mixed.py, backend/reduced.py) ---------------------------------
     @staticmethod
-    def row_stats(lane, owner, A):
-        """Per row of the block A: (max |a_ij|, sum |a_ij|), float64 host arrays."""
-        modulus = np.abs(A).astype(np.float64)
-        return modulus.max(axis=1, initial=0.0), modulus.sum(axis=1)
-
-    @staticmethod
-    def col_stats(lane, owner, A, row_scale):
-        """Per column of the block A: (max r_i |a_ij|, sum |a_ij|), r = row_scale."""
-        modulus = np.abs(A).astype(np.float64)
-        return (modulus * row_scale[:, None]).max(axis=0, initial=0.0), modulus.sum(axis=0)
-
-    @classmethod
-    def equilibration(cls, lane, owner, A, rows, cols, meanwhile=None):
+    def equilibration(lane, owner, A, rows, cols, meanwhile=None):
         """backend/reduced.Equilibration of the block A (the cuda backend's, pass for pass: the
-        row scales ones unless `rows`, the column scales of diag(r) A ones unless `cols`), and
-        the result of `meanwhile()` (None: None), host work that the cuda backend runs while
-        the device makes the passes."""
-        row_max, row_sum = cls.row_stats(lane, owner, A)
+        row maxima and sums of |a_ij|, the row scales ones unless `rows`, the column maxima of
+        diag(r) |A| and sums of |A|, the column scales ones unless `cols`), and the result of
+        `meanwhile()` (None: None), host work that the cuda backend runs while the device makes
+        the passes."""
+        modulus = np.abs(A).astype(np.float64)
+        row_max, row_sum = modulus.max(axis=1, initial=0.0), modulus.sum(axis=1)
         r = inverse_power_of_two(row_max) if rows else np.ones(A.shape[0])
-        col_max, col_sum = cls.col_stats(lane, owner, A, r)
+        col_max = (modulus * r[:, None]).max(axis=0, initial=0.0)
+        col_sum = modulus.sum(axis=0)
         c = inverse_power_of_two(col_max) if cols else np.ones(A.shape[1])
         kept = meanwhile() if meanwhile is not None else None
         return Equilibration(r, c, row_max, row_sum, col_max, col_sum), kept

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend.reduced import LARGEST, UNIT_ROUNDOFF
-from ..backend.reduced import inverse_power_of_two
+from ..backend.reduced import LARGEST, UNIT_ROUNDOFF, inverse_power_of_two
 from ._mixed import MixedSolver, TriangularPreconditioner, narrow
 from .potrf import potrf
 
