@@ -312,6 +312,26 @@ extern "C" __global__ void round_bf16(const float* A, long long lda, int rows, i
                                       __nv_bfloat16* out, long long ldo, int* overflow)
 { round_to<__nv_bfloat16>(A, lda, rows, cols, out, ldo, overflow, ToBf16()); }
 
+// split_tf32: a = hi + lo with hi = a rounded to TF32's 10 stored mantissa bits (to nearest, ties
+// to even) and lo = a - hi (exact in float), for the error-corrected GEMM on TF32 tensor cores:
+// A B ~ hi_A hi_B + (hi_A lo_B + lo_A hi_B), float32's accuracy with float32's range (no
+// overflow to flag: the arguments mirror split_half's). The tensor cores read lo's leading 10
+// mantissa bits, an error of 2^-22 |a| at most.
+extern "C" __global__ void split_tf32(const float* A, long long lda, int rows, int cols,
+                                      float* hi, long long ldh, float* lo, long long ldl,
+                                      float* hi_again, int* overflow)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;
+    if (i >= rows || j >= cols) return;
+    const float a = A[i + (long long)j * lda];
+    unsigned int bits = __float_as_uint(a);
+    if (isfinite(a)) bits = (bits + 0xFFFu + ((bits >> 13) & 1u)) & 0xFFFFE000u;
+    const float high = __uint_as_float(bits);
+    hi[i + (long long)j * ldh] = high;
+    lo[i + (long long)j * ldl] = isfinite(high) ? a - high : 0.0f;
+    if (hi_again) hi_again[i + (long long)j * ldh] = high;
+}
+
 // split_half: a = hi + lo 2^-11 with hi = half(a), lo = half((a - hi) 2^11), for the error-
 // corrected GEMM on half tensor cores (Ootomo and Yokota, IJHPCA 2022): A B ~ hi_A hi_B +
 // 2^-11 (hi_A lo_B + lo_A hi_B), about float32's accuracy at a third of half's rate. The factor

@@ -569,23 +569,26 @@ def test_reduced_herk_strips_cover_the_triangle(backend, uplo, trapezoid, comput
 
 
 @pytest.mark.parametrize("compute", ["single", "half-x3", "tf32"])
-@pytest.mark.parametrize("diag", ["U", "N"])
+@pytest.mark.parametrize("diag, scale", [("U", 1), ("N", 1), ("N", 2.0 ** -20)])
 @pytest.mark.parametrize("side", ["L", "R"])
-def test_reduced_trsm_is_a_blocked_solve(backend, compute, diag, side, rng):
+def test_reduced_trsm_is_a_blocked_solve(backend, compute, diag, scale, side, rng):
     """The LU's solves halved down to TRSM_LEAF with this precision's GEMMs (backend/
-    reduced.py): the row solve L11^-1 A12 (side L, lower) and, for panels pivoted within their
-    diagonal block, A21 U11^-1 (side R, upper). Within a float32 solve's error of the exact one
-    where the products are float32's (single, half-x3), and a TF32 product's where they are
-    TF32's; the columns all solved (an order that is no multiple of the halving). Side R is
-    the transpose of side L's problem."""
+    reduced.py): the row solve L11^-1 A12 (side L, lower) and the panels' A21 U11^-1 (side R,
+    upper). Within a float32 solve's error of the exact one where the products are float32's
+    (single, half-x3), and a TF32 product's where they are TF32's; the columns all solved (an
+    order that is no multiple of the halving). Side R is the transpose of side L's problem.
+    A triangle scaled by 2^-20 (and B with it, so that the solution is as before: L21's
+    entries are bounded) has an inverse far beyond half's range: the leaves' products by
+    their inverses (tf32-x3) keep float32's, so no rounding overflows."""
     from hybridla.backend.reduced import TRSM_LEAF, ReducedPrecisionOps
     ops = hybridla.backend.get_backend(backend)
     n, cols = 4 * TRSM_LEAF + 72, 300
     lower = np.tril(rng.standard_normal((n, n)), -1) / np.sqrt(n)
     np.fill_diagonal(lower, 1 if diag == "U" else 1 + rng.random(n))
+    lower *= scale
     t = np.asfortranarray(lower + (np.triu(rng.standard_normal((n, n)), 1) if diag == "U"
                                    else 0), np.float32)  # the other triangle must not be read
-    b = np.asfortranarray(rng.standard_normal((n, cols)), np.float32)
+    b = np.asfortranarray(scale * rng.standard_normal((n, cols)), np.float32)
     if side == "R":
         t, b = np.asfortranarray(t.T), np.asfortranarray(b.T)
     low = ops.matrix(n, n, np.float32, 64)
@@ -598,8 +601,10 @@ def test_reduced_trsm_is_a_blocked_solve(backend, compute, diag, side, rng):
         with lane:
             reduced.trsm(lane, side, "L" if side == "L" else "U", "N", diag, 2, T, B)
         x = ops.to_host(lane, B)
+        overflowed = reduced.overflowed()
     finally:
         low.close()
+    assert not overflowed
     exact_lower = np.tril(lower, -1).astype(np.float32).astype(np.float64) + (
         np.eye(n) if diag == "U" else np.diag(np.diag(lower).astype(np.float32)))
     exact = scipy.linalg.solve_triangular(exact_lower, 2 * (b if side == "L" else b.T)

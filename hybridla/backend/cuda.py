@@ -14,6 +14,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 import warnings
 from importlib import resources
+from typing import NamedTuple
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +58,20 @@ _COMPUTE_32F, _COMPUTE_32F_FAST_TF32 = 68, 77
 _GEMM_DEFAULT = -1
 _OPERAND_TYPE = {"half": (_CUDA_R_16F, "round_half"), "bfloat16": (_CUDA_R_16BF, "round_bf16"),
                  "half-x3": (_CUDA_R_16F, "split_half")}
+
+
+class _Split(NamedTuple):
+    """An error-corrected GEMM's operands a = hi + scale lo (backend/reduced.py): convert.cu's
+    kernel that splits them, their element size and type, the GEMMs' compute type."""
+    kernel: str
+    itemsize: int
+    operand_type: int
+    compute_type: int
+    scale: float
+
+
+_SPLITS = {"half-x3": _Split("split_half", 2, _CUDA_R_16F, _COMPUTE_32F, 2.0 ** -11),
+           "tf32-x3": _Split("split_tf32", 4, _CUDA_R_32F, _COMPUTE_32F_FAST_TF32, 1.0)}
 _FUSED_PANEL_THREADS = 256     # getrf_panel.cu: one thread per row of a block's share, mostly
 _FUSED_PANEL_MIN_ROWS = 256    # a short panel takes fewer blocks: fewer to hear from per column
 _FUSED_PANEL_MAX_WIDTH = 256   # the widest panel it takes
@@ -1369,7 +1384,8 @@ class CudaBackend:
     # a CPU task that calls them leaves no device event behind for later tasks to wait on
     def to_host(self, lane, B: DeviceBlock, out=None) -> np.ndarray:
         """A new F-ordered host array holding the block B, or `out` (F-ordered, B's shape and
-        dtype) filled and returned: one 2-D copy down on the critical-path stream, and a wait."""
+        dtype) filled and returned: one 2-D copy down on the critical-path stream, after the
+        work queued on `lane` so far, and a wait."""
         if out is None:
             out = np.empty(B.shape, dtype=B.dtype, order="F")
         elif out.shape != B.shape or out.dtype != B.dtype or not out.flags.f_contiguous:
@@ -1377,20 +1393,30 @@ class CudaBackend:
         if out.size:
             gpu = self.lane("gpu:panel")
             with gpu:
+                self._after(gpu, lane)
                 cublas.get_matrix_async(B.rows, B.cols, B.dtype.itemsize, B.ptr, B.ld,
                                         out.ctypes.data, B.rows, gpu.handle)
                 _driver.stream_synchronize(gpu.handle)
         return out
 
+    @staticmethod
+    def _after(gpu, lane):
+        """The copies' stream `gpu` waits for what `lane` (another lane's stream) has queued: a
+        copy down of a block that a task on the update lane wrote read it half-written (the
+        trsm tests on the H100, 2026-11-25, for blocks of 256 x 300 and more)."""
+        if lane is not None and lane is not gpu:
+            gpu.wait_for([lane.record()])
+
     def from_host(self, lane, x: np.ndarray, B: DeviceBlock):
-        """The block B := the host array x (B's shape): one 2-D copy up and a wait, so that x
-        may be reused as soon as this returns."""
+        """The block B := the host array x (B's shape): one 2-D copy up, after the work queued
+        on `lane` so far, and a wait, so that x may be reused as soon as this returns."""
         if x.shape != B.shape:
             raise ValueError(f"from_host: a {x.shape} array for a {B.shape} block")
         x = np.asfortranarray(x, dtype=B.dtype)
         if x.size:
             gpu = self.lane("gpu:panel")
             with gpu:
+                self._after(gpu, lane)
                 cublas.set_matrix_async(B.rows, B.cols, B.dtype.itemsize, x.ctypes.data,
                                         B.rows, B.ptr, B.ld, gpu.handle)
                 _driver.stream_synchronize(gpu.handle)
@@ -1694,11 +1720,12 @@ class CudaBackend:
                                                        B.ld + 1)
             _driver.stream_synchronize(gpu.handle)
 
-    def prepare_reduced(self, owner: DeviceMatrix, compute, panel_keys=()):
+    def prepare_reduced(self, owner: DeviceMatrix, compute, panel_keys=(), leaf_order=0):
         """Before a reduced-precision factorization: the overflow flag zeroed, and for half and
-        bfloat16 each compute lane's operand buffers, and round_panel's buffers of `panel_keys`,
-        allocated at their largest (an allocation during the run could synchronize the
-        device)."""
+        bfloat16 each compute lane's operand buffers, round_panel's buffers of `panel_keys` and,
+        with a `leaf_order`, those of the blocked solves' leaf products (tf32-x3, operands of
+        that many columns or rows), allocated at their largest (an allocation during the run
+        could synchronize the device)."""
         flag = owner.extra_workspace("overflow flag", 4)
         zero = np.zeros(1, np.int32)
         gpu = self.lane("gpu:update")
@@ -1713,6 +1740,11 @@ class CudaBackend:
                                           elements * (4 if compute == "half-x3" else 2))
             for key in panel_keys:
                 owner.extra_workspace(_panel_buffer(compute, key), elements * 2 * copies)
+        if leaf_order:
+            leaf_operand = max(owner.m, owner.n) * leaf_order * 2 * _SPLITS["tf32-x3"].itemsize
+            for name in ("gpu:update", "gpu:panel"):
+                for operand in "ab":
+                    owner.extra_workspace(f"tf32-x3 {operand} {name}", leaf_operand)
 
     def overflowed(self, owner: DeviceMatrix) -> bool:
         """Whether an operand rounding overflowed (a host wait: after the factorization)."""
@@ -1745,8 +1777,9 @@ class CudaBackend:
                            A.ptr, ctype, A.ld, B.ptr, ctype, B.ld, beta_ptr, C.ptr, ctype, C.ld,
                            _COMPUTE_32F_FAST_TF32, _GEMM_DEFAULT)
             return
-        if compute == "half-x3":
-            self._gemm_error_corrected(lane, owner, alpha, A, B, beta, C, k, trans_a, trans_b)
+        if compute in _SPLITS:
+            self._gemm_error_corrected(lane, owner, compute, alpha, A, B, beta, C, k, trans_a,
+                                       trans_b)
             return
         operand_type, kernel = _OPERAND_TYPE[compute]
         flag = owner.extra_workspace("overflow flag", 4)
@@ -1764,48 +1797,56 @@ class CudaBackend:
                        a_ptr, operand_type, lda, b_ptr, operand_type, ldb, beta_ptr, C.ptr,
                        _CUDA_R_32F, C.ld, _COMPUTE_32F, _GEMM_DEFAULT)
 
-    def _gemm_error_corrected(self, lane, owner, alpha, A, B, beta, C, k, trans_a, trans_b):
-        """C := alpha op(A) op(B) + beta C as hi_A hi_B + 2^-11 [hi_A lo_A] [lo_B; hi_B] (the
-        second one GEMM with 2k columns): convert.cu's split_half writes each operand's hi and lo
-        halves side by side in op's terms (A's next to each other as columns of op(A), B's on
-        top of each other as rows of op(B)), so the correction is a single product."""
+    def _gemm_error_corrected(self, lane, owner, compute, alpha, A, B, beta, C, k, trans_a,
+                              trans_b):
+        """C := alpha op(A) op(B) + beta C as hi_A hi_B + scale [hi_A lo_A] [lo_B; hi_B] (the
+        second one GEMM with 2k columns): `compute`'s split kernel (convert.cu) writes each
+        operand's hi and lo parts side by side in op's terms (A's next to each other as columns
+        of op(A), B's on top of each other as rows of op(B)), so the correction is a single
+        product. Both operands are split before either GEMM: C may be one of them."""
         flag = owner.extra_workspace("overflow flag", 4)
+        split = _SPLITS[compute]
+        size = split.itemsize
         placed = {}
         for name, X, trans, lo_first in (("a", A, trans_a, False), ("b", B, trans_b, True)):
-            buffer = owner.extra_workspace(f"half-x3 {name} {lane.name}", max(X.size, 1) * 4)
+            buffer = owner.extra_workspace(f"{compute} {name} {lane.name}",
+                                           max(X.size, 1) * 2 * size)
             # op(X) side by side (columns) for A, stacked (rows) for B; in stored terms:
             # "N" A -> columns, "N" B -> rows, and transposed the other way round
             along_columns = (trans == "N") == (name == "a")
             if along_columns:  # stored rows x 2 cols, halves at column offsets 0 and cols
-                ld, second = max(X.rows, 1), X.rows * X.cols * 2
+                ld, second = max(X.rows, 1), X.rows * X.cols * size
             else:              # stored 2 rows x cols, halves at row offsets 0 and rows
-                ld, second = max(2 * X.rows, 1), X.rows * 2
+                ld, second = max(2 * X.rows, 1), X.rows * size
             lo_ptr, hi_ptr = (buffer, buffer + second) if lo_first else (buffer + second, buffer)
-            self._split_half(lane, X, hi_ptr, lo_ptr, ld, 0, flag)
+            self._split_operand(lane, split, X, hi_ptr, lo_ptr, ld, 0, flag)
             placed[name] = (hi_ptr, buffer, ld)
         self._error_corrected_products(lane, alpha, beta, C, k, trans_a, trans_b, placed["a"],
-                                       placed["b"])
+                                       placed["b"], split)
 
-    def _split_half(self, lane, X, hi_ptr, lo_ptr, ld, hi_again_ptr, flag):
-        self.kernels.launch("split_half", self._aux_grid(X.rows, X.cols), _AUX_BLOCK, lane.handle,
+    def _split_operand(self, lane, split, X, hi_ptr, lo_ptr, ld, hi_again_ptr, flag):
+        self.kernels.launch(split.kernel, self._aux_grid(X.rows, X.cols), _AUX_BLOCK, lane.handle,
                             ctypes.c_void_p(X.ptr), ctypes.c_longlong(X.ld), ctypes.c_int(X.rows),
                             ctypes.c_int(X.cols), ctypes.c_void_p(hi_ptr), ctypes.c_longlong(ld),
                             ctypes.c_void_p(lo_ptr), ctypes.c_longlong(ld),
                             ctypes.c_void_p(hi_again_ptr), ctypes.c_void_p(flag))
 
     @staticmethod
-    def _error_corrected_products(lane, alpha, beta, C, k, trans_a, trans_b, a, b):
-        """The two GEMMs of half-x3 from operands already split: a and b are (hi pointer,
-        concatenation pointer, leading dimension), [hi_A lo_A] and [lo_B; hi_B] in op's terms."""
+    def _error_corrected_products(lane, alpha, beta, C, k, trans_a, trans_b, a, b,
+                                  split=_SPLITS["half-x3"]):
+        """The two GEMMs of an error-corrected product from operands already split: a and b are
+        (hi pointer, concatenation pointer, leading dimension), [hi_A lo_A] and [lo_B; hi_B] in
+        op's terms."""
         (a_hi, a_cat, lda), (b_hi, b_cat, ldb) = a, b
-        # (alpha, beta) of hi hi, then (alpha 2^-11, 1) of the correction
-        scalars = np.array([alpha, beta, alpha / 2048, 1], dtype=np.float32)
+        # (alpha, beta) of hi hi, then (alpha scale, 1) of the correction
+        scalars = np.array([alpha, beta, alpha * split.scale, 1], dtype=np.float32)
         first = scalars.ctypes.data
         for a_ptr, b_ptr, depth, scalar in ((a_hi, b_hi, k, first), (a_cat, b_cat, 2 * k,
                                                                         first + 8)):
             cublas.gemm_ex(lane.blas, _OP[trans_a], _OP[trans_b], C.rows, C.cols, depth, scalar,
-                           a_ptr, _CUDA_R_16F, lda, b_ptr, _CUDA_R_16F, ldb, scalar + 4, C.ptr,
-                           _CUDA_R_32F, C.ld, _COMPUTE_32F, _GEMM_DEFAULT)
+                           a_ptr, split.operand_type, lda, b_ptr, split.operand_type, ldb,
+                           scalar + 4, C.ptr, _CUDA_R_32F, C.ld, split.compute_type,
+                           _GEMM_DEFAULT)
 
     def round_panel(self, lane, owner: DeviceMatrix, compute, A: DeviceBlock, trans, key=None):
         """The panel of a reduced-precision HERK (backend/reduced.py; op(A) = A for trans "N",
@@ -1826,7 +1867,8 @@ class CudaBackend:
         block = (k * ld if along_rows else k) * 2  # bytes from hi to lo, and lo to hi
         flag = owner.extra_workspace("overflow flag", 4)
         if compute == "half-x3":
-            self._split_half(lane, A, buffer, buffer + block, ld, buffer + 2 * block, flag)
+            self._split_operand(lane, _SPLITS[compute], A, buffer, buffer + block, ld,
+                                buffer + 2 * block, flag)
         else:
             self.kernels.launch(kernel, self._aux_grid(A.rows, A.cols), _AUX_BLOCK, lane.handle,
                                 ctypes.c_void_p(A.ptr), ctypes.c_longlong(A.ld),

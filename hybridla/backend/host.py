@@ -501,7 +501,7 @@ class HostBackend:
         B[k, k] += sigma
 
     @staticmethod
-    def prepare_reduced(owner, compute, panel_keys=()):
+    def prepare_reduced(owner, compute, panel_keys=(), leaf_order=0):
         owner.narrowing_overflow = False
 
     @staticmethod

@@ -12,6 +12,8 @@ geqrf run on a float32 (complex64) copy of the matrix, with a backend in which `
                  kernel into a = hi + 2^-11 lo, both half, and A B = hi hi + 2^-11 (hi lo + lo hi)
                  in two GEMMs of 3x half's flops: float32's accuracy (22 bits of each operand)
                  on the half tensor cores, at a third of their rate
+    "tf32-x3"    the same with a = hi + lo in TF32: float32's accuracy and range (the leaves of
+                 the blocked triangular solves below, whose operands are not scaled for half)
 
 Panels, triangular solves and everything else stay in float32: MAGMA's recipe (Haidar et al.,
 SC18), where only the O(n^3) trailing products see the low precision. The LU's row solves
@@ -30,10 +32,14 @@ from typing import NamedTuple
 import numpy as np
 
 COMPUTE = ("single", "tf32", "half", "bfloat16", "half-x3")
+# the blocked solves' leaf products (trsm): error-corrected TF32, float32's range and accuracy
+LEAF_COMPUTE = "tf32-x3"
 # significant bits (with the implicit one) and largest finite value of each operand precision
-SIGNIFICANT_BITS = {"single": 24, "tf32": 11, "half": 11, "bfloat16": 8, "half-x3": 22}
+SIGNIFICANT_BITS = {"single": 24, "tf32": 11, "half": 11, "bfloat16": 8, "half-x3": 22,
+                    LEAF_COMPUTE: 22}
 LARGEST = {"single": float(np.finfo(np.float32).max), "tf32": float(np.finfo(np.float32).max),
-           "half": 65504.0, "bfloat16": float.fromhex("0x1.fep127"), "half-x3": 65504.0}
+           "half": 65504.0, "bfloat16": float.fromhex("0x1.fep127"), "half-x3": 65504.0,
+           LEAF_COMPUTE: float(np.finfo(np.float32).max)}
 UNIT_ROUNDOFF = {name: 2.0 ** -bits for name, bits in SIGNIFICANT_BITS.items()}
 # the precisions whose GEMM operands are rounded into 16-bit buffers of their own (not tf32's)
 ROUNDED = ("half", "bfloat16", "half-x3")
@@ -41,8 +47,14 @@ ROUNDED = ("half", "bfloat16", "half-x3")
 REAL_ONLY = ROUNDED
 # herk as GEMM strips: at most this many, each at least this wide (ReducedPrecisionOps.herk)
 HERK_STRIPS, HERK_STRIP = 8, 1024
-# trsm halves a lower-triangular L11 down to this order (the leaves go to the backend's trsm)
-TRSM_LEAF = 128
+# trsm halves its triangle down to diagonal blocks of this order, the leaves. H100, n = 32768,
+# nb 2048, perf/mixed_phases.py (2026-11-25): randn 0.2731 s with 256 against 0.2866 with 128
+# and 0.2757 with 512, where GMRES needed one correction more (kappa 1e6: 27 GMRES steps with
+# 256, 24 with 128, 58 with 512): a leaf's inverse multiplies its rounding errors by its
+# condition number
+TRSM_LEAF = 256
+# the solves `trsm` blocks (side, uplo, trans): the LU's row solves and A21 U11^-1
+BLOCKED_SOLVES = (("L", "L", "N"), ("R", "U", "N"))
 
 
 class ReducedPrecisionOps:
@@ -59,8 +71,12 @@ class ReducedPrecisionOps:
         # the ops a recursive LU panel runs on: panels stay in float32, GEMMs included
         self.panel_ops = ops
         self._rounded = {}  # round_herk_panel's panels, by slot
+        # trsm's leaves by their inverses for the 16-bit computes (real only); "single" and
+        # "tf32" keep the backend's solves there
+        self.inverts_leaves = compute in ROUNDED
         ops.prepare_reduced(owner, compute,
-                            panel_keys=[_slot_key(slot) for slot in range(self.herk_panel_slots)])
+                            panel_keys=[_slot_key(slot) for slot in range(self.herk_panel_slots)],
+                            leaf_order=TRSM_LEAF if self.inverts_leaves else 0)
 
     def __getattr__(self, name):
         return getattr(self._ops, name)
@@ -79,27 +95,58 @@ class ReducedPrecisionOps:
             right, upper:   B1 := alpha B1 T11^-1;  B2 := alpha B2 - B1 T12;  B2 := B2 T22^-1
 
         (B1, B2 the row halves on the left, the column halves on the right; the products in
-        this backend's gemm), recursively down to TRSM_LEAF, where the backend's trsm takes
-        over. Why: cuBLAS strsm runs at a few TFLOP/s on triangles of nb = 1536 (perf/
-        RESULTS.md), and the LU's critical path waits for it every step; here all but the
-        leaves' flops are tensor-core GEMMs. No inverse of T is formed (one in half-x3 stopped
-        the kappa 1e6 LU from converging): a blocked solve's errors are the standard ones of its
-        products. Other solves: the backend's."""
-        n = T.shape[0]
-        if (side, uplo, trans) not in (("L", "L", "N"), ("R", "U", "N")) or n <= TRSM_LEAF:
+        this backend's gemm), recursively down to T's diagonal blocks of order TRSM_LEAF. A
+        leaf is one more product, B_c := alpha T_cc^-1 B_c (B_c T_cc^-1 on the right), with
+        the block's inverse in float32 (the backend's invert_triangular_blocks, all leaves at
+        once) and the product in tf32-x3: float32's accuracy, and its range, which an inverse
+        needs (its entries grow with 1 / u_ii). Why: cuBLAS strsm runs at a few TFLOP/s on
+        these shapes, and its leaves took most of the solves' time, which the LU's critical
+        path waits for every step; this way all their flops are tensor-core GEMMs. Only the
+        leaves are inverted: an inverse of the whole T in half-x3 stopped the kappa 1e6 LU
+        from converging (an inverse multiplies the product's rounding errors by its block's
+        condition number). With "single" and "tf32" the leaves are the backend's trsm, as are
+        the solves of other shapes."""
+        if (side, uplo, trans) not in BLOCKED_SOLVES or B.size == 0:
             self._ops.trsm(lane, side, uplo, trans, diag, alpha, T, B)
             return
-        half, (rows, cols), sub = n // 2 // 32 * 32, B.shape, self._ops.sub_block
-        T11, T22 = sub(T, 0, half, 0, half), sub(T, half, n, half, n)
+        n = T.shape[0]
+        leaf = TRSM_LEAF
+        leaves = -(-n // leaf)
+        inverses = None
+        if self.inverts_leaves:
+            inverses = self.owner.workspace(f"trsm leaf inverses {lane.name}", leaf,
+                                            leaves * (leaf + 1))
+            self._ops.invert_triangular_blocks(lane, uplo, diag, T, leaf, inverses,
+                                               self.owner.scratch(lane, leaf, n))
+        self._blocked_solve(lane, side, diag, alpha, T, B, leaf, 0, leaves, inverses)
+
+    def _blocked_solve(self, lane, side, diag, alpha, T, B, leaf, first, leaves, inverses):
+        """trsm's recursion on T, the diagonal blocks of order `leaf` first .. first + leaves - 1
+        of the triangle whose leaf inverses `inverses` holds (None: none)."""
+        sub, (rows, cols), n = self._ops.sub_block, B.shape, T.shape[0]
+        if leaves == 1:
+            if inverses is None:
+                self._ops.trsm(lane, side, "L" if side == "L" else "U", "N", diag, alpha, T, B)
+                return
+            at = first * (leaf + 1)
+            inverse = sub(inverses, 0, n, at, at + n)
+            # in place: the products read the operands' split copies only
+            self._ops.gemm_reduced(lane, self.owner, LEAF_COMPUTE, alpha,
+                                   *((inverse, B) if side == "L" else (B, inverse)), 0, B)
+            return
+        half = leaves // 2
+        split = half * leaf
+        T11, T22 = sub(T, 0, split, 0, split), sub(T, split, n, split, n)
         if side == "L":
-            B1, B2 = sub(B, 0, half, 0, cols), sub(B, half, n, 0, cols)
-            coupling = (sub(T, half, n, 0, half), B1)   # T21 B1
+            B1, B2 = sub(B, 0, split, 0, cols), sub(B, split, n, 0, cols)
+            coupling = (sub(T, split, n, 0, split), B1)   # T21 B1
         else:
-            B1, B2 = sub(B, 0, rows, 0, half), sub(B, 0, rows, half, n)
-            coupling = (B1, sub(T, 0, half, half, n))   # B1 T12
-        self.trsm(lane, side, uplo, trans, diag, alpha, T11, B1)
+            B1, B2 = sub(B, 0, rows, 0, split), sub(B, 0, rows, split, n)
+            coupling = (B1, sub(T, 0, split, split, n))   # B1 T12
+        self._blocked_solve(lane, side, diag, alpha, T11, B1, leaf, first, half, inverses)
         self.gemm(lane, -1, *coupling, alpha, B2)
-        self.trsm(lane, side, uplo, trans, diag, 1, T22, B2)
+        self._blocked_solve(lane, side, diag, 1, T22, B2, leaf, first + half, leaves - half,
+                            inverses)
 
     herk_is_gemm = True  # update/chol.py: the whole update of a block column in one call
     herk_panel_slots = 2  # round_herk_panel's slots (lapack/potrf.py: one per step, in turn)
