@@ -2,7 +2,8 @@
 """Where a window-pivoted LU panel's time goes (panel/lu.getrf_panel_window, the mixed LU's
 default): cuSOLVER sgetrf on the window of `--window` block rows, against the whole panel's
 height, and the tall solve of the rows below (A21 U11^-1) as the reduced backend blocks it
-(half-x3 GEMMs between strsm leaves of TRSM_LEAF) and as one cuBLAS strsm. Each timed alone on
+(half-x3 GEMMs down to leaves of TRSM_LEAF, each a tf32-x3 product with its inverse) and as
+one cuBLAS strsm. Each timed alone on
 the panel lane, host clock around a synchronized call, best of --repeat, less the device copy
 that restores the matrix before each; the first step's
 sizes (the tallest) and the middle step's. Then the whole panel as the LU runs it,
