@@ -312,45 +312,53 @@ extern "C" __global__ void round_bf16(const float* A, long long lda, int rows, i
                                       __nv_bfloat16* out, long long ldo, int* overflow)
 { round_to<__nv_bfloat16>(A, lda, rows, cols, out, ldo, overflow, ToBf16()); }
 
-// split_tf32: a = hi + lo with hi = a rounded to TF32's 10 stored mantissa bits (to nearest, ties
-// to even) and lo = a - hi (exact in float), for the error-corrected GEMM on TF32 tensor cores:
-// A B ~ hi_A hi_B + (hi_A lo_B + lo_A hi_B), float32's accuracy with float32's range (no
-// overflow to flag: the arguments mirror split_half's). The tensor cores read lo's leading 10
-// mantissa bits, an error of 2^-22 |a| at most.
-extern "C" __global__ void split_tf32(const float* A, long long lda, int rows, int cols,
-                                      float* hi, long long ldh, float* lo, long long ldl,
-                                      float* hi_again, int* overflow)
+// The error-corrected GEMMs' operands a = hi + scale lo (backend/cuda.py's _SPLITS): one read
+// of a, hi and lo written wherever the caller's concatenated operands want them (their own
+// leading dimensions). A second copy of hi (hi_again, unless null) makes [hi lo hi] of a panel
+// that serves as both operands of a HERK's GEMMs: [hi lo] one side, [lo hi] the other.
+template <typename T, typename Parts>
+__device__ void split_to(const float* A, long long lda, int rows, int cols, T* hi, long long ldh,
+                         T* lo, long long ldl, T* hi_again, int* overflow, Parts parts)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;
     if (i >= rows || j >= cols) return;
     const float a = A[i + (long long)j * lda];
-    unsigned int bits = __float_as_uint(a);
-    if (isfinite(a)) bits = (bits + 0xFFFu + ((bits >> 13) & 1u)) & 0xFFFFE000u;
-    const float high = __uint_as_float(bits);
+    const T high = parts.high(a);
     hi[i + (long long)j * ldh] = high;
-    lo[i + (long long)j * ldl] = isfinite(high) ? a - high : 0.0f;
+    lo[i + (long long)j * ldl] = parts.low(a, high);
     if (hi_again) hi_again[i + (long long)j * ldh] = high;
+    if (isfinite(a) && !isfinite((float)high)) atomicOr(overflow, 1);
 }
 
-// split_half: a = hi + lo 2^-11 with hi = half(a), lo = half((a - hi) 2^11), for the error-
-// corrected GEMM on half tensor cores (Ootomo and Yokota, IJHPCA 2022): A B ~ hi_A hi_B +
-// 2^-11 (hi_A lo_B + lo_A hi_B), about float32's accuracy at a third of half's rate. The factor
-// 2^11 lifts lo (|a - hi| <= 2^-11 |a|) back to a's magnitude, so that it keeps its bits as
-// long as a is a normal half number. One read of 4 bytes, two writes of 2 per element; hi and lo go
-// wherever the caller's concatenated operands want them (their own leading dimensions). A second
-// copy of hi (hi_again, unless null) makes [hi lo hi] of a panel that serves as both operands of
-// a HERK's GEMMs: [hi lo] one side, [lo hi] the other.
+// half-x3: hi = half(a), lo = half((a - hi) 2^11), scale 2^-11 (Ootomo and Yokota, IJHPCA
+// 2022): A B ~ hi_A hi_B + 2^-11 (hi_A lo_B + lo_A hi_B), about float32's accuracy at a third
+// of half's rate. The factor 2^11 lifts lo (|a - hi| <= 2^-11 |a|) back to a's magnitude, so
+// that it keeps its bits as long as a is a normal half number. Two writes of 2 bytes.
+struct HalfParts {
+    __device__ __half high(float a) const { return __float2half_rn(a); }
+    __device__ __half low(float a, __half high) const
+    { return __float2half_rn((a - __half2float(high)) * 2048.0f); }
+};
+
+// tf32-x3: hi = a rounded to TF32's 10 stored mantissa bits (to nearest, ties to even), lo =
+// a - hi (exact in float), scale 1: float32's accuracy with float32's range, so never an
+// overflow. The tensor cores read lo's leading 10 mantissa bits, an error of 2^-22 |a| at most.
+struct Tf32Parts {
+    __device__ float high(float a) const
+    {
+        unsigned int bits = __float_as_uint(a);
+        if (isfinite(a)) bits = (bits + 0xFFFu + ((bits >> 13) & 1u)) & 0xFFFFE000u;
+        return __uint_as_float(bits);
+    }
+    __device__ float low(float a, float high) const { return isfinite(high) ? a - high : 0.0f; }
+};
+
 extern "C" __global__ void split_half(const float* A, long long lda, int rows, int cols,
                                       __half* hi, long long ldh, __half* lo, long long ldl,
                                       __half* hi_again, int* overflow)
-{
-    const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;
-    if (i >= rows || j >= cols) return;
-    const float a = A[i + (long long)j * lda];
-    const __half high = __float2half_rn(a);
-    const float rest = (a - __half2float(high)) * 2048.0f;
-    hi[i + (long long)j * ldh] = high;
-    lo[i + (long long)j * ldl] = __float2half_rn(rest);
-    if (hi_again) hi_again[i + (long long)j * ldh] = high;
-    if (isfinite(a) && !isfinite(__half2float(high))) atomicOr(overflow, 1);
-}
+{ split_to<__half>(A, lda, rows, cols, hi, ldh, lo, ldl, hi_again, overflow, HalfParts()); }
+
+extern "C" __global__ void split_tf32(const float* A, long long lda, int rows, int cols,
+                                      float* hi, long long ldh, float* lo, long long ldl,
+                                      float* hi_again, int* overflow)
+{ split_to<float>(A, lda, rows, cols, hi, ldh, lo, ldl, hi_again, overflow, Tf32Parts()); }
