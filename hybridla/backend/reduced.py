@@ -99,9 +99,10 @@ class ReducedPrecisionOps:
         leaf is one more product, B_c := alpha T_cc^-1 B_c (B_c T_cc^-1 on the right), with
         the block's inverse in float32 (the backend's invert_triangular_blocks, all leaves at
         once) and the product in tf32-x3: float32's accuracy, and its range, which an inverse
-        needs (its entries grow with 1 / u_ii). Why: cuBLAS strsm runs at a few TFLOP/s on
-        these shapes, and its leaves took most of the solves' time, which the LU's critical
-        path waits for every step; this way all their flops are tensor-core GEMMs. Only the
+        needs (its entries grow with 1 / u_ii). Why: with cuBLAS strsm at its leaves (of 128)
+        the solve below the first window took 3.9 ms on the H100 for 0.55 ms of products
+        (perf/RESULTS.md), and the LU waits for these solves every step; this way all their
+        flops are tensor-core GEMMs (the LU's factor phase went from 0.238 s to 0.224). Only the
         leaves are inverted: an inverse of the whole T in half-x3 stopped the kappa 1e6 LU
         from converging (an inverse multiplies the product's rounding errors by its block's
         condition number). With "single" and "tf32" the leaves are the backend's trsm, as are
@@ -110,32 +111,31 @@ class ReducedPrecisionOps:
             self._ops.trsm(lane, side, uplo, trans, diag, alpha, T, B)
             return
         n = T.shape[0]
-        leaf = TRSM_LEAF
-        leaves = -(-n // leaf)
+        leaves = -(-n // TRSM_LEAF)
         inverses = None
         if self.inverts_leaves:
-            inverses = self.owner.workspace(f"trsm leaf inverses {lane.name}", leaf,
-                                            leaves * (leaf + 1))
-            self._ops.invert_triangular_blocks(lane, uplo, diag, T, leaf, inverses,
-                                               self.owner.scratch(lane, leaf, n))
-        self._blocked_solve(lane, side, diag, alpha, T, B, leaf, 0, leaves, inverses)
+            inverses = self.owner.workspace(f"trsm leaf inverses {lane.name}", TRSM_LEAF,
+                                            leaves * (TRSM_LEAF + 1))
+            self._ops.invert_triangular_blocks(lane, uplo, diag, T, TRSM_LEAF, inverses,
+                                               self.owner.scratch(lane, TRSM_LEAF, n))
+        self._blocked_solve(lane, side, diag, alpha, T, B, 0, leaves, inverses)
 
-    def _blocked_solve(self, lane, side, diag, alpha, T, B, leaf, first, leaves, inverses):
-        """trsm's recursion on T, the diagonal blocks of order `leaf` first .. first + leaves - 1
-        of the triangle whose leaf inverses `inverses` holds (None: none)."""
+    def _blocked_solve(self, lane, side, diag, alpha, T, B, first, leaves, inverses):
+        """trsm's recursion on T, the diagonal blocks of order TRSM_LEAF first .. first +
+        leaves - 1 of the triangle whose leaf inverses `inverses` holds (None: none)."""
         sub, (rows, cols), n = self._ops.sub_block, B.shape, T.shape[0]
         if leaves == 1:
             if inverses is None:
                 self._ops.trsm(lane, side, "L" if side == "L" else "U", "N", diag, alpha, T, B)
                 return
-            at = first * (leaf + 1)
+            at = first * (TRSM_LEAF + 1)
             inverse = sub(inverses, 0, n, at, at + n)
             # in place: the products read the operands' split copies only
             self._ops.gemm_reduced(lane, self.owner, LEAF_COMPUTE, alpha,
                                    *((inverse, B) if side == "L" else (B, inverse)), 0, B)
             return
         half = leaves // 2
-        split = half * leaf
+        split = half * TRSM_LEAF
         T11, T22 = sub(T, 0, split, 0, split), sub(T, split, n, split, n)
         if side == "L":
             B1, B2 = sub(B, 0, split, 0, cols), sub(B, split, n, 0, cols)
@@ -143,10 +143,9 @@ class ReducedPrecisionOps:
         else:
             B1, B2 = sub(B, 0, rows, 0, split), sub(B, 0, rows, split, n)
             coupling = (B1, sub(T, 0, split, split, n))   # B1 T12
-        self._blocked_solve(lane, side, diag, alpha, T11, B1, leaf, first, half, inverses)
+        self._blocked_solve(lane, side, diag, alpha, T11, B1, first, half, inverses)
         self.gemm(lane, -1, *coupling, alpha, B2)
-        self._blocked_solve(lane, side, diag, 1, T22, B2, leaf, first + half, leaves - half,
-                            inverses)
+        self._blocked_solve(lane, side, diag, 1, T22, B2, first + half, leaves - half, inverses)
 
     herk_is_gemm = True  # update/chol.py: the whole update of a block column in one call
     herk_panel_slots = 2  # round_herk_panel's slots (lapack/potrf.py: one per step, in turn)
