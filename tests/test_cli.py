@@ -12,6 +12,11 @@ def test_demo_prints_a_table_and_writes_a_trace(tmp_path, capsys, monkeypatch):
     main(["demo", "--n", "300", "--backend", "host", "--nb", "64"])
     out = capsys.readouterr().out
     assert "hybridla" in out and "scipy" in out and "TFLOP/s" in out
+    # the process's first call in a row of its own, then the call the trace is of
+    table = out[out.index("implementation"):].splitlines()[1:]
+    rows = [line.split() for line in table if line.startswith("hybridla")]
+    assert [row[:2] for row in rows[:2]] == [["hybridla,", "1st"], ["hybridla", "host"]]
+    assert all(float(row[-2]) < 30 for row in rows[:2])  # LAPACK's ratio of both calls
     trace = json.loads((tmp_path / "hybridla-demo.trace.json").read_text())
     assert any(e.get("name") == "panel" for e in trace["traceEvents"])
     assert (tmp_path / "hybridla-demo.trace.png").stat().st_size > 0
