@@ -8,8 +8,10 @@ them from `hybridla.config`.
 """
 from __future__ import annotations
 
+import os
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from scipy.linalg import LinAlgError, LinAlgWarning
@@ -46,11 +48,34 @@ def _lapack_dtype(name, dtype):
     return np.dtype(lapack_dtype)
 
 
+# host arrays from this size on are checked for NaN and infinity by a thread per core: one core
+# reads memory at a fraction of the machine's bandwidth
+PARALLEL_CHECK_BYTES = 64 << 20
+
+
+def _all_finite(array) -> bool:
+    """Whether no entry of `array` is NaN or infinite (numpy.asarray_chkfinite's test), in a pass
+    that allocates nothing: a sum with a NaN or an infinity among its terms is not finite, so a
+    finite sum settles it, and only a sum that overflowed needs the test entry by entry. A large
+    contiguous array is summed in pieces by several threads (NumPy's sums release the GIL)."""
+    if array.dtype.kind not in "fc":
+        return True
+    with np.errstate(over="ignore", invalid="ignore"):
+        threads = os.cpu_count() or 1
+        if array.nbytes >= PARALLEL_CHECK_BYTES and threads > 1 and \
+                (array.flags.c_contiguous or array.flags.f_contiguous):
+            pieces = np.array_split(array.ravel(order="K"), threads)  # views
+            with ThreadPoolExecutor(threads) as pool:
+                total = sum(pool.map(np.sum, pieces))
+        else:
+            total = np.sum(array)
+        return bool(np.isfinite(total)) or bool(np.isfinite(array).all())
+
+
 def _host_matrix(name, x, check_finite, ndims=(2,)):
-    try:
-        array = np.asarray_chkfinite(x) if check_finite else np.asarray(x)
-    except ValueError as exc:  # numpy's "array must not contain infs or NaNs"
-        raise ValueError(f"{name} must not contain infs or NaNs (check_finite=True)") from exc
+    array = np.asarray(x)
+    if check_finite and not _all_finite(array):
+        raise ValueError(f"{name} must not contain infs or NaNs (check_finite=True)")
     if array.ndim not in ndims:
         want = " or ".join(f"{d}-D" for d in ndims)
         raise ValueError(f"expected a {want} array for {name}; got shape {array.shape}")

@@ -91,6 +91,33 @@ def test_solve_rejects_non_finite(backend, square, where):
         hybridla.solve(square, b, backend=backend)
 
 
+@pytest.mark.parametrize("order", ["F", "C"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+def test_finiteness_check_by_threads_finds_each_entry(monkeypatch, dtype, order):
+    # the check of large arrays (summed in pieces by a thread per core) with the size threshold
+    # lowered, a bad entry in the first, a middle and the last piece, in the imaginary part too
+    from hybridla import linalg
+    monkeypatch.setattr(linalg, "PARALLEL_CHECK_BYTES", 0)
+    monkeypatch.setattr(linalg.os, "cpu_count", lambda: 3)
+    a = np.ones((30, 20), dtype=dtype, order=order)
+    assert linalg._all_finite(a)
+    bad = [np.nan, np.inf, -np.inf] + ([complex(0, np.nan)] if a.dtype.kind == "c" else [])
+    for value in bad:
+        for where in [(0, 0), (15, 10), (29, 19)]:
+            b = a.copy(order=order)
+            b[where] = value
+            assert not linalg._all_finite(b), (value, where)
+
+
+def test_finiteness_check_is_not_fooled_by_a_sum_that_overflows(backend):
+    # every entry finite, their sum infinite: the entrywise test decides
+    a = np.eye(8) * (np.finfo(np.float64).max / 2)
+    hybridla.lu_factor(a, backend=backend)
+    a[2, 3] = np.inf
+    with pytest.raises(ValueError, match="a must not contain infs or NaNs"):
+        hybridla.lu_factor(a, backend=backend)
+
+
 def test_check_finite_false_skips_validation(backend, square):
     square[3, 5] = np.nan
     with warnings.catch_warnings():
