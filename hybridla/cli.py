@@ -56,7 +56,7 @@ def _factor_and_report(a, args, label, first_call=False):
     """Factor `a`, time it, and print the table (and the trace's summary). `first_call`: a
     factorization before the reported one, shown in a row of its own: a process's first call
     also compiles the kernels, creates the cuBLAS and cuSOLVER handles and allocates device and
-    pinned memory (on the H100, n = 16384: 1.08 s against the trace's 0.26 s of work)."""
+    pinned memory (on the H100, n = 16384: 0.79 s, then 0.28 s; perf/RESULTS.md)."""
     trace_path = args.trace
     flops = 2 / 3 * min(a.shape) ** 3 if a.shape[0] == a.shape[1] else None
     where = args.backend or config.get("backend")
