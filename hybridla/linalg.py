@@ -49,7 +49,8 @@ def _lapack_dtype(name, dtype):
 
 
 # host arrays from this size on are checked for NaN and infinity by a thread per core: one core
-# reads memory at a fraction of the machine's bandwidth
+# reads memory at a fraction of the machine's bandwidth (the H100 machine's 16 cores, n = 32768:
+# 0.093 s against numpy.asarray_chkfinite's 1.239; perf/RESULTS.md)
 PARALLEL_CHECK_BYTES = 64 << 20
 
 
