@@ -80,7 +80,8 @@ def _factor_and_report(a, args, label, first_call=False):
         print(f"{name:16} {backend:8} {t:9.3f} {rate} {ratio:9.2e} {speedup:8.2f}")
     print("ratio: LAPACK's ||PA - LU|| / (n ||A|| eps), estimated with a random vector; < 30 passes")
     if first_call:
-        print("hybridla, 1st: the process's first call (kernels compiled, handles and memory made)")
+        print("hybridla, 1st: the process's first call (on a GPU it also compiles the kernels and "
+              "makes the handles and memory)")
     if trace_path:
         png = str(Path(trace_path).with_suffix(".png"))
         print(f"\ntrace: {trace_path} (open in https://ui.perfetto.dev), Gantt: {png}")
