@@ -7,9 +7,27 @@
 """
 from . import config
 from .backend import available_backends
-from .linalg import (LinAlgError, LinAlgWarning, cho_factor, cho_solve, cholesky, gehrd, gelqf,
-                     geqlf, geqrf, hessenberg, lq, lstsq, lstsq_mixed, lu_factor, lu_solve,
-                     ql, qr, solve, solve_mixed)
+from .linalg import (
+                     LinAlgError,
+                     LinAlgWarning,
+                     cho_factor,
+                     cho_solve,
+                     cholesky,
+                     gehrd,
+                     gelqf,
+                     geqlf,
+                     geqrf,
+                     hessenberg,
+                     lq,
+                     lstsq,
+                     lstsq_mixed,
+                     lu_factor,
+                     lu_solve,
+                     ql,
+                     qr,
+                     solve,
+                     solve_mixed,
+)
 
 __version__ = "0.1.0"
 __all__ = ["lu_factor", "lu_solve", "solve", "cho_factor", "cho_solve", "cholesky", "qr", "ql",

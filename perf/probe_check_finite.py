@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 import hybridla
-from hybridla import linalg
+from hybridla import _common as linalg
 
 
 def best(fn, repeat, setup=lambda: None):

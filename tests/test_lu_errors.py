@@ -96,7 +96,7 @@ def test_solve_rejects_non_finite(backend, square, where):
 def test_finiteness_check_by_threads_finds_each_entry(monkeypatch, dtype, order):
     # the check of large arrays (summed in pieces by a thread per core) with the size threshold
     # lowered, a bad entry in the first, a middle and the last piece, in the imaginary part too
-    from hybridla import linalg
+    from hybridla import _common as linalg
     monkeypatch.setattr(linalg, "PARALLEL_CHECK_BYTES", 0)
     monkeypatch.setattr(linalg.os, "cpu_count", lambda: 3)
     a = np.ones((30, 20), dtype=dtype, order=order)

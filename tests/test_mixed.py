@@ -294,10 +294,10 @@ def test_lu_pivoting_within_a_window_of_a_matrix_that_needs_pivoting(backend, rn
 def test_the_mixed_lu_takes_its_own_block_size_from_the_tuning_entry(rng):
     """nb "auto" of solve_mixed: the device entry's mixed_lu_nb_large for the LU where it has one,
     mixed_nb_large for the Cholesky (and for the LU where there is none)."""
-    import hybridla.linalg
+    import hybridla._solve_mixed
     from hybridla.scheduler.plan import make_plan
     seen = []
-    real = hybridla.linalg.make_plan
+    real = hybridla._solve_mixed.make_plan
 
     def spy(*args, **kwargs):
         plan = real(*args, **kwargs)
@@ -307,7 +307,7 @@ def test_the_mixed_lu_takes_its_own_block_size_from_the_tuning_entry(rng):
     ops = hybridla.backend.get_backend("host")
     entry = {"tuning.host.mixed_nb_large": 96, "tuning.host.nb_switch": 1000}
     with hybridla.config.set(entry), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(hybridla.linalg, "make_plan", spy)
+        patch.setattr(hybridla._solve_mixed, "make_plan", spy)
         hybridla.solve_mixed(a, b, backend="host", max_iter=1, fallback=False)
         with hybridla.config.set({"tuning.host.mixed_lu_nb_large": 160}):
             hybridla.solve_mixed(a, b, backend="host", max_iter=1, fallback=False)

@@ -1,0 +1,254 @@
+"""What the user-layer families share: validation (once, here), backend choice, the memory
+budget, and the common path of the factorizations (`_factor`) and of the solves."""
+from __future__ import annotations
+
+import os
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from scipy.linalg import LinAlgWarning
+from scipy.linalg.blas import find_best_blas_type
+
+from . import backend as _backends
+from . import config as _config
+from .scheduler.plan import make_plan
+
+_TRANS = {0: "N", 1: "T", 2: "C", "N": "N", "T": "T", "C": "C"}
+
+
+def is_device_array(x) -> bool:
+    return hasattr(x, "__cuda_array_interface__")
+
+
+# -- validation: once, here ------------------------------------------------------------------------
+def _lapack_dtype(name, dtype):
+    """The LAPACK precision scipy would use for this dtype (ints -> float64, float16 -> float32)."""
+    if dtype.kind not in "biufc":
+        raise TypeError(f"{name} must hold numbers; got dtype {dtype} for {name}")
+    prefix, lapack_dtype, _ = find_best_blas_type(dtype=dtype)
+    return np.dtype(lapack_dtype)
+
+
+# host arrays from this size on are checked for NaN and infinity by a thread per core: one core
+# reads memory at a fraction of the machine's bandwidth (the H100 machine's 16 cores, n = 32768:
+# 0.093 s against numpy.asarray_chkfinite's 1.239; perf/RESULTS.md)
+PARALLEL_CHECK_BYTES = 64 << 20
+
+
+def _all_finite(array) -> bool:
+    """Whether no entry of `array` is NaN or infinite (numpy.asarray_chkfinite's test), in a pass
+    that allocates nothing: a sum with a NaN or an infinity among its terms is not finite, so a
+    finite sum settles it, and only a sum that overflowed needs the test entry by entry. A large
+    contiguous array is summed in pieces by several threads (NumPy's sums release the GIL)."""
+    if array.dtype.kind not in "fc":
+        return True
+    with np.errstate(over="ignore", invalid="ignore"):
+        threads = os.cpu_count() or 1
+        if array.nbytes >= PARALLEL_CHECK_BYTES and threads > 1 and \
+                (array.flags.c_contiguous or array.flags.f_contiguous):
+            pieces = np.array_split(array.ravel(order="K"), threads)  # views
+            with ThreadPoolExecutor(threads) as pool:
+                total = sum(pool.map(np.sum, pieces))
+        else:
+            total = np.sum(array)
+        return bool(np.isfinite(total)) or bool(np.isfinite(array).all())
+
+
+def _host_matrix(name, x, check_finite, ndims=(2,)):
+    array = np.asarray(x)
+    if check_finite and not _all_finite(array):
+        raise ValueError(f"{name} must not contain infs or NaNs (check_finite=True)")
+    if array.ndim not in ndims:
+        want = " or ".join(f"{d}-D" for d in ndims)
+        raise ValueError(f"expected a {want} array for {name}; got shape {array.shape}")
+    return array, _lapack_dtype(name, array.dtype)
+
+
+def _device_matrix_checks(name, x, backend, check_finite, ndims=(2,)):
+    shape = tuple(x.__cuda_array_interface__["shape"])
+    if len(shape) not in ndims:
+        want = " or ".join(f"{d}-D" for d in ndims)
+        raise ValueError(f"expected a {want} array for {name}; got shape {shape}")
+    dtype = np.dtype(x.__cuda_array_interface__["typestr"])
+    if dtype not in (np.float32, np.float64, np.complex64, np.complex128):
+        raise TypeError(f"a device array {name} must be float32, float64, complex64 or "
+                        f"complex128; got dtype {dtype}")
+    if check_finite and backend.has_nonfinite(x):
+        raise ValueError(f"{name} must not contain infs or NaNs (check_finite=True)")
+    return shape, dtype
+
+
+def _device_backend(name, backend):
+    if backend not in (None, "auto", "cuda"):
+        raise ValueError(f"{name} is a device array, which needs backend='cuda'; got "
+                         f"backend={backend!r}")
+    return _backends.get_backend("cuda")
+
+
+def _host_backend(backend):
+    return _backends.get_backend(_config.get("backend") if backend is None else backend)
+
+
+def _check_memory(backend, m, n, dtype, nb, extra_bytes=0):
+    """Refuse before any work starts a matrix that does not fit the device-memory budget
+    (`extra_bytes`: what else the call keeps on the device, such as the working-precision copy
+    of a mixed solve)."""
+    if not backend.has_device:
+        return
+    need = backend.required_bytes(m, n, dtype, nb) + extra_bytes
+    budget = _config.get("device.memory_budget")
+    budget = int(0.9 * backend.free_memory()) if budget is None else int(budget)
+    if need > budget:
+        raise MemoryError(
+            f"the {m} x {n} {np.dtype(dtype)} matrix needs {need} bytes of device memory "
+            f"({m * n * np.dtype(dtype).itemsize} for the matrix itself), over the budget of "
+            f"{budget} bytes (config device.memory_budget); out-of-core factorization is not "
+            f"available yet")
+
+
+def _warn_singular(info):
+    if info > 0:
+        warnings.warn(f"Diagonal number {info} is exactly zero. Singular matrix.",
+                      LinAlgWarning, stacklevel=3)
+
+
+def _factor(a, overwrite_a, check_finite, backend, options, routine, driver, square=False,
+            keep_other_triangle=False):
+    """The common path of the factorizations: validate once, pick the backend and the plan,
+    wrap the matrix in a tile store (device array in place or copied; host array streamed from
+    and to where the result goes), run `driver(A, plan) -> (info, extra, trace)`, free the
+    store whatever happens. Returns (result, info, extra); an empty matrix gives extra None."""
+    device = is_device_array(a)
+    if device:
+        ops = _device_backend("a", backend)
+        (m, n), dtype = _device_matrix_checks("a", a, ops, check_finite)
+    else:
+        array, dtype = _host_matrix("a", a, check_finite)
+        ops = _host_backend(backend)
+        m, n = array.shape
+    if square and m != n:
+        raise ValueError(f"expected a square matrix for a; got shape {(m, n)}")
+    plan = make_plan(ops, m, n, dtype, routine=routine, **options)
+    if m == 0 or n == 0:
+        return (a if device else np.empty_like(array, dtype=dtype)), 0, None
+    _check_memory(ops, m, n, dtype, plan.nb)
+    write_back = None
+    if device:
+        A, result, write_back = ops.device_matrix(a, plan.nb, overwrite_a)
+    else:
+        source, result = _host_source_and_result(
+            array, dtype, overwrite_a and array is a,
+            copy_needed=keep_other_triangle or not ops.has_device)
+        A = ops.host_matrix(source, result, plan.nb)
+    try:
+        info, extra, run_trace = driver(A, plan)
+    finally:
+        A.close()
+    if write_back is not None:
+        write_back()
+    if plan.trace_path:
+        run_trace.to_chrome(plan.trace_path)
+    return result, info, extra
+
+
+def _host_source_and_result(array, dtype, may_overwrite, copy_needed):
+    """Where the factorization reads the matrix from and writes the factors to.
+
+    In place when allowed and the array is F-ordered of the LAPACK dtype. Otherwise the result is
+    a new F-ordered array; a device backend streams from the user's array directly (no host copy
+    first) when its layout allows, the host backend factors in the new array."""
+    usable = array.flags.f_contiguous and array.dtype == dtype and array.flags.writeable
+    if may_overwrite and usable:
+        return array, array
+    result = np.empty(array.shape, dtype=dtype, order="F")
+    if usable and not copy_needed:
+        return array, result
+    result[...] = array
+    return result, result
+
+
+def _check_triangular_solve_shapes(name, factor_shape, b_shape):
+    if factor_shape[0] != factor_shape[1]:
+        raise ValueError(f"expected a square matrix for {name}; got shape {factor_shape}")
+    n = factor_shape[0]
+    if b_shape[0] != n:
+        raise ValueError(f"b must have {n} rows to match {name} (shape {factor_shape}); "
+                         f"got shape {b_shape}")
+    return n
+
+
+def _host_rhs(b_array, n, dtype, overwrite_b):
+    """The right-hand side as the F-ordered n x nrhs array the solve overwrites: b itself when
+    allowed and already in that form, else a copy."""
+    rhs = b_array.reshape(n, -1) if b_array.ndim == 1 else b_array
+    if overwrite_b and rhs.dtype == dtype and rhs.flags.f_contiguous and rhs.flags.writeable:
+        return rhs
+    return np.array(rhs, dtype=dtype, order="F")
+
+
+def _check_solve_shapes(lu_shape, piv_shape, b_shape):
+    n = _check_triangular_solve_shapes("lu", lu_shape, b_shape)
+    if piv_shape != (n,):
+        raise ValueError(f"piv must have shape ({n},) to match lu; got shape {piv_shape}")
+    return n
+
+
+def _device_solve(name, factors, b, overwrite_b, check_finite, backend, solve, pivots=None):
+    """Triangular solves with factors that live on the device: validate, wrap the factors (in
+    place when column-major: they are only read) and b (copied unless overwrite_b), run
+    `solve(ops, F, B)`, free both stores; x comes back as the same kind of array as b."""
+    ops = _device_backend(name, backend)
+    factor_shape, dtype = _device_matrix_checks(name, factors, ops, check_finite=False)
+    b_shape, b_dtype = _device_matrix_checks("b", b, ops, check_finite, ndims=(1, 2))
+    if pivots is None:
+        _check_triangular_solve_shapes(name, factor_shape, b_shape)
+    else:
+        _check_solve_shapes(factor_shape, pivots.shape, b_shape)
+    if b_dtype != dtype:
+        raise TypeError(f"b must have the dtype of {name} ({dtype}) on the device; got {b_dtype}")
+    F, _, _ = ops.device_matrix(factors, 1, overwrite=_column_major(factors))
+    B, x, write_back = ops.device_matrix(b, 1, overwrite_b)
+    try:
+        if pivots is not None:
+            F.set_pivots(pivots)
+        solve(ops, F, B)
+        ops.synchronize()
+    finally:
+        F.close()
+        B.close()
+    if write_back is not None:
+        write_back()
+    return x.reshape(b_shape) if len(b_shape) == 1 else x
+
+
+def _column_major(x):
+    from .backend.cuda import device_array_layout
+    _, (m, n), dtype, strides = device_array_layout(x)
+    return strides[0] == dtype.itemsize
+
+
+def _shape_and_dtype(x):
+    if is_device_array(x):
+        cai = x.__cuda_array_interface__
+        return tuple(cai["shape"]), np.dtype(cai["typestr"])
+    return x.shape, x.dtype
+
+
+def _square_order(a):
+    """n for an n x n matrix (host or device), else None."""
+    shape = _shape_and_dtype(a)[0] if is_device_array(a) else np.shape(a)
+    return shape[0] if len(shape) == 2 and shape[0] == shape[1] else None
+
+
+def _to_device(ops, x, like):
+    """The host array x as a new device array of the kind of `like`."""
+    shape = x.shape
+    out = ops.empty((shape[0], 1 if x.ndim == 1 else shape[1]), x.dtype, like=like)
+    X = ops.wrap(out)
+    try:
+        lane = ops.lane("gpu:update")
+        ops.from_host(lane, x.reshape(shape[0], -1), X.block(0, shape[0], 0, X.n))
+    finally:
+        X.close()
+    return out.reshape(shape) if x.ndim == 1 else out

@@ -1,0 +1,75 @@
+"""Cholesky: cho_factor, cholesky and cho_solve (scipy.linalg._decomp_cholesky)."""
+from __future__ import annotations
+
+import numpy as np
+from scipy.linalg import LinAlgError
+
+from . import backend as _backends
+from ._common import (
+    _check_triangular_solve_shapes,
+    _device_solve,
+    _factor,
+    _host_matrix,
+    _host_rhs,
+    is_device_array,
+)
+from .lapack import potrf, potrs
+
+
+# -- Cholesky ------------------------------------------------------------------------------------
+def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, backend=None, nb=None,
+               lookahead=None, panel=None, trace=None, progress=False):
+    """Cholesky factorization of a Hermitian positive definite matrix, as scipy.linalg.cho_factor.
+
+    Returns (c, lower): the factor in the `lower` (or upper) triangle of c; only that triangle of
+    a is read, and the other triangle of c keeps what a held there (scipy documents it as
+    arbitrary). Not positive definite -> LinAlgError naming the failing leading minor, as scipy.
+    Engine options as lu_factor's (configuration keys under "cho.")."""
+    c, _ = _potrf(a, lower, overwrite_a, check_finite, backend,
+                  dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace, progress=progress))
+    return c, lower
+
+
+def cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, backend=None, nb=None,
+             lookahead=None, panel=None, trace=None):
+    """The Cholesky factor U (A = U^H U) or, with lower=True, L (A = L L^H), as
+    scipy.linalg.cholesky: the other triangle is zero."""
+    c, _ = _potrf(a, lower, overwrite_a, check_finite, backend,
+                  dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace))
+    if is_device_array(c):
+        _backends.get_backend("cuda").zero_triangle(c, upper=bool(lower))
+        return c
+    return np.tril(c) if lower else np.triu(c)
+
+
+def _potrf(a, lower, overwrite_a, check_finite, backend, options):
+    uplo = "L" if lower else "U"
+
+    def driver(A, plan):
+        info, trace = potrf(A, plan, uplo)
+        return info, None, trace
+    c, info, _ = _factor(a, overwrite_a, check_finite, backend, options, "cho", driver,
+                         square=True, keep_other_triangle=True)
+    if info > 0:
+        raise LinAlgError(f"{info}-th leading minor of the array is not positive definite")
+    return c, info
+
+
+def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True, *, backend=None):
+    """Solve A x = b with the factor from cho_factor, as scipy.linalg.cho_solve."""
+    c, lower = c_and_lower
+    _backends.check_name(backend)
+    uplo = "L" if lower else "U"
+    if is_device_array(c) != is_device_array(b):
+        raise ValueError("c and b must both be host arrays or both device arrays")
+    if is_device_array(c):
+        return _device_solve("c", c, b, overwrite_b, check_finite, backend,
+                             lambda ops, C, B: potrs(ops, C, B, uplo))
+    c, dtype = _host_matrix("c", c, check_finite)
+    b_array, b_dtype = _host_matrix("b", b, check_finite, ndims=(1, 2))
+    n = _check_triangular_solve_shapes("c", c.shape, b_array.shape)
+    dtype = np.promote_types(dtype, b_dtype)
+    ops = _backends.get_backend("host")
+    x = _host_rhs(b_array, n, dtype, overwrite_b)
+    potrs(ops, ops.wrap(np.asarray(c, dtype=dtype, order="F")), ops.wrap(x), uplo)
+    return x.reshape(b_array.shape)

@@ -1,0 +1,71 @@
+"""LU with partial pivoting: lu_factor and lu_solve (scipy.linalg._decomp_lu)."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import backend as _backends
+from ._common import (
+    _TRANS,
+    _check_solve_shapes,
+    _device_solve,
+    _factor,
+    _host_matrix,
+    _host_rhs,
+    _warn_singular,
+    is_device_array,
+)
+from .lapack import getrf, getrs
+
+
+# -- LU ------------------------------------------------------------------------------------------
+def lu_factor(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, lookahead=None,
+              panel=None, trace=None, progress=False):
+    """LU factorization with partial pivoting, P A = L U, as scipy.linalg.lu_factor.
+
+    Returns (lu, piv): L (unit diagonal, not stored) and U packed in lu, pivots 0-based
+    (row i was interchanged with row piv[i]). A zero U(i, i) gives a LinAlgWarning, as scipy's.
+    Engine options: backend ("auto", "host", "cuda"), nb (block size or "auto"), lookahead (>= 0),
+    panel ("cpu", "gpu", "auto": a cost model places each step's panel), trace (a path for the
+    run's Chrome trace JSON), progress (a progress bar).
+    """
+    lu, piv, info = _getrf(a, overwrite_a, check_finite, backend,
+                           dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace,
+                                progress=progress))
+    _warn_singular(info)
+    return lu, piv
+
+
+def _getrf(a, overwrite_a, check_finite, backend, options):
+    """Validate, plan and run getrf; returns (lu, piv, info) with lu where a lives."""
+    def driver(A, plan):
+        pivots, info, trace = getrf(A, plan)
+        return info, pivots.copy(), trace
+    lu, info, pivots = _factor(a, overwrite_a, check_finite, backend, options, "lu", driver)
+    return lu, (np.zeros(0, np.int32) if pivots is None else pivots), info
+
+
+def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, backend=None):
+    """Solve A x = b (trans 0), A^T x = b (1) or A^H x = b (2) with the factors of lu_factor.
+
+    Host factors and right-hand side are solved on the host (LAPACK-style triangular solves);
+    device factors and right-hand side on the device, returning x as the same kind of array as b.
+    """
+    lu, piv = lu_and_piv
+    _backends.check_name(backend)
+    if trans not in _TRANS:
+        raise ValueError(f"trans must be 0, 1 or 2 (or 'N', 'T', 'C'); got trans={trans!r}")
+    if is_device_array(lu) != is_device_array(b):
+        raise ValueError("lu and b must both be host arrays or both device arrays")
+    piv = np.asarray(piv)
+    if is_device_array(lu):
+        return _device_solve("lu", lu, b, overwrite_b, check_finite, backend,
+                             lambda ops, LU, B: getrs(ops, LU, B, _TRANS[trans]), pivots=piv)
+    lu, dtype = _host_matrix("lu", lu, check_finite)
+    b_array, b_dtype = _host_matrix("b", b, check_finite, ndims=(1, 2))
+    n = _check_solve_shapes(lu.shape, piv.shape, b_array.shape)
+    dtype = np.promote_types(dtype, b_dtype)
+    ops = _backends.get_backend("host")
+    factors = ops.wrap(np.asarray(lu, dtype=dtype, order="F"), piv)
+    x = _host_rhs(b_array, n, dtype, overwrite_b)
+    getrs(ops, factors, ops.wrap(x), _TRANS[trans])
+    return x.reshape(b_array.shape)

@@ -1,0 +1,226 @@
+"""Mixed-precision solvers: solve_mixed and lstsq_mixed (factorization in a lower precision,
+refined to the working precision)."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from scipy.linalg import LinAlgError
+
+from . import config as _config
+from . import lapack as _lapack
+from ._basic import solve
+from ._common import (
+    _check_memory,
+    _device_backend,
+    _device_matrix_checks,
+    _host_backend,
+    _host_matrix,
+    _to_device,
+    is_device_array,
+)
+from ._lstsq import lstsq
+from .lapack._mixed import LOW_DTYPE, ArrivingMatrix, MixedInfo, check_options
+from .scheduler.plan import make_plan
+
+
+# -- mixed precision -----------------------------------------------------------------------------
+def solve_mixed(a, b, assume_a="gen", lower=False, overwrite_a=False, overwrite_b=False,
+                check_finite=True, *, lowest=None, refinement=None, tol=None, max_iter=None,
+                inner_tol=None, max_inner=None, fallback=True, equilibrate=True, backend=None,
+                nb=None, lookahead=None, panel=None, trace=None):
+    """Solve a x = b to working precision (a's dtype: float64, complex128, or float32) with the
+    O(n^3) factorization in a lower precision and iterative refinement: MAGMA's and cuSOLVER's
+    mixed-precision solvers, with GMRES refinement and tensor cores.
+
+    assume_a "gen": LU (lapack/gesv_mixed.py); "pos": Cholesky of the Hermitian positive
+    definite a, of which only the `lower` (or upper) triangle is read (lapack/posv_mixed.py).
+    On a device, the refinement's product with that triangle adds its terms in an order that
+    varies from run to run (cuda/hemv.cu), so a solve at the edge of the stopping test may
+    take one refinement step more or less from one call to the next (the test is the same).
+
+    lowest      the factorization's GEMM precision: "half-x3" (error-corrected half: each
+                operand split into two halves, three products on the half tensor cores, about
+                float32's accuracy; the default for real a), "half" (IEEE fp16 operands, fp32
+                sums), "bfloat16", "tf32" (the default for complex a: cuBLAS has no complex
+                16-bit tensor-core GEMM), "single" (no tensor cores). Panels and triangular
+                solves are float32 (complex64) in every case. "half" pays off for well-
+                conditioned Hermitian positive definite a: at n = 32768, condition 1e4, its
+                Cholesky (nb=2048) with 10 GMRES iterations beat half-x3's with 2-3; at 1e6 it
+                needed 100-131 and was 4x slower (perf/RESULTS.md).
+    refinement  "classical-gmres" (default; GMRES-IR), "gmres", "classical", "none"
+    tol         the stopping test ||r||_inf <= tol ||x||_inf ||a||_inf per column; default
+                sqrt(n) eps (MAGMA's, cuSOLVER's)
+    max_iter, inner_tol, max_inner   refinement iterations, GMRES's relative tolerance and
+                iterations per correction or cycle (defaults from config "mixed.*")
+    fallback    when the code is negative (not converged, overflow on narrowing, the
+                low-precision factorization failed), solve in the working precision instead
+                (hybridla.solve); the answer is then as solve's. The low precision bounds the
+                condition numbers refinement can reach: with half-x3's LU, kappa 1e6 converged
+                and 1e8 did not (n = 32768), so there the attempt costs its factorization and
+                a GMRES correction on top of the fallback: 1.25 s against cuSOLVER dd_gesv's
+                0.74 on an H200 (perf/RESULTS.md)
+    equilibrate scale a by powers of two before rounding (rows and columns; symmetric for
+                "pos"), so that half precision neither overflows nor underflows on it
+
+    The LU's pivoting is config "mixed.panel_pivoting": "window" (the default) randomizes the
+    low-precision copy with random butterflies (hybridla/butterfly.py) and searches each
+    column's pivot within mixed.pivot_window block rows from the diagonal, which takes the
+    pivot search across the whole height off the factorization's critical path; "partial"
+    is LAPACK's. A matrix with a zero row or column (exactly singular) always gets partial
+    pivoting, so that its failure carries LAPACK's info.
+
+    Returns (x, info): x as solve's (shape of b, where a lives: the GPU interface returns the
+    same kind of device array as b), info a MixedInfo (iterations code, residual history,
+    fell_back, time per phase, ...). a and b are never modified (overwrite_a, overwrite_b are
+    accepted for scipy's signature). A singular a raises LinAlgError("Matrix is singular."),
+    one that is not positive definite with "pos" LinAlgError naming the minor, when the
+    working-precision solve decides it (fallback) or the low-precision one fails without
+    fallback.
+    """
+    if assume_a not in ("gen", "general", "pos", "positive definite"):
+        raise ValueError(f"assume_a must be 'gen' or 'pos'; got assume_a={assume_a!r}")
+    hermitian = assume_a in ("pos", "positive definite")
+    solver = _lapack.posv_mixed if hermitian else _lapack.gesv_mixed
+    uplo = "L" if lower else "U"
+    extra = dict(uplo=uplo) if hermitian else {}
+
+    def full_precision():
+        return solve(a, b, lower=lower, check_finite=False, assume_a=assume_a,
+                     backend=backend)
+    return _mixed("a", a, b, True, solver, extra, full_precision, check_finite, fallback,
+                  dict(lowest=lowest, refinement=refinement, tol=tol, max_iter=max_iter,
+                       inner_tol=inner_tol, max_inner=max_inner, equilibrate=equilibrate),
+                  dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace), backend,
+                  "Matrix is singular." if not hermitian else None)
+
+
+def lstsq_mixed(a, b, check_finite=True, *, lowest=None, refinement=None, tol=None,
+                max_iter=None, inner_tol=None, max_inner=None, fallback=True, equilibrate=True,
+                backend=None, nb=None, lookahead=None, panel=None, trace=None):
+    """The least-squares solution of a x = b (m >= n, full rank) to working precision, the QR
+    factorization in a lower precision and refinement of the normal equations preconditioned by
+    its R (lapack/gels_mixed.py). Options and result as solve_mixed's (equilibrate scales
+    columns only; tol is the normal equations' ||a^H r||_inf <= tol ||x||_inf ||a||_1 ||a||_inf);
+    the fallback is hybridla.lstsq. Returns (x, info), x of n rows.
+    """
+    def full_precision():
+        return lstsq(a, b, check_finite=False, backend=backend)[0]
+    return _mixed("a", a, b, False, _lapack.gels_mixed, {}, full_precision, check_finite,
+                  fallback, dict(lowest=lowest, refinement=refinement, tol=tol,
+                                 max_iter=max_iter, inner_tol=inner_tol, max_inner=max_inner,
+                                 equilibrate=equilibrate),
+                  dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace), backend,
+                  "the matrix is rank deficient in the low precision")
+
+
+def _mixed(name, a, b, square, solver, extra, full_precision, check_finite, fallback,
+           refinement_options, engine_options, backend, failure_message):
+    """The user-level path of the mixed solvers: validate, put A where the work happens (a
+    device array in place; a host array uploaded once on a device backend, as is), run the
+    driver, fall back, and return x where a lives."""
+    device = is_device_array(a)
+    if device != is_device_array(b):
+        raise ValueError("a and b must both be host arrays or both device arrays")
+    if device:
+        ops = _device_backend(name, backend)
+        (m, n), dtype = _device_matrix_checks(name, a, ops, check_finite)
+        b_shape, b_dtype = _device_matrix_checks("b", b, ops, check_finite, ndims=(1, 2))
+        if b_dtype != dtype:
+            raise TypeError(f"b must have the dtype of a ({dtype}) on the device; got {b_dtype}")
+    else:
+        array, a_dtype = _host_matrix(name, a, check_finite)
+        b_array, b_dtype = _host_matrix("b", b, check_finite, ndims=(1, 2))
+        ops = _host_backend(backend)
+        (m, n), b_shape = array.shape, b_array.shape
+        dtype = np.promote_types(a_dtype, b_dtype)
+    if square and m != n:
+        raise ValueError(f"expected a square matrix for {name}; got shape {(m, n)}")
+    if not square and m < n:
+        raise ValueError(f"lstsq_mixed needs m >= n (a tall or square {name}); got shape "
+                         f"{(m, n)}: use hybridla.lstsq for the minimum-norm solution")
+    if b_shape[0] != m:
+        raise ValueError(f"b must have {m} rows to match {name} (shape {(m, n)}); got shape "
+                         f"{b_shape}")
+    cfg = _config.config
+    given = {key: (cfg.get(f"mixed.{key}") if value is None else value)
+             for key, value in refinement_options.items()}
+    if given["lowest"] == "auto":
+        given["lowest"] = "tf32" if np.dtype(dtype).kind == "c" else "half-x3"
+    options = check_options(dtype, **given)
+    # the LU's own block size where the device's table has one (its panels are cheaper than the
+    # Cholesky's and QR's: tuning "mixed_lu_nb_large")
+    plan = make_plan(ops, m, n, LOW_DTYPE[np.dtype(dtype)], routine="mixed",
+                     table_routine="mixed_lu" if solver is _lapack.gesv_mixed else None,
+                     **engine_options)
+    nrhs = 1 if len(b_shape) == 1 else b_shape[1]
+    if m == 0 or n == 0 or nrhs == 0:
+        x = np.zeros((n,) + tuple(b_shape[1:]), dtype=dtype)
+        return (_to_device(ops, x, b) if device else x), MixedInfo(
+            lowest=options.lowest, refinement=options.refinement)
+    _check_memory(ops, m, n, LOW_DTYPE[np.dtype(dtype)], plan.nb,
+                  extra_bytes=0 if device else m * n * np.dtype(dtype).itemsize)
+    if device:
+        B_store = ops.wrap(b)
+        try:
+            B = B_store.read_block(0, m, 0, nrhs)
+        finally:
+            B_store.close()
+        A, arriving = ops.wrap(a), None  # in place when column-major: only read
+    else:
+        A, arriving = _host_working_matrix(ops, np.asfortranarray(array, dtype=dtype), plan)
+        B = np.asfortranarray(b_array.reshape(m, nrhs), dtype=dtype)
+    try:
+        X, info = solver(ops, A, B, options, plan, arriving=arriving, **extra)
+    finally:
+        A.close()
+    if info.iterations < 0 and fallback:
+        started = time.perf_counter()
+        x = full_precision()
+        info.fell_back = True
+        info.seconds["fallback"] = time.perf_counter() - started
+        info.seconds["total"] += info.seconds["fallback"]
+        return x, info
+    if X is None:
+        error = LinAlgError(f"{failure_message or _not_positive_definite(info.info)} (the "
+                            f"{options.lowest} factorization failed with info={info.info}, "
+                            f"code {info.iterations}; fallback=False)" if info.iterations == -3
+                            else f"the matrix overflows {options.lowest} precision after "
+                                 f"scaling (code -2; fallback=False)")
+        error.info = info
+        raise error
+    x = X.reshape((n,) if len(b_shape) == 1 else (n, nrhs))
+    return (_to_device(ops, x, b) if device else x), info
+
+
+def _not_positive_definite(info):
+    return f"{info}-th leading minor of the array is not positive definite"
+
+
+def _host_working_matrix(ops, array, plan):
+    """A host matrix as a tile store where the work happens, and its ArrivingMatrix or None:
+    itself on the host backend; on a device one uploaded in block columns, once, and kept there
+    (refinement reads it every iteration). The transfer mode is config mixed.host_transfer
+    (staged by default: for this one-shot upload it beat pinning the user's array in place,
+    perf/RESULTS.md), or device.host_transfer where that is null. Staged and large enough to
+    stage (device.pin_min_bytes), the matrix goes up during the low-precision factorization,
+    after its rounded copy (lapack/_mixed.ArrivingMatrix); otherwise before the solve."""
+    if not ops.has_device:
+        return ops.wrap(array), None
+    transfer = _config.get("mixed.host_transfer") or _config.get("device.host_transfer")
+    if transfer == "staged" and array.nbytes >= int(_config.get("device.pin_min_bytes")):
+        A = ops.matrix(*array.shape, array.dtype, plan.nb, host_source=array)
+        return A, ArrivingMatrix(ops, A, plan)
+    from .lapack._blocked import record_uploads
+    from .scheduler import TaskGraph, run
+    with _config.set({"device.host_transfer": transfer}):
+        A = ops.host_matrix(array, None, plan.nb)
+    try:
+        graph = TaskGraph()
+        record_uploads(graph, A, plan)
+        run(graph, ops, workers=plan.workers)
+        ops.synchronize()
+    except BaseException:
+        A.close()
+        raise
+    return A, None
