@@ -2,6 +2,7 @@
 budget, and the common path of the factorizations (`_factor`) and of the solves."""
 from __future__ import annotations
 
+import operator
 import os
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -53,6 +54,27 @@ def _all_finite(array) -> bool:
         else:
             total = np.sum(array)
         return bool(np.isfinite(total)) or bool(np.isfinite(array).all())
+
+
+def _flag(name, value) -> bool:
+    """A boolean argument (lower, overwrite_a, transposed, ...) as scipy's LAPACK wrappers take it:
+    True, False, or an integer 0 or 1; anything else (a string such as "yes" or "False") raises
+    ValueError naming the argument."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    try:
+        number = operator.index(value)
+    except TypeError:
+        number = None
+    if number not in (0, 1):
+        raise ValueError(f"{name} must be True or False; got {name}={value!r}")
+    return bool(number)
+
+
+def _common_dtype(*dtypes):
+    """The LAPACK precision in which operands of these dtypes meet (scipy's: float32 with float64
+    is float64, real with complex is complex)."""
+    return np.dtype(find_best_blas_type(dtype=np.result_type(*dtypes))[1])
 
 
 def _host_matrix(name, x, check_finite, ndims=(2,)):
