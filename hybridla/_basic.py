@@ -1,12 +1,18 @@
 """solve: a general or Hermitian positive definite system (scipy.linalg._basic)."""
 from __future__ import annotations
 
-import numpy as np
-from scipy.linalg import LinAlgError
+import warnings
 
-from ._common import is_device_array
+import numpy as np
+from scipy.linalg import LinAlgError, LinAlgWarning
+
+from . import backend as _backends
+from ._common import (_common_dtype, _device_backend, _device_matrix_checks, _flag,
+                      _host_matrix, is_device_array)
 from ._decomp_cholesky import _potrf, cho_solve
 from ._decomp_lu import _getrf, lu_solve
+
+_ASSUME = {None: "gen", "gen": "gen", "general": "gen", "pos": "pos", "positive definite": "pos"}
 
 
 def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=True,
@@ -15,22 +21,79 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=
     """Solve a x = b for a square a, as scipy.linalg.solve: assume_a "gen" (the default) by LU
     (getrf + getrs), "pos" by Cholesky (potrf + potrs) on the `lower` (or upper) triangle.
 
+    Every argument is checked before any work (a bad b never costs a factorization, nor a's
+    contents under overwrite_a). a and b meet in their common precision (float32 a with float64
+    b: float64, as scipy). After the factorization rcond = 1 / (||a||_1 ||a^-1||_1) is estimated
+    from the factors (gecon / pocon, O(n^2)); rcond < eps/2 (LAPACK's lamch("E")) gives scipy's
+    LinAlgWarning "Ill-conditioned matrix". scipy takes the inf-norm for transposed=True; here
+    the 1-norm serves both (they differ by at most a factor n).
+
     A singular a raises LinAlgError("Matrix is singular."); one that is not positive definite
-    with "pos", LinAlgError naming the failing minor. transposed=True solves a^T x = b ("gen").
+    with "pos", LinAlgError naming the failing minor; factors that overflowed (entries of a near
+    the largest float) LinAlgError saying so. transposed=True solves a^T x = b ("gen").
     """
-    if assume_a not in (None, "gen", "general", "pos", "positive definite"):
-        raise ValueError(f"assume_a={assume_a!r} is not supported yet; use None, 'gen' or 'pos'")
-    shape = tuple(a.__cuda_array_interface__["shape"]) if is_device_array(a) else np.shape(a)
-    if len(shape) != 2 or shape[0] != shape[1]:
-        raise ValueError(f"expected a square 2-D matrix for a; got shape {shape}")
-    if assume_a in ("pos", "positive definite"):
+    lower, transposed = _flag("lower", lower), _flag("transposed", transposed)
+    overwrite_a, overwrite_b = _flag("overwrite_a", overwrite_a), _flag("overwrite_b", overwrite_b)
+    if assume_a not in _ASSUME:
+        raise ValueError(f"assume_a must be None, 'gen' or 'pos' (hybridla has no other forms "
+                         f"yet); got assume_a={assume_a!r}")
+    a, b, overwrite_a = _system(a, b, check_finite, backend, overwrite_a)
+    options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace)
+    if _ASSUME[assume_a] == "pos":
         # A^T = conj(A) for Hermitian A: transposed=True changes nothing a real user would see
-        c, _ = _potrf(a, lower, overwrite_a, check_finite, backend,
-                      dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace))
-        return cho_solve((c, lower), b, overwrite_b=overwrite_b, check_finite=check_finite)
-    lu, piv, info = _getrf(a, overwrite_a, check_finite, backend,
-                           dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace))
+        c, rcond = _potrf(a, lower, overwrite_a, False, backend, options, condition=True)
+        _check_condition(rcond, c, check_finite)
+        return cho_solve((c, lower), b, overwrite_b=overwrite_b, check_finite=False)
+    lu, piv, info, rcond = _getrf(a, overwrite_a, False, backend, options, condition=True)
     if info > 0:
         raise LinAlgError("Matrix is singular.")
+    _check_condition(rcond, lu, check_finite)
     return lu_solve((lu, piv), b, trans=1 if transposed else 0, overwrite_b=overwrite_b,
-                    check_finite=check_finite)
+                    check_finite=False)
+
+
+def _system(a, b, check_finite, backend, overwrite_a):
+    """Check a (square) and b (1-D or 2-D, as many rows) before any work, both on the host or
+    both on the device. A host a is returned in the precision where a and b meet (a new array
+    when that is not a's, which the factorization may then overwrite). Returns (a, b,
+    overwrite_a)."""
+    if is_device_array(a) != is_device_array(b):
+        raise ValueError("a and b must both be host arrays or both device arrays")
+    if is_device_array(a):
+        ops = _device_backend("a", backend)
+        shape, dtype = _device_matrix_checks("a", a, ops, check_finite)
+        b_shape, b_dtype = _device_matrix_checks("b", b, ops, check_finite, ndims=(1, 2))
+        if b_dtype != dtype:
+            raise TypeError(f"b must have the dtype of a ({dtype}) on the device; got {b_dtype}")
+    else:
+        _backends.check_name(backend)
+        a_array, a_dtype = _host_matrix("a", a, check_finite)
+        b, b_dtype = _host_matrix("b", b, check_finite, ndims=(1, 2))
+        shape, b_shape = a_array.shape, b.shape
+        dtype = _common_dtype(a_dtype, b_dtype)
+        if a_array.dtype != dtype:
+            a, overwrite_a = a_array.astype(dtype, order="F"), True
+    if shape[0] != shape[1]:
+        raise ValueError(f"expected a square matrix for a; got shape {shape}")
+    if b_shape[0] != shape[0]:
+        raise ValueError(f"b must have {shape[0]} rows to match a (shape {shape}); got shape "
+                         f"{b_shape}")
+    return a, b, overwrite_a
+
+
+def _check_condition(rcond, factors, check_finite):
+    """scipy's tests on the condition estimate: 0 is singular, NaN means the factors are not
+    finite (a was, when checked: the factorization overflowed), below eps/2 a warning."""
+    if rcond == 0:
+        raise LinAlgError("Matrix is singular.")
+    if np.isnan(rcond):
+        raise LinAlgError("the factorization of a overflowed: its factors hold infs or NaNs "
+                          "(entries of a near the largest floating-point number; scale a)"
+                          if check_finite else
+                          "the factors of a hold infs or NaNs: a has non-finite entries "
+                          "(check_finite=False), or its factorization overflowed")
+    dtype = factors.__cuda_array_interface__["typestr"] if is_device_array(factors) \
+        else factors.dtype
+    if not rcond >= np.finfo(np.dtype(dtype)).eps / 2:
+        warnings.warn(f"Ill-conditioned matrix (rcond={rcond:.6g}): result may not be "
+                      f"accurate.", LinAlgWarning, stacklevel=4)

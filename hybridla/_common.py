@@ -2,6 +2,8 @@
 budget, and the common path of the factorizations (`_factor`) and of the solves."""
 from __future__ import annotations
 
+import functools
+import inspect
 import operator
 import os
 import warnings
@@ -20,6 +22,33 @@ _TRANS = {0: "N", 1: "T", 2: "C", "N": "N", "T": "T", "C": "C"}
 
 def is_device_array(x) -> bool:
     return hasattr(x, "__cuda_array_interface__")
+
+
+def public(func):
+    """A user-level function: a call that will touch the GPU (a device array among its arguments,
+    or the cuda backend chosen) runs inside the cuda backend's `call()`, which makes the primary
+    context current in the calling thread and pops it however the call ends, serializes calls
+    on the device, and trims the memory pool when the call is done. Host calls run as they are,
+    concurrently. Arguments are not judged here: a bad one reaches the function, which names it."""
+    signature = inspect.signature(func)
+
+    @functools.wraps(func)
+    def call(*args, **kwargs):
+        try:
+            arguments = signature.bind(*args, **kwargs).arguments
+            device = any(is_device_array(value) or (isinstance(value, tuple) and
+                                                    any(is_device_array(v) for v in value))
+                         for value in arguments.values())
+            backend = arguments.get("backend")
+            device = device or _backends.resolve_name(
+                _config.get("backend") if backend is None else backend) == "cuda"
+        except (TypeError, ValueError, RuntimeError):
+            device = False  # the function itself reports the bad argument
+        if not device:
+            return func(*args, **kwargs)
+        with _backends.get_backend("cuda").call():
+            return func(*args, **kwargs)
+    return call
 
 
 # -- validation: once, here ------------------------------------------------------------------------
@@ -203,7 +232,7 @@ def _check_triangular_solve_shapes(name, factor_shape, b_shape):
 def _host_rhs(b_array, n, dtype, overwrite_b):
     """The right-hand side as the F-ordered n x nrhs array the solve overwrites: b itself when
     allowed and already in that form, else a copy."""
-    rhs = b_array.reshape(n, -1) if b_array.ndim == 1 else b_array
+    rhs = b_array[:, None] if b_array.ndim == 1 else b_array
     if overwrite_b and rhs.dtype == dtype and rhs.flags.f_contiguous and rhs.flags.writeable:
         return rhs
     return np.array(rhs, dtype=dtype, order="F")

@@ -6,6 +6,8 @@ import numpy as np
 from . import backend as _backends
 from ._common import (
     _TRANS,
+    _common_dtype,
+    _flag,
     _check_solve_shapes,
     _device_solve,
     _factor,
@@ -14,7 +16,7 @@ from ._common import (
     _warn_singular,
     is_device_array,
 )
-from .lapack import getrf, getrs
+from .lapack import gecon, getrf, getrs
 
 
 # -- LU ------------------------------------------------------------------------------------------
@@ -28,20 +30,31 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None,
     panel ("cpu", "gpu", "auto": a cost model places each step's panel), trace (a path for the
     run's Chrome trace JSON), progress (a progress bar).
     """
-    lu, piv, info = _getrf(a, overwrite_a, check_finite, backend,
-                           dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace,
-                                progress=progress))
+    overwrite_a = _flag("overwrite_a", overwrite_a)
+    lu, piv, info, _ = _getrf(a, overwrite_a, check_finite, backend,
+                              dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace,
+                                   progress=progress))
     _warn_singular(info)
     return lu, piv
 
 
-def _getrf(a, overwrite_a, check_finite, backend, options):
-    """Validate, plan and run getrf; returns (lu, piv, info) with lu where a lives."""
+def _getrf(a, overwrite_a, check_finite, backend, options, condition=False):
+    """Validate, plan and run getrf; returns (lu, piv, info, rcond) with lu where a lives and,
+    when `condition`, rcond = 1 / (||A||_1 ||A^-1||_1) estimated from the factors where they
+    are (gecon; ||A||_1 summed as the matrix arrives, before any step overwrites it), else
+    None. rcond is 0 when the factorization found an exactly zero pivot."""
     def driver(A, plan):
+        if condition:
+            A.track_one_norm()
         pivots, info, trace = getrf(A, plan)
-        return info, pivots.copy(), trace
-    lu, info, pivots = _factor(a, overwrite_a, check_finite, backend, options, "lu", driver)
-    return lu, (np.zeros(0, np.int32) if pivots is None else pivots), info
+        rcond = None
+        if condition:
+            A.set_pivots(pivots)
+            rcond = gecon(plan.backend, A, A.one_norm()) if info == 0 else 0.0
+        return info, (pivots.copy(), rcond), trace
+    lu, info, extra = _factor(a, overwrite_a, check_finite, backend, options, "lu", driver)
+    pivots, rcond = (np.zeros(0, np.int32), 1.0) if extra is None else extra
+    return lu, pivots, info, rcond
 
 
 def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, backend=None):
@@ -49,10 +62,12 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, ba
 
     Host factors and right-hand side are solved on the host (LAPACK-style triangular solves);
     device factors and right-hand side on the device, returning x as the same kind of array as b.
+    x has the dtype where lu and b meet (float32 factors with a float64 b: float64, as scipy).
     """
     lu, piv = lu_and_piv
     _backends.check_name(backend)
-    if trans not in _TRANS:
+    overwrite_b = _flag("overwrite_b", overwrite_b)
+    if isinstance(trans, (bool, np.bool_)) or trans not in _TRANS:
         raise ValueError(f"trans must be 0, 1 or 2 (or 'N', 'T', 'C'); got trans={trans!r}")
     if is_device_array(lu) != is_device_array(b):
         raise ValueError("lu and b must both be host arrays or both device arrays")
@@ -63,7 +78,7 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, ba
     lu, dtype = _host_matrix("lu", lu, check_finite)
     b_array, b_dtype = _host_matrix("b", b, check_finite, ndims=(1, 2))
     n = _check_solve_shapes(lu.shape, piv.shape, b_array.shape)
-    dtype = np.promote_types(dtype, b_dtype)
+    dtype = _common_dtype(dtype, b_dtype)
     ops = _backends.get_backend("host")
     factors = ops.wrap(np.asarray(lu, dtype=dtype, order="F"), piv)
     x = _host_rhs(b_array, n, dtype, overwrite_b)

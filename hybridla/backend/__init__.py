@@ -8,6 +8,7 @@ where memory lives and how work is ordered on the device is decided here, not in
 from __future__ import annotations
 
 import functools
+import threading
 
 _NAMES = ("host", "cuda")
 
@@ -49,12 +50,20 @@ def resolve_name(name: str | None) -> str:
     return name
 
 
-@functools.cache
-def get_backend(name: str = "auto"):
-    """The process-wide backend object of that name (created once: handles, compiled kernels)."""
+def get_backend(name: str | None = "auto"):
+    """The process-wide backend object of that name (created once: handles, compiled kernels);
+    "auto" is the same object as the name it resolves to."""
     name = resolve_name(name)
-    if name == "cuda":
-        from .cuda import CudaBackend
-        return CudaBackend()
-    from .host import HostBackend
-    return HostBackend()
+    with _made_lock:  # threads asking at once get one object, not one each
+        if name not in _made:
+            if name == "cuda":
+                from .cuda import CudaBackend
+                _made[name] = CudaBackend()
+            else:
+                from .host import HostBackend
+                _made[name] = HostBackend()
+        return _made[name]
+
+
+_made: dict = {}
+_made_lock = threading.Lock()

@@ -8,6 +8,7 @@ download, the end of a factorization).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
@@ -18,7 +19,6 @@ from typing import NamedTuple
 from pathlib import Path
 
 import numpy as np
-import pycuda.autoprimaryctx  # the primary context, shared with cuBLAS/cuSOLVER, CuPy and PyTorch
 import pycuda.driver as drv
 from nvmath.bindings import cublas, cusolverDn
 from pycuda.compiler import compile as compile_cuda
@@ -278,6 +278,7 @@ class DeviceMatrix:
         self.pin_ranges, self.pin_cuts = [], []
         self.staged = False  # or copy it through the backend's pinned slots (`use_staging`)
         self._slots = None
+        self._column_sums = None  # `track_one_norm`: ones (m), column maxima (n), sums (n)
 
     # -- memory --------------------------------------------------------------------------------
     def _alloc(self, nbytes):
@@ -299,6 +300,50 @@ class DeviceMatrix:
         self._registered.clear()
         self._pinned_panels.clear()
         self.end_staging()
+
+    # -- the input's 1-norm (the condition estimate's ||A||_1) ---------------------------------
+    def track_one_norm(self):
+        """Sum |a_ij| down each column of the input as it is (before any step overwrites it):
+        now for a matrix already on the device, as each block arrives for a streamed one (one
+        more read of the block on its copy stream, which the factorization's first use of it
+        waits for anyway). `one_norm` then gives max_j sum_i |a_ij| (LAPACK lange's "1")."""
+        sums = self._alloc((self.m + 2 * self.n) * 8)
+        self._column_sums = int(sums)
+        lane = self.backend.lane("gpu:update")
+        with lane:
+            ones = DeviceBlock(self._column_sums, self.m, 1, max(self.m, 1), np.dtype(np.float64))
+            self.backend.laset(lane, "A", 1, 1, ones)
+            _driver.memset_d32_async(self._column_sums + self.m * 8, 0, 4 * self.n, lane.handle)
+            if not self.streamed:
+                self._sum_columns(lane, 0, self.m, 0, self.n)
+            else:  # the arrivals are summed on the copy stream: it must see the zeros first
+                _driver.stream_synchronize(lane.handle)
+
+    def _sum_columns(self, lane, r0, r1, c0, c1):
+        if self._column_sums is None or r1 <= r0 or c1 <= c0:
+            return
+        ones, maxima, sums = (self._column_sums, self._column_sums + self.m * 8,
+                              self._column_sums + (self.m + self.n) * 8)
+        rows, cols = r1 - r0, c1 - c0
+        self.backend.kernels.launch(
+            f"col_stats_{_PREFIX[self.dtype]}",
+            (-(-rows // _STATS_THREADS), -(-cols // _STATS_STRIP)), (_STATS_THREADS,),
+            lane.handle, ctypes.c_void_p(self.ptr + (r0 + c0 * self.ld) * self.itemsize),
+            ctypes.c_longlong(self.ld), ctypes.c_int(rows), ctypes.c_int(cols),
+            ctypes.c_void_p(ones + r0 * 8), ctypes.c_void_p(maxima + c0 * 8),
+            ctypes.c_void_p(sums + c0 * 8))
+
+    def one_norm(self) -> float:
+        """||A||_1 of the input, after `track_one_norm` (waits for the sums: a named host wait,
+        the caller is about to use the number)."""
+        out = np.empty(self.n)
+        if self.n:
+            lane = self.backend.lane("gpu:update")
+            with lane:
+                cublas.get_vector_async(self.n, 8, self._column_sums + (self.m + self.n) * 8, 1,
+                                        out.ctypes.data, 1, lane.handle)
+                _driver.stream_synchronize(lane.handle)
+        return float(out.max()) if self.n else 0.0
 
     # -- pinning the host matrix in pieces (see pinning.py) -----------------------------------
     def plan_pin_pieces(self, pieces: int):
@@ -400,6 +445,7 @@ class DeviceMatrix:
     def upload_staged(self, lane, slot, r0, r1, c0, c1):
         self._copy2d(lane, r0, r1, c0, c1, to_device=True,
                      host_array=self._slot("up", slot, r1 - r0, c1 - c0))
+        self._sum_columns(lane, r0, r1, c0, c1)
 
     def download_staged(self, lane, slot, r0, r1, c0, c1):
         self._copy2d(lane, r0, r1, c0, c1, to_device=False,
@@ -453,6 +499,7 @@ class DeviceMatrix:
         """Rows r0:r1 x columns c0:c1 of the host matrix to the same place on the device."""
         if r1 > r0 and c1 > c0:
             self._copy2d(lane, r0, r1, c0, c1, to_device=True)
+            self._sum_columns(lane, r0, r1, c0, c1)
 
     def download_rows(self, lane, r0, r1):
         """Rows r0:r1 of the device matrix, all columns, to the host matrix: they are final."""
@@ -718,7 +765,14 @@ class CudaBackend:
     has_device = True
 
     def __init__(self):
-        self.context = pycuda.autoprimaryctx.context
+        # The device's primary context, shared with cuBLAS/cuSOLVER, CuPy and PyTorch, retained
+        # and never left current: every thread pushes it around its GPU work and pops it in a
+        # `finally` (`active`, the lanes). pycuda.autoprimaryctx would push it for good in the
+        # importing thread, which aborts the process when that thread ends first.
+        drv.init()
+        self.context = drv.Device(0).retain_primary_context()
+        self._calls = threading.RLock()
+        self._call_depth = 0
         self.device = self.context.get_device()
         self.device_name = self.device.name()
         self.multiprocessors = self.device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
@@ -772,6 +826,31 @@ class CudaBackend:
         self.staging_lock = threading.Lock()
         self._staging = []
         self._copy_pool, self._copy_pool_size = None, 0
+
+    @contextlib.contextmanager
+    def active(self):
+        """The primary context current in this thread for the block, popped whatever happens."""
+        self.context.push()
+        try:
+            yield self
+        finally:
+            drv.Context.pop()
+
+    @contextlib.contextmanager
+    def call(self):
+        """One user-level call on this device, from any thread: calls run one at a time (they
+        share the lanes, their handles and the staging slots; one GPU gains little from two
+        factorizations at once), the context is current in the calling thread throughout, and
+        when the outermost call ends the memory pool keeps at most `device.pool_max_bytes`."""
+        with self._calls:
+            self._call_depth += 1
+            try:
+                with self.active():
+                    yield self
+            finally:
+                self._call_depth -= 1
+                if self._call_depth == 0:
+                    self.trim_cached(_config_get("device.pool_max_bytes"))
 
     # -- pinned staging slots and threaded host copies ---------------------------------------------
     def staging_slots(self, count: int, nbytes: int):
@@ -904,15 +983,21 @@ class CudaBackend:
     def alloc(self, nbytes):
         """Device memory for a tile store, from the pool when `device.memory_pool` is on: a
         cuMemAlloc while a run is under way can stall it, and cuMemFree synchronizes the
-        device; with the pool both are paid on the first call only (as CuPy's pool does)."""
+        device; with the pool both are paid on the first call only (as CuPy's pool does). An
+        allocation that fails is tried once more after the pool's cached blocks are freed."""
         nbytes = max(int(nbytes), 1)
         with self._alloc_lock:
-            if _config_get("device.memory_pool"):
+            pooled = bool(_config_get("device.memory_pool"))
+            if pooled and self._pool is None:
+                self._pool = drv.DeviceMemoryPool()
+            allocate = self._pool.allocate if pooled else drv.mem_alloc
+            try:
+                allocation = allocate(nbytes)
+            except drv.MemoryError:
                 if self._pool is None:
-                    self._pool = drv.DeviceMemoryPool()
-                allocation = self._pool.allocate(nbytes)
-            else:
-                allocation = drv.mem_alloc(nbytes)
+                    raise
+                self._pool.free_held()
+                allocation = allocate(nbytes)
             self._allocated += nbytes
             self._sizes[int(allocation)] = nbytes
         return allocation
@@ -934,13 +1019,15 @@ class CudaBackend:
 
     def free_cached(self):
         """Give the pool's cached device memory back to the driver."""
-        self.context.push()
-        try:
-            with self._alloc_lock:
-                if self._pool is not None:
-                    self._pool.free_held()
-        finally:
-            drv.Context.pop()
+        self.trim_cached(0)
+
+    def trim_cached(self, keep_bytes):
+        """Give the pool's cached blocks back to the driver when they add up to more than
+        `keep_bytes` (None: keep them all). The pool frees all of its held blocks or none."""
+        if keep_bytes is None or self.cached_bytes() <= int(keep_bytes):
+            return
+        with self.active(), self._alloc_lock:
+            self._pool.free_held()
 
     def free_memory(self) -> int:
         """Device memory a call can have: what the driver has free, and the pool's cache."""

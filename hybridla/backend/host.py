@@ -6,6 +6,8 @@ runs to completion in its worker thread, so the Dask dependencies alone order th
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 from scipy.linalg import get_blas_funcs, get_lapack_funcs
 from threadpoolctl import threadpool_limits
@@ -52,6 +54,19 @@ class HostMatrix:
         self.nsteps = -(-min(self.m, self.n) // nb)
         self.info = np.zeros(max(self.nsteps, 1), dtype=np.int32)  # per step, panel-local
         self._workspaces = {}
+
+    def track_one_norm(self):
+        """||A||_1 of the matrix as it is now, before the factorization overwrites it (LAPACK
+        lange's "1"; `one_norm` returns it)."""
+        self._one_norm = float(get_lapack_funcs("lange", (self.a,))("1", self.a)) \
+            if self.a.size else 0.0
+
+    def one_norm(self) -> float:
+        return self._one_norm
+
+    def set_pivots(self, pivots):
+        """Pivots of existing factors (0-based global), for getrs."""
+        self.pivots[:] = pivots
 
     def host_panel(self, step, r0, c0, c1, r1=None):
         """Where a CPU panel is factored: here, the matrix itself (rows r0:r1, r1 None for the
@@ -119,6 +134,34 @@ class HostMatrix:
         pass
 
 
+class _SingleThreadedBlas:
+    """BLAS limited to one thread while any host run is under way, and given back exactly as it
+    was when the last concurrent run ends: threadpoolctl's limit is process-wide, so concurrent
+    runs share one, counted under a lock (two runs each saving and restoring their own would
+    leave the process at one thread when they interleave)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._runs = 0
+        self._limits = None
+
+    def enter(self):
+        with self._lock:
+            if self._runs == 0:
+                self._limits = threadpool_limits(limits=1, user_api="blas")
+            self._runs += 1
+
+    def leave(self):
+        with self._lock:
+            self._runs -= 1
+            if self._runs == 0:
+                self._limits.restore_original_limits()
+                self._limits = None
+
+
+_single_threaded_blas = _SingleThreadedBlas()
+
+
 class HostBackend:
     name = "host"
     device_name = "host"
@@ -139,10 +182,10 @@ class HostBackend:
         """Task parallelism instead of BLAS threading: each worker's BLAS runs one thread (several
         multithreaded BLAS calls at once only fight over the cores), and the trailing update is
         cut into one task per worker (`update_tasks`)."""
-        self._blas_limits = threadpool_limits(limits=1, user_api="blas")
+        _single_threaded_blas.enter()
 
     def end_run(self):
-        self._blas_limits.restore_original_limits()
+        _single_threaded_blas.leave()
 
     @staticmethod
     def update_tasks(workers: int) -> int:

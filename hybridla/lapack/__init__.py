@@ -1,4 +1,5 @@
 """Driver layer: LAPACK names, one file per routine; info returned as LAPACK does."""
+from .gecon import gecon, pocon
 from .gelqf import gelqf
 from .gehrd import gehrd
 from .gels import gels, gelqs, geqrs
@@ -19,4 +20,5 @@ from .potrs import potrs
 
 __all__ = ["getrf", "getrs", "gesv", "potrf", "potrs", "posv", "geqrf", "geqlf", "gelqf",
            "ormqr", "ormql", "ormlq", "orgqr", "orgql", "orglq", "gels", "geqrs", "gelqs",
-           "gehrd", "orghr", "ormhr", "gesv_mixed", "posv_mixed", "gels_mixed"]
+           "gehrd", "orghr", "ormhr", "gesv_mixed", "posv_mixed", "gels_mixed", "gecon",
+           "pocon"]

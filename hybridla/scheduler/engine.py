@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 
 import itertools
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -164,23 +163,18 @@ def _execute_while_recording(state, graph, recording, head_steps, pool):
         pass
     head = len(graph.tasks)
     head_run = _workers.runner().submit(_execute_head, state, graph.tasks[:head], pool)
-    switch_interval = sys.getswitchinterval()
     try:
-        # Recording holds the GIL, which Python hands to a waiting thread only every few
-        # milliseconds (sys.getswitchinterval): the first kernel waited 4 ms at n = 16384 and
-        # 11 ms at 32768 (H100), and later a head task's hand-off to the next still waited 4 ms
-        # (potrf, n = 32768, kernel timeline). So the head starts before recording goes on,
-        # each recorded step lets the workers enqueue what is ready, and while recording the
-        # GIL changes hands ten times as often.
+        # The head starts before recording goes on, and each recorded step yields the GIL
+        # (sleep(0)) so that the workers enqueue what is ready. The switch interval is left alone:
+        # it is process-wide, and a call leaves no trace on the process (nor races another
+        # call's restore of it).
         state.started.wait()
-        sys.setswitchinterval(switch_interval / 10)
         for _ in recording:
             time.sleep(0)
     except BaseException as exc:
         state.failure = state.failure or exc  # the head's tasks not yet started skip
         raise
     finally:
-        sys.setswitchinterval(switch_interval)
         wait([head_run])  # the head's tasks have returned before we go on, or raise
     head_run.result()
     _execute(state, graph.tasks[head:], pool)

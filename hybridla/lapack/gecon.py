@@ -1,0 +1,193 @@
+"""gecon, pocon: the reciprocal condition number of A from its LU or Cholesky factors.
+
+    rcond = 1 / (||A|| ||A^-1||)
+
+||A|| (`anorm`) is the caller's, taken before factoring; ||A^-1||_1 is estimated from the factors
+by Hager's method with Higham's refinements (LAPACK xLACN2), which needs only products
+A^-1 x and A^-H x: each is one O(n^2) triangular solve with the factors (getrs, potrs). On the
+host backend LAPACK's own gecon / pocon run on the factor array; on a device backend the
+estimator drives getrs / potrs on a one-column store, the vector crossing the link each time.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+
+import numpy as np
+from scipy.linalg import get_lapack_funcs
+
+from .getrs import getrs
+from .potrs import potrs
+
+ITMAX = 5  # LAPACK xLACN2's iteration limit
+
+
+def norm1(a) -> float:
+    """||a||_1, the largest column sum of |a_ij| of a host array (LAPACK lange "1"; 0 if empty)."""
+    a = np.asarray(a)
+    if a.size == 0:
+        return 0.0
+    if a.flags.c_contiguous and not a.flags.f_contiguous:  # ||a||_1 = ||a^T||_inf, no copy
+        return float(get_lapack_funcs(("lange",), (a,))[0]("I", a.T))
+    return float(get_lapack_funcs(("lange",), (a,))[0]("1", a))
+
+
+def gecon(backend, LU, anorm, norm="1", *, estimate=None) -> float:
+    """Reciprocal condition number estimate of A from getrf's factors (P A = L U).
+
+    Parameters
+    ----------
+    LU : tile store with the factors and pivots (as getrs takes it).
+    anorm : float, ||A||_1 (norm "1" or "O") or ||A||_inf (norm "I") of A before factoring.
+    estimate : None: LAPACK gecon on the host backend (LU.a), the estimator on a device
+        backend; True: the estimator, through getrs, on any backend.
+
+    Returns
+    -------
+    rcond : 1 / (anorm ||A^-1||), ||A^-1|| estimated in the same norm; 1.0 for n = 0, 0.0 if
+        anorm is 0 or infinite or A is singular to working precision, NaN if anorm is NaN
+        (LAPACK 3.12). ||A^-1||_inf = ||A^-H||_1, so norm "I" swaps the two products.
+    """
+    if norm not in ("1", "O", "I"):
+        raise ValueError(f"norm must be '1', 'O' or 'I'; got {norm!r}")
+    quick = _quick_return(LU.n, anorm)
+    if quick is not None:
+        return quick
+    if not _estimates(backend, estimate):
+        rcond, info = get_lapack_funcs(("gecon",), dtype=LU.dtype)[0](LU.a, anorm, norm=norm)
+        return _checked(rcond, info, "gecon")
+    adjoint = "C" if np.issubdtype(LU.dtype, np.complexfloating) else "T"
+    ops = {"N": "N", "C": adjoint} if norm != "I" else {"N": adjoint, "C": "N"}
+    with _products(backend, LU, lambda B, trans: getrs(backend, LU, B, ops[trans])) as solve:
+        return _reciprocal(anorm, _estimate(solve, LU.n, LU.dtype))
+
+
+def pocon(backend, C, anorm, uplo="L", *, estimate=None) -> float:
+    """Reciprocal condition number estimate of a Hermitian positive definite A from potrf's
+    factor (A = L L^H for uplo "L", U^H U for "U"); anorm = ||A||_1 = ||A||_inf, `estimate`
+    and the result as gecon's (C.a on the host path).
+
+    A^-H = A^-1, so both of the estimator's products are one potrs each.
+    """
+    if uplo not in ("L", "U"):
+        raise ValueError(f"uplo must be 'L' or 'U'; got {uplo!r}")
+    quick = _quick_return(C.n, anorm)
+    if quick is not None:
+        return quick
+    if not _estimates(backend, estimate):
+        rcond, info = get_lapack_funcs(("pocon",), dtype=C.dtype)[0](C.a, anorm, uplo=uplo)
+        return _checked(rcond, info, "pocon")
+    with _products(backend, C, lambda B, trans: potrs(backend, C, B, uplo)) as solve:
+        return _reciprocal(anorm, _estimate(solve, C.n, C.dtype))
+
+
+def _estimate(solve, n, dtype) -> float:
+    """||A^-1||_1 estimate, a lower bound, by Hager-Higham (LAPACK xLACN2, Higham 1988).
+
+    solve(x, "N") -> A^-1 x and solve(x, "C") -> A^-H x for a host vector x of n entries.
+    With y = A^-1 x for ||x||_1 = 1, xi = sign(y) and z = A^-H xi, the largest |z_j| picks the
+    next x = e_j (a column of A^-1), until the signs repeat (real only), ||y||_1 stops growing,
+    z's largest entry is the current column's, or ITMAX; then the alternative vector
+    b_i = (-1)^i (1 + i/(n-1)) guards against the cases that fool the iteration:
+    est = max(||A^-1 e_j||_1, 2 ||A^-1 b||_1 / (3n)). Signs are +-1, x/|x| for complex.
+    A product that overflows (A singular to working precision) gives inf.
+    """
+    dtype = np.dtype(dtype)
+    is_complex = np.issubdtype(dtype, np.complexfloating)
+    tiny = np.finfo(dtype).tiny
+
+    def product(x, trans):
+        y = np.asarray(solve(np.asarray(x, dtype=dtype), trans), dtype=dtype).reshape(n)
+        if not np.isfinite(y).all():
+            raise _Overflow
+        return y
+
+    def sign(y):
+        if not is_complex:
+            return np.where(y >= 0, 1, -1).astype(dtype)
+        size = np.abs(y)
+        return np.where(size > tiny, y / np.where(size > tiny, size, 1), 1).astype(dtype)
+
+    def unit(j):
+        e = np.zeros(n, dtype=dtype)
+        e[j] = 1
+        return e
+
+    try:
+        y = product(np.full(n, 1 / n), "N")
+        if n == 1:
+            return float(abs(y[0]))
+        est, xi = np.abs(y).sum(), sign(y)
+        j = int(np.argmax(np.abs(product(xi, "C"))))
+        for iteration in range(2, ITMAX + 1):
+            y = product(unit(j), "N")
+            est_old, est = est, np.abs(y).sum()
+            if not is_complex and np.array_equal(sign(y), xi):
+                break  # repeated sign vector: converged
+            if est <= est_old or iteration == ITMAX:
+                break  # cycling, or the last iteration (its z would not be used)
+            xi = sign(y)
+            z = product(xi, "C")
+            j_last, j = j, int(np.argmax(np.abs(z)))
+            if (z[j_last] if not is_complex else abs(z[j_last])) == abs(z[j]):
+                break  # the current column is z's largest entry: a local maximum
+        i = np.arange(n)
+        b = np.where(i % 2 == 0, 1, -1) * (1 + i / (n - 1))
+        alternative = 2 * (np.abs(product(b, "N")).sum() / (3 * n))
+        return float(max(est, alternative))
+    except _Overflow:
+        return math.inf
+
+
+class _Overflow(ArithmeticError):
+    """A product A^-1 x that is not finite."""
+
+
+@contextlib.contextmanager
+def _products(backend, F, apply):
+    """solve(x, trans), the host vector op(A)^-1 x for the factors in F: x goes up into a store
+    B of one column, apply(B, trans) solves in place there, and the result comes back down."""
+    n = F.n
+    storage = backend.empty((n, 1), F.dtype)
+    B = backend.wrap(storage)
+    block = B.block(0, n, 0, 1)
+    lane = backend.lane("gpu:update")  # getrs and potrs enqueue there: the copies wait for it
+
+    def solve(x, trans):
+        backend.from_host(lane, np.asfortranarray(x.reshape(n, 1)), block)
+        apply(B, trans)
+        return backend.to_host(lane, block).reshape(n)
+    try:
+        yield solve
+    finally:
+        B.close()
+
+
+def _estimates(backend, estimate) -> bool:
+    return backend.has_device if estimate is None else bool(estimate)
+
+
+def _quick_return(n, anorm):
+    """LAPACK 3.12 gecon's answers that need no estimate, or None."""
+    if anorm < 0:
+        raise ValueError(f"anorm must be >= 0 (a norm); got {anorm}")
+    if n == 0:
+        return 1.0
+    if math.isnan(anorm):
+        return math.nan
+    if anorm == 0 or math.isinf(anorm):
+        return 0.0
+    return None
+
+
+def _reciprocal(anorm, ainvnm) -> float:
+    """(1 / ||A^-1||) / ||A||, as LAPACK forms it; 0 when the estimate is 0 or not finite."""
+    if ainvnm == 0 or not math.isfinite(ainvnm):
+        return 0.0
+    return float((1.0 / float(ainvnm)) / float(anorm))
+
+
+def _checked(rcond, info, name) -> float:
+    if info < 0:
+        raise ValueError(f"{name}: argument {-info} is invalid")
+    return float(rcond)
