@@ -72,7 +72,10 @@ def _potrf(a, lower, overwrite_a, check_finite, backend, options, condition=Fals
         if condition:
             A.track_one_norm()
         info, trace = potrf(A, plan, uplo)
-        rcond = pocon(plan.backend, A, A.one_norm(), uplo) if condition and info == 0 else None
+        rcond = None
+        if condition and info == 0:
+            rcond = pocon(plan.backend, A, A.one_norm(), uplo) \
+                if np.isfinite(A.diagonal()).all() else np.nan  # NaN: the factor overflowed
         return info, rcond, trace
     c, info, rcond = _factor(a, overwrite_a, check_finite, backend, options, "cho", driver,
                              square=True, keep_other_triangle=True)

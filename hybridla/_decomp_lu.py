@@ -42,7 +42,8 @@ def _getrf(a, overwrite_a, check_finite, backend, options, condition=False):
     """Validate, plan and run getrf; returns (lu, piv, info, rcond) with lu where a lives and,
     when `condition`, rcond = 1 / (||A||_1 ||A^-1||_1) estimated from the factors where they
     are (gecon; ||A||_1 summed as the matrix arrives, before any step overwrites it), else
-    None. rcond is 0 when the factorization found an exactly zero pivot."""
+    None. rcond is 0 when the factorization found an exactly zero pivot, NaN when U's diagonal
+    is not finite (the factorization overflowed, or a held infs or NaNs unchecked)."""
     def driver(A, plan):
         if condition:
             A.track_one_norm()
@@ -50,7 +51,8 @@ def _getrf(a, overwrite_a, check_finite, backend, options, condition=False):
         rcond = None
         if condition:
             A.set_pivots(pivots)
-            rcond = gecon(plan.backend, A, A.one_norm()) if info == 0 else 0.0
+            rcond = (0.0 if info else gecon(plan.backend, A, A.one_norm())
+                     if np.isfinite(A.diagonal()).all() else np.nan)  # NaN: U overflowed
         return info, (pivots.copy(), rcond), trace
     lu, info, extra = _factor(a, overwrite_a, check_finite, backend, options, "lu", driver)
     pivots, rcond = (np.zeros(0, np.int32), 1.0) if extra is None else extra
