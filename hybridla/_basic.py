@@ -40,9 +40,15 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=
     a, b, overwrite_a = _system(a, b, check_finite, backend, overwrite_a)
     options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace)
     if _ASSUME[assume_a] == "pos":
-        # A^T = conj(A) for Hermitian A: transposed=True changes nothing a real user would see
+        # Hermitian A: A^T = conj(A), so A^T x = b is A conj(x) = conj(b)
+        conjugate = transposed and _dtype_of(a).kind == "c"
+        if conjugate and is_device_array(a):
+            raise NotImplementedError("solve(assume_a='pos', transposed=True) of a complex device "
+                                      "array: solve a x = conj(b) and conjugate x instead")
         c, rcond = _potrf(a, lower, overwrite_a, False, backend, options, condition=True)
         _check_condition(rcond, c, check_finite)
+        if conjugate:
+            return cho_solve((c, lower), np.conj(b), overwrite_b=True, check_finite=False).conj()
         return cho_solve((c, lower), b, overwrite_b=overwrite_b, check_finite=False)
     lu, piv, info, rcond = _getrf(a, overwrite_a, False, backend, options, condition=True)
     if info > 0:
@@ -71,6 +77,7 @@ def _system(a, b, check_finite, backend, overwrite_a):
         b, b_dtype = _host_matrix("b", b, check_finite, ndims=(1, 2))
         shape, b_shape = a_array.shape, b.shape
         dtype = _common_dtype(a_dtype, b_dtype)
+        a = a_array
         if a_array.dtype != dtype:
             a, overwrite_a = a_array.astype(dtype, order="F"), True
     if shape[0] != shape[1]:
@@ -79,6 +86,10 @@ def _system(a, b, check_finite, backend, overwrite_a):
         raise ValueError(f"b must have {shape[0]} rows to match a (shape {shape}); got shape "
                          f"{b_shape}")
     return a, b, overwrite_a
+
+
+def _dtype_of(x):
+    return np.dtype(x.__cuda_array_interface__["typestr"]) if is_device_array(x) else x.dtype
 
 
 def _check_condition(rcond, factors, check_finite):
@@ -92,8 +103,6 @@ def _check_condition(rcond, factors, check_finite):
                           if check_finite else
                           "the factors of a hold infs or NaNs: a has non-finite entries "
                           "(check_finite=False), or its factorization overflowed")
-    dtype = factors.__cuda_array_interface__["typestr"] if is_device_array(factors) \
-        else factors.dtype
-    if not rcond >= np.finfo(np.dtype(dtype)).eps / 2:
+    if not rcond >= np.finfo(_dtype_of(factors)).eps / 2:
         warnings.warn(f"Ill-conditioned matrix (rcond={rcond:.6g}): result may not be "
                       f"accurate.", LinAlgWarning, stacklevel=4)

@@ -10,6 +10,17 @@ Plain functions (no pytest in here), so that benchmarks and notebooks can use th
   storage represents, one reflector at a time; ``triangle_of(factors, storage)``: its R or L;
 - ``factorization_ratio``, ``orthogonality_ratio``, ``least_squares_ratio``: LAPACK's xQRT01 and
   xQRT17-style ratios; ``match_phases``: a QR made to agree with another in its column phases.
+- ``lapack_householder(a, storage)``: (factors, tau) of xGEQRF / xGEQLF / xGELQF computed by
+  scipy.linalg.lapack's ?geqrf (QL and LQ through the identities that relate them to QR);
+  ``q_by_lapack(factors, tau, storage)``: the economic Q and triangle, Q formed by scipy's
+  ?orgqr / ?ungqr;
+- ``potrf_ratio(a, c, lower)``: ||A - U^H U||_1 / (n ||A||_1 eps) (xPOT01);
+- ``normwise_backward_error(a, x, b)``: max_j ||b_j - A x_j||_inf / ((||A||_inf ||x_j||_inf
+  + ||b_j||_inf) n eps); ``forward_error_ratio(x, x_ref, kappa)``: ||x - x_ref||_inf /
+  (kappa n eps ||x_ref||_inf);
+- ``lstsq_forward_ratio``, ``residues_ratio``: a least-squares solution and its residues against
+  a reference, in units of the first-order perturbation bound, (kappa + kappa^2 ||r|| /
+  (||A|| ||x||)) max(m, n) eps for x.
 
 Residuals are computed in float64/complex128 whatever the working precision; ``eps`` is that of
 the working precision (``np.finfo(dtype).eps``), as in LAPACK's testers.
@@ -355,6 +366,186 @@ def match_phases(q, r, q_ref, r_ref):
     q[:, :k] *= phase
     r[:k, :] *= phase.conj()[:, None]
     return q, r
+
+
+def lapack_householder(a, storage):
+    """(factors, tau) of LAPACK's xGEQRF ("QR"), xGEQLF ("QL") or xGELQF ("LQ") of ``a``, from
+    scipy.linalg.lapack's ?geqrf alone (scipy has no ?geqlf or ?gelqf); exact identities of
+    LAPACK's algorithms (the same ?larfg calls on the same data):
+
+    - QL: with J the reversal of rows and columns, J A J = (J Q J)(J L J) is a QR, and xGEQL2's
+      reflector i is xGEQR2's reflector k - 1 - i of the reversed matrix, reversed;
+    - LQ: A^H = Q^H L^H is a QR: xGELQF's factors are xGEQRF's of A^H, conjugate-transposed
+      (xGELQ2 conjugates the row, calls ?larfg, stores the conjugate), the same tau.
+
+    The result is in the working precision of ``a`` (ints -> float64)."""
+    import scipy.linalg.lapack as lapack
+    a = np.asarray(a)
+    a = a.astype(working_dtype(a.dtype))
+    if storage == "QR":
+        t = a
+    elif storage == "QL":
+        t = a[::-1, ::-1]
+    elif storage == "LQ":
+        t = a.conj().T
+    else:
+        raise ValueError(f"unknown storage {storage!r}")
+    (geqrf,) = lapack.get_lapack_funcs(("geqrf",), (t,))
+    factors, tau, _, info = geqrf(np.asfortranarray(t))
+    assert info == 0, f"scipy's {geqrf.typecode}geqrf: info={info}"
+    if storage == "QR":
+        return factors, tau
+    if storage == "QL":
+        return np.asfortranarray(factors[::-1, ::-1]), tau[::-1].copy()
+    return np.asfortranarray(factors.conj().T), tau
+
+
+def q_by_lapack(factors, tau, storage):
+    """(Q, T) of the economic factorization that (factors, tau) represent in LAPACK's storage,
+    Q formed by scipy.linalg.lapack's ?orgqr / ?ungqr (independent of the library under test;
+    QL and LQ through the identities of ``lapack_householder``); k = min(m, n):
+
+    - "QR": A = Q T, Q m x k, T = R's first k rows (k x n);
+    - "QL": A = Q T, Q m x k (the full Q's last k columns), T = L's last k rows (k x n);
+    - "LQ": A = T Q, T = L's first k columns (m x k), Q k x n (the full Q's first k rows)."""
+    import scipy.linalg.lapack as lapack
+    factors, tau = np.asarray(factors), np.asarray(tau)
+    m, n = factors.shape
+    k = min(m, n)
+    name = "ungqr" if factors.dtype.kind == "c" else "orgqr"
+    if storage == "QR":
+        v, t = factors[:, :k], np.triu(factors)[:k, :]
+    elif storage == "QL":
+        v, t = factors[::-1, ::-1][:, :k], triangle_of(factors, "QL")[m - k:, :]
+        tau = tau[::-1]
+    else:
+        v, t = factors.conj().T[:, :k], np.tril(factors)[:, :k]
+    (orgqr,) = lapack.get_lapack_funcs((name,), (v,))
+    q, _, info = orgqr(np.asfortranarray(v), tau)
+    assert info == 0, f"scipy's {orgqr.typecode}{name}: info={info}"
+    if storage == "QL":
+        q = q[::-1, ::-1]
+    elif storage == "LQ":
+        q = q.conj().T
+    return q, t
+
+
+def potrf_ratio(a, c, lower, dtype=None) -> float:
+    """||A - L L^H||_1 / (n ||A||_1 eps) with L = tril(c) (lower), or ||A - U^H U||_1 / (n
+    ||A||_1 eps) with U = triu(c): LAPACK's xPOT01, in double precision; eps that of ``dtype``
+    (default: ``c``'s)."""
+    eps = eps_of(np.asarray(c).dtype if dtype is None else dtype)
+    a = wide(a)
+    n = a.shape[0]
+    if n == 0:
+        return 0.0
+    factor = np.tril(wide(c)) if lower else np.triu(wide(c))
+    product = factor @ factor.conj().T if lower else factor.conj().T @ factor
+    return norm1(a - product) / (n * max(norm1(a), np.finfo(float).tiny) * eps)
+
+
+def _columns(*arrays):
+    return [wide(x)[:, None] if np.ndim(x) == 1 else wide(x) for x in arrays]
+
+
+def normwise_backward_error(a, x, b, dtype=None) -> float:
+    """max over columns j of ||b_j - A x_j||_inf / ((||A||_inf ||x_j||_inf + ||b_j||_inf) n eps),
+    in double precision: the normwise backward error (Rigal-Gaches) in units of n eps, eps that of
+    ``dtype`` (default: ``x``'s). A backward-stable solve keeps it O(1)."""
+    eps = eps_of(np.asarray(x).dtype if dtype is None else dtype)
+    a = wide(a)
+    x, b = _columns(x, b)
+    n = a.shape[1]
+    anorm = float(np.abs(a).sum(axis=1).max()) if a.size else 0.0
+    worst = 0.0
+    for j in range(b.shape[1]):
+        resid = float(np.abs(b[:, j] - a @ x[:, j]).max())
+        if not np.isfinite(resid):
+            return float("inf")
+        if resid == 0.0:
+            continue
+        denom = (anorm * float(np.abs(x[:, j]).max()) + float(np.abs(b[:, j]).max())) \
+            * max(n, 1) * eps
+        worst = max(worst, float("inf") if denom == 0.0 else resid / denom)
+    return worst
+
+
+def forward_error_ratio(x, x_ref, kappa, dtype=None) -> float:
+    """max over columns of ||x_j - x_ref_j||_inf / (kappa n eps ||x_ref_j||_inf): the forward
+    error against a reference solution, in units of what a backward-stable solver of a system of
+    condition number ``kappa`` (and order n = len(x)) guarantees to first order."""
+    eps = eps_of(np.asarray(x).dtype if dtype is None else dtype)
+    x, x_ref = _columns(x, x_ref)
+    n = x.shape[0]
+    worst = 0.0
+    for j in range(x.shape[1]):
+        diff = float(np.abs(x[:, j] - x_ref[:, j]).max())
+        if not np.isfinite(diff):
+            return float("inf")
+        if diff == 0.0:
+            continue
+        denom = kappa * max(n, 1) * eps * float(np.abs(x_ref[:, j]).max())
+        worst = max(worst, float("inf") if denom == 0.0 else diff / denom)
+    return worst
+
+
+def _lstsq_sensitivity(a, b, x_ref):
+    """(kappa_2(A), ||A||_2, ||r_ref_j||_2 and ||x_ref_j||_2 per column), r_ref = b - A x_ref."""
+    a = wide(a)
+    x_ref, b = _columns(x_ref, b)
+    s = np.linalg.svd(a, compute_uv=False)
+    kappa, anorm = float(s[0] / s[-1]), float(s[0])
+    r = b - a @ x_ref
+    return kappa, anorm, np.linalg.norm(r, axis=0), np.linalg.norm(x_ref, axis=0)
+
+
+def lstsq_forward_ratio(a, b, x, x_ref, dtype=None) -> float:
+    """max over columns of ||x_j - x_ref_j||_2 / (||x_ref_j||_2 max(m, n) eps (kappa + kappa^2
+    ||r_j||_2 / (||A||_2 ||x_ref_j||_2))), r = b - A x_ref: a full-rank least-squares solution
+    (m >= n) against a reference one in units of the first-order perturbation bound of the
+    problem (Higham, ASNA 2nd ed., thm 20.1), which both backward-stable solutions satisfy."""
+    eps = eps_of(np.asarray(x).dtype if dtype is None else dtype)
+    m, n = np.shape(a)
+    kappa, anorm, rnorm, xnorm = _lstsq_sensitivity(a, b, x_ref)
+    x, x_ref = _columns(x, x_ref)
+    diff = np.linalg.norm(x - x_ref, axis=0)
+    worst = 0.0
+    for j in range(x.shape[1]):
+        if diff[j] == 0.0:
+            continue
+        if not np.isfinite(diff[j]):
+            return float("inf")
+        denom = xnorm[j] * max(m, n) * eps * (kappa + kappa ** 2 * rnorm[j] /
+                                              max(anorm * xnorm[j], np.finfo(float).tiny))
+        worst = max(worst, float("inf") if denom == 0.0 else float(diff[j] / denom))
+    return worst
+
+
+def residues_ratio(a, b, residues, residues_ref, dtype) -> float:
+    """max over columns of |rho_j - rho_ref_j| / (2 ||b_j||_2^2 (1 + 2 kappa) max(m, n) eps) for
+    the squared residual norms rho = ||b - A x||_2^2 that lstsq returns: |rho - rho_ref| <=
+    ||r - r_ref|| (||r|| + ||r_ref||), ||r|| <= ||b||, and a backward-stable solution's residual
+    is within (1 + 2 kappa) max(m, n) eps ||b|| of the exact one (Higham, ASNA thm 20.1), to first
+    order."""
+    eps = eps_of(dtype)
+    a = wide(a)
+    m, n = a.shape
+    s = np.linalg.svd(a, compute_uv=False)
+    kappa = float(s[0] / s[-1])
+    (b,) = _columns(b)
+    bnorm = np.linalg.norm(b, axis=0)
+    diff = np.abs(np.atleast_1d(np.asarray(residues, dtype=float))
+                  - np.atleast_1d(np.asarray(residues_ref, dtype=float)))
+    assert diff.shape == bnorm.shape, (diff.shape, bnorm.shape)
+    worst = 0.0
+    for j in range(len(diff)):
+        if diff[j] == 0.0:
+            continue
+        if not np.isfinite(diff[j]):
+            return float("inf")
+        denom = 2 * bnorm[j] ** 2 * (1 + 2 * kappa) * max(m, n) * eps
+        worst = max(worst, float("inf") if denom == 0.0 else float(diff[j] / denom))
+    return worst
 
 
 class StreamedStoreStub:

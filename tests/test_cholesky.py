@@ -5,8 +5,8 @@ import pytest
 import scipy.linalg
 
 import hybridla
-from _lapack_checks import (DTYPES, eps_of, norm1, random_matrix, solve_backward_error,
-                            to_device, to_host, wide)
+from _lapack_checks import (DTYPES, eps_of, norm1, potrf_ratio, random_matrix,
+                            solve_backward_error, to_device, to_host, wide)
 
 THRESH = 30.0
 
@@ -23,12 +23,18 @@ def hpd_matrix(n, dtype, rng, cond=None):
     return np.asfortranarray(a.astype(dtype))
 
 
-def potrf_ratio(a, c, lower):
-    """||A - L L^H||_1 / (n ||A||_1 eps) with L = tril(c) (lower) or U = triu(c), A = U^H U."""
-    n = a.shape[0]
-    factor = np.tril(wide(c)) if lower else np.triu(wide(c))
-    product = factor @ factor.conj().T if lower else factor.conj().T @ factor
-    return norm1(wide(a) - product) / (n * norm1(wide(a)) * eps_of(c.dtype))
+def assert_cholesky_factor(a, factor, lower, dtype):
+    """What scipy.linalg.cholesky returns, checked as LAPACK's tester checks potrf (xPOT01):
+    ||A - U^H U||_1 / (n ||A||_1 eps) < 30 (L L^H for lower), the other triangle exactly zero, a
+    real positive diagonal, the working dtype."""
+    factor = np.asarray(factor)
+    assert factor.dtype == np.dtype(dtype) and factor.shape == a.shape
+    other = np.triu(factor, 1) if lower else np.tril(factor, -1)
+    assert not other.any(), "the triangle that is not the factor is not zero"
+    diagonal = np.diagonal(factor)
+    assert np.all(diagonal.real > 0) and np.all(diagonal.imag == 0)
+    ratio = potrf_ratio(a, factor, lower, dtype)
+    assert ratio < THRESH, ratio
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -119,12 +125,20 @@ def test_cho_solve_and_solve_pos_backward_error(backend, dtype, nrhs, rng):
         assert solve_backward_error(a, x2, b) < THRESH
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("lower", [True, False])
-def test_cholesky_returns_the_triangular_factor(backend, lower, rng):
-    a = hpd_matrix(60, np.complex128, rng)
+def test_cholesky_returns_the_triangular_factor(backend, dtype, lower, rng):
+    """LAPACK's ratio, and agreement with scipy's factor (the Cholesky factor with a positive
+    diagonal is unique) to what its perturbation theory allows: ||dR||_1 / ||R||_1 <= kappa n eps
+    to first order (Sun; Higham, ASNA thm 10.8), kappa = 1e2 here."""
+    n, kappa = 60, 1e2
+    a = hpd_matrix(n, dtype, rng, cond=kappa)
     factor = hybridla.cholesky(a, lower=lower, backend=backend, nb=16)
+    assert_cholesky_factor(a, factor, lower, dtype)
     expected = scipy.linalg.cholesky(a, lower=lower)
-    assert np.allclose(factor, expected, atol=1e-12 * np.abs(expected).max())
+    agreement = norm1(wide(factor) - wide(expected)) / (kappa * n * eps_of(dtype)
+                                                          * norm1(wide(expected)))
+    assert agreement < THRESH, agreement
 
 
 def test_cholesky_errors_name_the_argument():
@@ -137,6 +151,38 @@ def test_cholesky_errors_name_the_argument():
         hybridla.cho_solve(c, np.ones(4))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("where", ["c", "b", "b1d"])
+@pytest.mark.parametrize("lower", [True, False])
+def test_cho_solve_check_finite_rejects_non_finite(dtype, where, lower, rng):
+    """cho_solve(check_finite=True), the default, raises ValueError naming c or b for a NaN or an
+    infinity in the factor's triangle of c or anywhere in b (scipy's asarray_chkfinite), before
+    any work: b is untouched even with overwrite_b=True. check_finite=False lets them through
+    (the NaN reaches x instead of an error)."""
+    n = 12
+    a = hpd_matrix(n, dtype, rng)
+    c0, _ = hybridla.cho_factor(a, lower=lower, backend="host")
+    b0 = np.asfortranarray(random_matrix(n, 2, dtype, rng))
+    if where == "b1d":
+        b0 = b0[:, 0].copy()
+    name = "c" if where == "c" else "b"
+    for bad in (np.nan, np.inf, -np.inf):
+        c, b = c0.copy(order="F"), b0.copy(order="F")
+        if where == "c":
+            c[(n - 1, 3) if lower else (3, n - 1)] = bad  # inside the factor's triangle
+        else:
+            b[5] = bad
+        saved = b.copy()
+        with pytest.raises(ValueError, match=f"{name} must not contain infs or NaNs"):
+            hybridla.cho_solve((c, lower), b, overwrite_b=True, backend="host")
+        np.testing.assert_array_equal(b, saved)
+        with pytest.raises(ValueError, match="infs or NaNs"):
+            hybridla.cho_solve((c, lower), b, check_finite=True, backend="host")
+        with np.errstate(invalid="ignore", over="ignore"):
+            x = hybridla.cho_solve((c, lower), b, check_finite=False, backend="host")
+        assert not np.all(np.isfinite(x)), bad
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("lower", [True, False])
 def test_gpu_interface_cholesky(device_kind, lower, rng):
@@ -147,7 +193,7 @@ def test_gpu_interface_cholesky(device_kind, lower, rng):
     x = hybridla.cho_solve((c_dev, lower), to_device(b, device_kind))
     assert solve_backward_error(a, to_host(x), b) < THRESH
     factor = hybridla.cholesky(to_device(a, device_kind), lower=lower, nb=32)
-    assert np.allclose(to_host(factor), scipy.linalg.cholesky(a, lower=lower), atol=1e-10)
+    assert_cholesky_factor(a, to_host(factor), lower, np.float64)
 
 
 @pytest.mark.cuda
@@ -158,8 +204,7 @@ def test_cpu_interface_pinned_cholesky(cuda_backend, transfer):
     a = hpd_matrix(n, np.float64, np.random.default_rng(3))
     with hybridla.config.set({"device.host_transfer": transfer}):
         c, _ = hybridla.cho_factor(a, lower=True, backend="cuda", nb=256)
-    ref, _ = scipy.linalg.cho_factor(a, lower=True)
-    assert np.abs(np.tril(c) - np.tril(ref)).max() <= 1e-10 * np.abs(ref).max()
+    assert potrf_ratio(a, c, True) < THRESH
 
 
 @pytest.mark.cuda

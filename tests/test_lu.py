@@ -523,9 +523,9 @@ def test_cpu_interface_pinned_streaming(overwrite, transfer):
     saved = a.copy(order="F")
     with hybridla.config.set({"device.host_transfer": transfer}):
         lu, piv = hybridla.lu_factor(a, overwrite_a=overwrite, backend="cuda", nb=256)
-    ref_lu, ref_piv = scipy.linalg.lu_factor(saved)
+    _, ref_piv = scipy.linalg.lu_factor(saved)
     assert (piv == ref_piv).all()
-    assert np.abs(lu - ref_lu).max() <= 1e-8 * np.abs(ref_lu).max()
+    assert getrf_ratio(saved, lu, piv) < THRESH
     assert np.shares_memory(lu, a) == overwrite
     if not overwrite:
         assert np.array_equal(a, saved)
@@ -749,8 +749,8 @@ def test_progress_bar_counts_every_task_of_the_whole_graph(backend, rng, capsys,
     a = np.asfortranarray(rng.standard_normal((300, 300)))
     path = tmp_path / "run.json"
     lu, piv = hybridla.lu_factor(a, backend=backend, nb=32, progress=True, trace=str(path))
-    ref_lu, ref_piv = scipy.linalg.lu_factor(a)
+    _, ref_piv = scipy.linalg.lu_factor(a)
     assert (piv == ref_piv).all()
-    assert np.abs(lu - ref_lu).max() <= 1e-10 * np.abs(ref_lu).max()
+    assert getrf_ratio(a, lu, piv) < THRESH
     totals = {int(total) for total in re.findall(r"\d+/(\d+) \[", capsys.readouterr().err)}
     assert totals == {Trace.load(path).summary()["tasks"]}

@@ -3,6 +3,8 @@ stopping test where theory allows, fall back where not, and the answer is always
 fallback on; codes -2 (overflow on narrowing) and -3 (low-precision factorization failed) as
 MAGMA's and cuSOLVER's; both backends (the host one emulates the low precisions), both
 interfaces."""
+from contextlib import nullcontext
+
 import numpy as np
 import pytest
 import scipy.linalg
@@ -10,8 +12,9 @@ import scipy.linalg
 import hybridla
 from hybridla.lapack._mixed import lu_permutation
 from _conditioned import general, spd, tall
-from _lapack_checks import (device_kind_of, random_matrix, solve_backward_error, to_device,
-                            to_host, wide)
+from _lapack_checks import (device_kind_of, forward_error_ratio, least_squares_ratio,
+                            lstsq_forward_ratio, normwise_backward_error, random_matrix,
+                            solve_backward_error, to_device, to_host, wide)
 
 N = 150  # not a multiple of the block size below
 NB = 32
@@ -171,7 +174,10 @@ def test_overflow_on_narrowing_gives_code_minus_2_and_a_correct_answer(backend, 
     x, info = hybridla.solve_mixed(a, b, lowest="half", equilibrate=False, backend=backend,
                                    nb=NB)
     assert info.iterations == -2 and info.fell_back
-    assert np.allclose(x, scipy.linalg.solve(a, b), rtol=1e-10, atol=0)
+    # the fallback is float64 LU: backward stable, so within kappa n eps of LAPACK's answer
+    assert normwise_backward_error(a, x, b) < 30
+    assert solve_backward_error(a, x, b) < 30
+    assert forward_error_ratio(x, scipy.linalg.solve(a, b), np.linalg.cond(a)) < 30
     with pytest.raises(hybridla.LinAlgError, match="overflows half") as caught:
         hybridla.solve_mixed(a, b, lowest="half", equilibrate=False, fallback=False,
                              backend=backend, nb=NB)
@@ -794,6 +800,39 @@ def assert_least_squares_accurate(a, x, b, kappa):
     assert np.all(normal_residual <= 2 * bound)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128, np.float32, np.complex64])
+@pytest.mark.parametrize("nrhs", [None, 2], ids=["b1d", "b2d"])
+@pytest.mark.parametrize("force", ["no refinement", "overflow"])
+def test_lstsq_mixed_fallback_is_lstsqs_answer(backend, force, nrhs, dtype, rng):
+    """Where the low precision cannot answer (no refinement, which cannot reach the working
+    precision from half's or tf32's QR; entries that overflow half without equilibration: code
+    -2), lstsq_mixed falls back to lstsq, and the answer is lstsq's: LAPACK's least-squares
+    ratio ||A^H r||_1 / (||A||_1 ||r||_1 max(m, n) eps) < 30, and scipy's solution within the
+    problem's perturbation bound (lstsq_forward_ratio < 30)."""
+    real = np.dtype(dtype).kind == "f"
+    if force == "overflow" and not real:
+        pytest.skip("half precision (where the overflow is) is for real matrices only")
+    m, n = 120, 50
+    a = tall(m, n, 1e2, dtype, rng)
+    b = random_matrix(m, nrhs or 1, dtype, rng)
+    b = b[:, 0] if nrhs is None else b
+    if force == "overflow":
+        a = a * 1e7  # entries far above half's 65504
+        options = dict(lowest="half", equilibrate=False)
+    else:
+        options = dict(lowest="half" if real else "tf32", refinement="none")
+    x, info = hybridla.lstsq_mixed(a, b, backend=backend, nb=NB, **options)
+    assert info.fell_back and info.iterations < 0, info
+    assert info.iterations == -2 or force != "overflow", info
+    assert x.shape == (n,) + b.shape[1:] and x.dtype == np.dtype(dtype)
+    assert least_squares_ratio(a, x, b) < 30
+    assert lstsq_forward_ratio(a, b, x, scipy.linalg.lstsq(a, b)[0]) < 30
+    # without fallback: the code (and an error where there is no x at all)
+    with pytest.raises(hybridla.LinAlgError) if force == "overflow" else nullcontext():
+        x, info = hybridla.lstsq_mixed(a, b, backend=backend, nb=NB, fallback=False, **options)
+        assert info.iterations < 0 and not info.fell_back
+
+
 def test_lstsq_mixed_rejects_wide(backend, rng):
     with pytest.raises(ValueError, match="m >= n"):
         hybridla.lstsq_mixed(np.ones((3, 5)), np.ones(3), backend=backend)
@@ -824,7 +863,7 @@ def test_gpu_interface_lstsq_and_row_major(device_kind, rng):
     x, info = hybridla.lstsq_mixed(to_device(np.ascontiguousarray(a), device_kind),
                                    to_device(b, device_kind), lowest="tf32", nb=NB)
     assert info.iterations >= 0
-    assert np.allclose(to_host(x), scipy.linalg.lstsq(a, b)[0], rtol=1e-10, atol=0)
+    assert_least_squares_accurate(a, to_host(x), b, 1e2)
 
 
 LARGE = 2944  # 2944^2 float64 entries: more than device.pin_min_bytes (64 MiB)
