@@ -770,10 +770,10 @@ class CudaBackend:
         # `finally` (`active`, the lanes). pycuda.autoprimaryctx would push it for good in the
         # importing thread, which aborts the process when that thread ends first.
         drv.init()
-        self.context = drv.Device(0).retain_primary_context()
+        self.device = drv.Device(0)
+        self.context = self.device.retain_primary_context()
         self._calls = threading.RLock()
         self._call_depth = 0
-        self.device = self.context.get_device()
         self.device_name = self.device.name()
         self.multiprocessors = self.device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
         # compiled once per process (PyCUDA caches the cubin on disk too)
