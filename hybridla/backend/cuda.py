@@ -287,18 +287,24 @@ class DeviceMatrix:
         return allocation
 
     def close(self):
-        """Free every device allocation of this factorization (also after a failure)."""
-        self.backend.context.push()
-        try:
+        """Free every device allocation and pinned buffer of this factorization (also after a
+        failure), here, with the context current: PyCUDA frees an allocation that the garbage
+        collector reaches in a thread without its context current never ("could not be cleaned
+        up"), and a user's thread has none outside our calls."""
+        with self.backend.active():
             for allocation in self._allocations:
                 self.backend.free(allocation)
             for pointer in self._registered:
                 _driver.host_unregister(pointer)
-        finally:
-            drv.Context.pop()
+            for buffer in (*self._pinned_panels.values(), self._pinned_tau,
+                           self._pinned_pivots):
+                free = getattr(getattr(buffer, "base", None), "free", None)
+                if free is not None:  # pagelocked_empty's array: its base is the allocation
+                    free()
         self._allocations.clear()
         self._registered.clear()
         self._pinned_panels.clear()
+        self._pinned_tau = self._pinned_pivots = None
         self.end_staging()
 
     # -- the input's 1-norm (the condition estimate's ||A||_1) ---------------------------------
@@ -724,12 +730,21 @@ class DeviceArray:
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
         m, n = self.shape
         self.ld = max(m, 1)
-        backend.context.push()
-        try:
+        self._backend = backend
+        with backend.active():
             self._allocation = drv.mem_alloc(max(self.ld * n * self.dtype.itemsize, 1))
-        finally:
-            drv.Context.pop()
         self.ptr = int(self._allocation)
+
+    def __del__(self):
+        # freed with the context current, in whatever thread the last reference goes (see
+        # DeviceMatrix.close)
+        allocation = getattr(self, "_allocation", None)
+        if allocation is not None:
+            try:
+                with self._backend.active():
+                    allocation.free()
+            except Exception:  # noqa: BLE001 - interpreter shutdown: the driver frees it all
+                pass
 
     @property
     def __cuda_array_interface__(self):

@@ -4,20 +4,17 @@
 
 ||A|| (`anorm`) is the caller's, taken before factoring; ||A^-1||_1 is estimated from the factors
 by Hager's method with Higham's refinements (LAPACK xLACN2), which needs only products
-A^-1 x and A^-H x: each is one O(n^2) triangular solve with the factors (getrs, potrs). On the
-host backend LAPACK's own gecon / pocon run on the factor array; on a device backend the
-estimator drives getrs / potrs on a one-column store, the vector crossing the link each time.
+A^-1 x and A^-H x: each is two O(n^2) triangular solves with the factors. On the host backend
+LAPACK's own gecon / pocon run on the factor array; on a device backend the estimator drives
+the solves on a workspace column of the factors' store, the vector crossing the link each time.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 
 import numpy as np
 from scipy.linalg import get_lapack_funcs
 
-from .getrs import getrs
-from .potrs import potrs
 
 ITMAX = 5  # LAPACK xLACN2's iteration limit
 
@@ -56,10 +53,15 @@ def gecon(backend, LU, anorm, norm="1", *, estimate=None) -> float:
     if not _estimates(backend, estimate):
         rcond, info = get_lapack_funcs(("gecon",), dtype=LU.dtype)[0](LU.a, anorm, norm=norm)
         return _checked(rcond, info, "gecon")
-    adjoint = "C" if np.issubdtype(LU.dtype, np.complexfloating) else "T"
-    ops = {"N": "N", "C": adjoint} if norm != "I" else {"N": adjoint, "C": "N"}
-    with _products(backend, LU, lambda B, trans: getrs(backend, LU, B, ops[trans])) as solve:
-        return _reciprocal(anorm, _estimate(solve, LU.n, LU.dtype))
+    # ||A^-1|| = ||U^-1 L^-1 P|| = ||U^-1 L^-1||: P only permutes columns (LAPACK's gecon
+    # leaves the interchanges out too), so each product is two triangular solves
+    adjoint = _adjoint(LU.dtype)
+    inverse = [("L", "N", "U"), ("U", "N", "N")]                # (L U)^-1 x
+    inverse_adjoint = [("U", adjoint, "N"), ("L", adjoint, "U")]  # (L U)^-H x
+    if norm == "I":  # ||A^-1||_inf = ||A^-H||_1
+        inverse, inverse_adjoint = inverse_adjoint, inverse
+    solve = _products(backend, LU, {"N": inverse, "C": inverse_adjoint})
+    return _reciprocal(anorm, _estimate(solve, LU.n, LU.dtype))
 
 
 def pocon(backend, C, anorm, uplo="L", *, estimate=None) -> float:
@@ -77,8 +79,12 @@ def pocon(backend, C, anorm, uplo="L", *, estimate=None) -> float:
     if not _estimates(backend, estimate):
         rcond, info = get_lapack_funcs(("pocon",), dtype=C.dtype)[0](C.a, anorm, uplo=uplo)
         return _checked(rcond, info, "pocon")
-    with _products(backend, C, lambda B, trans: potrs(backend, C, B, uplo)) as solve:
-        return _reciprocal(anorm, _estimate(solve, C.n, C.dtype))
+    adjoint = _adjoint(C.dtype)
+    # A = L L^H: A^-1 x = L^-H (L^-1 x);  A = U^H U: A^-1 x = U^-1 (U^-H x)
+    inverse = [(uplo, "N", "N"), (uplo, adjoint, "N")] if uplo == "L" else \
+        [(uplo, adjoint, "N"), (uplo, "N", "N")]
+    solve = _products(backend, C, {"N": inverse, "C": inverse})
+    return _reciprocal(anorm, _estimate(solve, C.n, C.dtype))
 
 
 def _estimate(solve, n, dtype) -> float:
@@ -143,24 +149,26 @@ class _Overflow(ArithmeticError):
     """A product A^-1 x that is not finite."""
 
 
-@contextlib.contextmanager
-def _products(backend, F, apply):
-    """solve(x, trans), the host vector op(A)^-1 x for the factors in F: x goes up into a store
-    B of one column, apply(B, trans) solves in place there, and the result comes back down."""
+def _adjoint(dtype) -> str:
+    return "C" if np.issubdtype(dtype, np.complexfloating) else "T"
+
+
+def _products(backend, F, solves):
+    """solve(x, trans), the host vector x times the inverse the factors in F give: x goes up
+    into a workspace column of F's store, the triangular solves `solves[trans]` ((uplo, op,
+    diag) each, T the factor's n x n block) run there in place, and the result comes back down.
+    No store of its own: an estimate costs its solves and copies, nothing more."""
     n = F.n
-    storage = backend.empty((n, 1), F.dtype)
-    B = backend.wrap(storage)
-    block = B.block(0, n, 0, 1)
-    lane = backend.lane("gpu:update")  # getrs and potrs enqueue there: the copies wait for it
+    T, x_block = F.block(0, n, 0, n), F.workspace("condition estimate", n, 1)
+    lane = backend.lane("gpu:update")  # the solves' lane: the copies wait for it
 
     def solve(x, trans):
-        backend.from_host(lane, np.asfortranarray(x.reshape(n, 1)), block)
-        apply(B, trans)
-        return backend.to_host(lane, block).reshape(n)
-    try:
-        yield solve
-    finally:
-        B.close()
+        backend.from_host(lane, np.asfortranarray(x.reshape(n, 1)), x_block)
+        with lane:
+            for uplo, op, diag in solves[trans]:
+                backend.trsm(lane, "L", uplo, op, diag, 1, T, x_block)
+        return backend.to_host(lane, x_block).reshape(n)
+    return solve
 
 
 def _estimates(backend, estimate) -> bool:
