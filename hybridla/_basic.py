@@ -7,10 +7,17 @@ import numpy as np
 from scipy.linalg import LinAlgError, LinAlgWarning
 
 from . import backend as _backends
-from ._common import (_common_dtype, _device_backend, _device_matrix_checks, _flag,
-                      _host_matrix, is_device_array)
+from ._common import (
+    _common_dtype,
+    _device_backend,
+    _device_matrix_checks,
+    _flag,
+    _host_matrix,
+    is_device_array,
+)
 from ._decomp_cholesky import _potrf, cho_solve
 from ._decomp_lu import _getrf, lu_solve
+from .lapack import getrs, potrs
 
 _ASSUME = {None: "gen", "gen": "gen", "general": "gen", "pos": "pos", "positive definite": "pos"}
 
@@ -39,23 +46,55 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=
                          f"yet); got assume_a={assume_a!r}")
     a, b, overwrite_a = _system(a, b, check_finite, backend, overwrite_a)
     options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace)
+    host = not is_device_array(a)
     if _ASSUME[assume_a] == "pos":
         # Hermitian A: A^T = conj(A), so A^T x = b is A conj(x) = conj(b)
         conjugate = transposed and _dtype_of(a).kind == "c"
-        if conjugate and is_device_array(a):
+        if conjugate and not host:
             raise NotImplementedError("solve(assume_a='pos', transposed=True) of a complex device "
                                       "array: solve a x = conj(b) and conjugate x instead")
-        c, rcond = _potrf(a, lower, overwrite_a, False, backend, options, condition=True)
+        rhs = np.conj(b) if conjugate else b
+        uplo = "L" if lower else "U"
+        c, rcond, x = _potrf(a, lower, overwrite_a, False, backend, options, condition=True,
+                             then=_solver(rhs, lambda ops, C, B: potrs(ops, C, B, uplo))
+                             if host else None)
         _check_condition(rcond, c, check_finite)
-        if conjugate:
-            return cho_solve((c, lower), np.conj(b), overwrite_b=True, check_finite=False).conj()
-        return cho_solve((c, lower), b, overwrite_b=overwrite_b, check_finite=False)
-    lu, piv, info, rcond = _getrf(a, overwrite_a, False, backend, options, condition=True)
+        if x is None:
+            x = cho_solve((c, lower), rhs, overwrite_b=overwrite_b or conjugate,
+                          check_finite=False)
+        return x.conj() if conjugate else x
+    trans = "T" if transposed else "N"
+    lu, piv, info, rcond, x = _getrf(a, overwrite_a, False, backend, options, condition=True,
+                                     then=_solver(b, lambda ops, LU, B: getrs(ops, LU, B, trans))
+                                     if host else None)
     if info > 0:
         raise LinAlgError("Matrix is singular.")
     _check_condition(rcond, lu, check_finite)
-    return lu_solve((lu, piv), b, trans=1 if transposed else 0, overwrite_b=overwrite_b,
-                    check_finite=False)
+    if x is None:
+        x = lu_solve((lu, piv), b, trans=trans, overwrite_b=overwrite_b, check_finite=False)
+    return x
+
+
+def _solver(b, solve):
+    """then(ops, F) for _getrf / _potrf: x for the host right-hand side b, solved where the
+    factors F are before their store is freed (on a device: up with b, the triangular solves
+    there, x down; the factors never come back to be solved on the host, whose triangular
+    solve of one column reads them at a fraction of the device's bandwidth)."""
+    def then(ops, F):
+        n = F.n
+        rhs = np.asfortranarray(b.reshape(n, -1), dtype=F.dtype)
+        if rhs.size == 0:
+            return None  # the usual path handles empty right-hand sides
+        X = ops.wrap(ops.empty(rhs.shape, F.dtype))
+        try:
+            lane = ops.lane("gpu:update")
+            block = X.block(0, n, 0, rhs.shape[1])
+            ops.from_host(lane, rhs, block)
+            solve(ops, F, X)
+            return ops.to_host(lane, block).reshape(b.shape)
+        finally:
+            X.close()
+    return then
 
 
 def _system(a, b, check_finite, backend, overwrite_a):

@@ -28,7 +28,7 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, backend=
     arbitrary). Not positive definite -> LinAlgError naming the failing leading minor, as scipy.
     Engine options as lu_factor's (configuration keys under "cho.")."""
     lower, overwrite_a = _flag("lower", lower), _flag("overwrite_a", overwrite_a)
-    c, _ = _potrf(a, lower, overwrite_a, check_finite, backend,
+    c, _, _ = _potrf(a, lower, overwrite_a, check_finite, backend,
                   dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace, progress=progress))
     return c, lower
 
@@ -39,7 +39,7 @@ def cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, backend=No
     scipy.linalg.cholesky: the other triangle is zero (also when overwrite_a puts the factor in
     a itself)."""
     lower, overwrite_a = _flag("lower", lower), _flag("overwrite_a", overwrite_a)
-    c, _ = _potrf(a, lower, overwrite_a, check_finite, backend,
+    c, _, _ = _potrf(a, lower, overwrite_a, check_finite, backend,
                   dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace))
     if is_device_array(c):
         _backends.get_backend("cuda").zero_triangle(c, upper=lower)
@@ -62,26 +62,29 @@ def _zero_triangle(c, upper, width=512):
             c[c0:c1, c0:c1] = np.triu(c[c0:c1, c0:c1])
 
 
-def _potrf(a, lower, overwrite_a, check_finite, backend, options, condition=False):
-    """Validate, plan and run potrf; returns (c, rcond), rcond the 1-norm reciprocal condition
-    estimate from the factor where it is (pocon) when `condition`, else None. Not positive
-    definite raises LinAlgError naming the minor."""
+def _potrf(a, lower, overwrite_a, check_finite, backend, options, condition=False, then=None):
+    """Validate, plan and run potrf; returns (c, rcond, then_result): rcond the 1-norm reciprocal
+    condition estimate from the factor where it is (pocon) when `condition`, else None;
+    `then(backend, C)` as _getrf's. Not positive definite raises LinAlgError naming the minor."""
     uplo = "L" if lower else "U"
 
     def driver(A, plan):
         if condition:
             A.track_one_norm()
         info, trace = potrf(A, plan, uplo)
-        rcond = None
+        rcond = result = None
         if condition and info == 0:
             rcond = pocon(plan.backend, A, A.one_norm(), uplo) \
                 if np.isfinite(A.diagonal()).all() else np.nan  # NaN: the factor overflowed
-        return info, rcond, trace
-    c, info, rcond = _factor(a, overwrite_a, check_finite, backend, options, "cho", driver,
+        if then is not None and info == 0 and (rcond is None or rcond > 0):
+            result = then(plan.backend, A)
+        return info, (rcond, result), trace
+    c, info, extra = _factor(a, overwrite_a, check_finite, backend, options, "cho", driver,
                              square=True, keep_other_triangle=True)
     if info > 0:
         raise LinAlgError(f"{info}-th leading minor of the array is not positive definite")
-    return c, (1.0 if condition and rcond is None else rcond)
+    rcond, result = (1.0 if condition else None, None) if extra is None else extra
+    return c, rcond, result
 
 
 def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True, *, backend=None):

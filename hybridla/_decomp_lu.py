@@ -31,32 +31,37 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None,
     run's Chrome trace JSON), progress (a progress bar).
     """
     overwrite_a = _flag("overwrite_a", overwrite_a)
-    lu, piv, info, _ = _getrf(a, overwrite_a, check_finite, backend,
-                              dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace,
+    lu, piv, info, _, _ = _getrf(a, overwrite_a, check_finite, backend,
+                                 dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace,
                                    progress=progress))
     _warn_singular(info)
     return lu, piv
 
 
-def _getrf(a, overwrite_a, check_finite, backend, options, condition=False):
-    """Validate, plan and run getrf; returns (lu, piv, info, rcond) with lu where a lives and,
-    when `condition`, rcond = 1 / (||A||_1 ||A^-1||_1) estimated from the factors where they
-    are (gecon; ||A||_1 summed as the matrix arrives, before any step overwrites it), else
-    None. rcond is 0 when the factorization found an exactly zero pivot, NaN when U's diagonal
-    is not finite (the factorization overflowed, or a held infs or NaNs unchecked)."""
+def _getrf(a, overwrite_a, check_finite, backend, options, condition=False, then=None):
+    """Validate, plan and run getrf; returns (lu, piv, info, rcond, then_result) with lu where a
+    lives. When `condition`, rcond = 1 / (||A||_1 ||A^-1||_1) estimated from the factors where
+    they are (gecon; ||A||_1 summed as the matrix arrives, before any step overwrites it), else
+    None; rcond is 0 when the factorization found an exactly zero pivot, NaN when U's diagonal
+    is not finite (the factorization overflowed, or a held infs or NaNs unchecked).
+    `then(backend, A)` runs on the factors' store before it is freed (on a device: while the
+    factors are still there) when they are usable (no zero pivot, rcond neither 0 nor NaN)."""
     def driver(A, plan):
         if condition:
             A.track_one_norm()
         pivots, info, trace = getrf(A, plan)
-        rcond = None
-        if condition:
+        rcond = result = None
+        if condition or then is not None:
             A.set_pivots(pivots)
+        if condition:
             rcond = (0.0 if info else gecon(plan.backend, A, A.one_norm())
                      if np.isfinite(A.diagonal()).all() else np.nan)  # NaN: U overflowed
-        return info, (pivots.copy(), rcond), trace
+        if then is not None and info == 0 and (rcond is None or rcond > 0):
+            result = then(plan.backend, A)
+        return info, (pivots.copy(), rcond, result), trace
     lu, info, extra = _factor(a, overwrite_a, check_finite, backend, options, "lu", driver)
-    pivots, rcond = (np.zeros(0, np.int32), 1.0) if extra is None else extra
-    return lu, pivots, info, rcond
+    pivots, rcond, result = (np.zeros(0, np.int32), 1.0, None) if extra is None else extra
+    return lu, pivots, info, rcond, result
 
 
 def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, backend=None):

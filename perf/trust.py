@@ -86,9 +86,9 @@ def condition_cost(n, repeat):
 
             def plain():
                 if assume_a == "gen":
-                    lu, piv, _, _ = _decomp_lu._getrf(A, False, False, None, {})
+                    lu, piv, _, _, _ = _decomp_lu._getrf(A, False, False, None, {})
                     return hybridla.lu_solve((lu, piv), B, check_finite=False)
-                c, _ = _decomp_cholesky._potrf(A, False, False, False, None, {})
+                c, _, _ = _decomp_cholesky._potrf(A, False, False, False, None, {})
                 return hybridla.cho_solve((c, False), B, check_finite=False)
 
             def full():
