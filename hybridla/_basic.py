@@ -133,7 +133,10 @@ def _dtype_of(x):
 
 def _check_condition(rcond, factors, check_finite):
     """scipy's tests on the condition estimate: 0 is singular, NaN means the factors are not
-    finite (a was, when checked: the factorization overflowed), below eps/2 a warning."""
+    finite (a was, when checked: the factorization overflowed), below eps/2 a warning; None (no
+    estimate: ||a||_1 overflows) passes."""
+    if rcond is None:
+        return
     if rcond == 0:
         raise LinAlgError("Matrix is singular.")
     if np.isnan(rcond):

@@ -182,7 +182,8 @@ def _factor(a, overwrite_a, check_finite, backend, options, routine, driver, squ
         raise ValueError(f"expected a square matrix for a; got shape {(m, n)}")
     plan = make_plan(ops, m, n, dtype, routine=routine, **options)
     if m == 0 or n == 0:
-        return (a if device else np.empty_like(array, dtype=dtype)), 0, None
+        return (ops.empty((m, n), dtype, like=a) if device
+                else np.empty_like(array, dtype=dtype)), 0, None
     _check_memory(ops, m, n, dtype, plan.nb)
     write_back = None
     if device:
@@ -299,7 +300,7 @@ def _to_device(ops, x, like):
     X = ops.wrap(out)
     try:
         lane = ops.lane("gpu:update")
-        ops.from_host(lane, x.reshape(shape[0], -1), X.block(0, shape[0], 0, X.n))
+        ops.from_host(lane, x.reshape(shape[0], X.n), X.block(0, shape[0], 0, X.n))
     finally:
         X.close()
     return out.reshape(shape) if x.ndim == 1 else out

@@ -74,8 +74,9 @@ def _potrf(a, lower, overwrite_a, check_finite, backend, options, condition=Fals
         info, trace = potrf(A, plan, uplo)
         rcond = result = None
         if condition and info == 0:
-            rcond = pocon(plan.backend, A, A.one_norm(), uplo) \
-                if np.isfinite(A.diagonal()).all() else np.nan  # NaN: the factor overflowed
+            anorm = A.one_norm()  # NaN: the factor overflowed; None: ||A||_1 overflows
+            rcond = (np.nan if not np.isfinite(A.diagonal()).all()
+                     else pocon(plan.backend, A, anorm, uplo) if np.isfinite(anorm) else None)
         if then is not None and info == 0 and (rcond is None or rcond > 0):
             result = then(plan.backend, A)
         return info, (rcond, result), trace

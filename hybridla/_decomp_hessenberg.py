@@ -6,7 +6,11 @@ import numpy as np
 from . import backend as _backends
 from . import lapack as _lapack
 from ._common import (
+    _device_backend,
+    _device_matrix_checks,
     _factor,
+    _flag,
+    _host_backend,
     _host_matrix,
     _shape_and_dtype,
     _square_order,
@@ -33,13 +37,23 @@ def gehrd(a, lo=0, hi=None, overwrite_a=False, check_finite=True, *, backend=Non
     Engine options: backend, nb (panel width; configuration "hrd.nb"), trace (a path for the
     run's Chrome trace), stats (a hybridla.lapack.gehrd.HessenbergStats that receives the
     calls, time and bytes of the matrix-vector phase). A device array is reduced on the device
-    and stays there; tau is a host array either way."""
+    and stays there; tau is a host array either way. Every argument is checked before any
+    work (overwrite_a True or False, or 0, 1)."""
+    overwrite_a = _flag("overwrite_a", overwrite_a)
+    _check_stats(stats)
     return _gehrd(a, lo, hi, overwrite_a, check_finite, backend, nb, trace, stats)
+
+
+def _check_stats(stats):
+    if stats is not None and not callable(getattr(stats, "add", None)):
+        raise ValueError(f"stats must be None or a hybridla.lapack.gehrd.HessenbergStats; got "
+                         f"stats={stats!r}")
 
 
 def _gehrd(a, lo, hi, overwrite_a, check_finite, backend, nb, trace, stats):
     """Validate lo and hi against a's order (before anything is written), then gehrd through
-    `_factor`; returns (factors, tau)."""
+    `_factor` (which checks a and the engine options before it starts); returns (factors,
+    tau), a new empty factors array for an empty a (on either interface)."""
     n = _square_order(a)
     if n is not None:  # else `_factor` raises for the shape
         lo, hi = check_lo_hi(n, lo, n - 1 if hi is None else hi)
@@ -52,7 +66,10 @@ def _gehrd(a, lo, hi, overwrite_a, check_finite, backend, nb, trace, stats):
                               dict(nb=nb, lookahead=0, panel="cpu", trace=trace), "hrd", driver,
                               square=True)
     if tau is None:  # an empty matrix
-        tau = np.zeros(0, _shape_and_dtype(factors)[1])
+        shape, dtype = _shape_and_dtype(factors)
+        if is_device_array(factors):  # `_factor` hands back the user's own empty array
+            factors = _backends.get_backend("cuda").empty(shape, dtype, like=factors)
+        tau = np.zeros(0, dtype)
     return factors, tau
 
 
@@ -66,21 +83,25 @@ def hessenberg(a, calc_q=False, overwrite_a=False, check_finite=True, *, backend
 
     Engine options as gehrd's (configuration "hrd.nb"); Q is formed by the QR family's orgqr
     with nb, or "qr.nb" when nb is None. A device array gives device arrays (H reduced, Q formed
-    and H's lower part cleared on the device)."""
-    n = _square_order(a)
-    if n is not None and n <= 2 and not is_device_array(a):
-        _backends.check_name(backend)
-        array, dtype = _host_matrix("a", a, check_finite)
+    and H's lower part cleared on the device). Every argument is checked before any work,
+    whatever the order (calc_q and overwrite_a True or False, or 0, 1; nb and the other engine
+    options as for a large matrix)."""
+    calc_q, overwrite_a = _flag("calc_q", calc_q), _flag("overwrite_a", overwrite_a)
+    _check_stats(stats)
+    n, dtype = _check_hessenberg(a, check_finite, backend, nb, trace)
+    if n <= 2 and not is_device_array(a):
+        array = np.asarray(a)
         if n == 0:  # scipy: empty results in the LAPACK dtype
             return (np.empty((0, 0), dtype), np.empty((0, 0), dtype)) if calc_q \
                 else np.empty((0, 0), dtype)
         return (array.copy(), np.eye(n)) if calc_q else array.copy()
     # device arrays of order <= 2: no reflector at all (hi = lo), so again H = A and Q = I
-    hi = None if n is None or n > 2 else min(n - 1, 0)
-    factors, tau = _gehrd(a, 0, hi, overwrite_a, check_finite, backend, nb, trace, stats)
+    hi = None if n > 2 else min(n - 1, 0)
+    # a was checked above (check_finite included)
+    factors, tau = _gehrd(a, 0, hi, overwrite_a, False, backend, nb, trace, stats)
     (n, _), dtype = _shape_and_dtype(factors)
     ops = _backends.get_backend("cuda" if is_device_array(factors) else "host")
-    if n == 0:  # an empty device array
+    if n == 0:  # an empty device array (factors: a new one)
         return (factors, ops.empty((0, 0), dtype, like=factors)) if calc_q else factors
     stores = [ops.wrap(factors, tau=tau)]
     try:
@@ -98,3 +119,22 @@ def hessenberg(a, calc_q=False, overwrite_a=False, check_finite=True, *, backend
         for store in stores:
             store.close()
     return (factors, q) if calc_q else factors
+
+
+def _check_hessenberg(a, check_finite, backend, nb, trace):
+    """hessenberg's checks, before any work and whatever the order: a (square, numbers, finite
+    when asked), the backend, and the plans of the reduction ("hrd") and of forming Q ("qr"),
+    as `_factor` and orghr will make them. Returns (n, the LAPACK dtype)."""
+    if is_device_array(a):
+        ops = _device_backend("a", backend)
+        shape, dtype = _device_matrix_checks("a", a, ops, check_finite)
+    else:
+        ops = _host_backend(backend)
+        array, dtype = _host_matrix("a", a, check_finite)
+        shape = array.shape
+    if shape[0] != shape[1]:
+        raise ValueError(f"expected a square matrix for a; got shape {shape}")
+    n = shape[0]
+    make_plan(ops, n, n, dtype, routine="hrd", nb=nb, lookahead=0, panel="cpu", trace=trace)
+    make_plan(ops, n, n, dtype, routine="qr", nb=nb, lookahead=0, panel="cpu")
+    return n, dtype

@@ -43,7 +43,9 @@ def _getrf(a, overwrite_a, check_finite, backend, options, condition=False, then
     lives. When `condition`, rcond = 1 / (||A||_1 ||A^-1||_1) estimated from the factors where
     they are (gecon; ||A||_1 summed as the matrix arrives, before any step overwrites it), else
     None; rcond is 0 when the factorization found an exactly zero pivot, NaN when U's diagonal
-    is not finite (the factorization overflowed, or a held infs or NaNs unchecked).
+    is not finite (the factorization overflowed, or a held infs or NaNs unchecked), None when
+    ||A||_1 itself overflows (no estimate: LAPACK's would be 0, "singular", for a matrix of
+    well-conditioned but huge entries).
     `then(backend, A)` runs on the factors' store before it is freed (on a device: while the
     factors are still there) when they are usable (no zero pivot, rcond neither 0 nor NaN)."""
     def driver(A, plan):
@@ -54,8 +56,10 @@ def _getrf(a, overwrite_a, check_finite, backend, options, condition=False, then
         if condition or then is not None:
             A.set_pivots(pivots)
         if condition:
-            rcond = (0.0 if info else gecon(plan.backend, A, A.one_norm())
-                     if np.isfinite(A.diagonal()).all() else np.nan)  # NaN: U overflowed
+            anorm = A.one_norm()
+            # NaN: U overflowed; None: ||A||_1 overflows, and so would any rcond made with it
+            rcond = (0.0 if info else np.nan if not np.isfinite(A.diagonal()).all()
+                     else gecon(plan.backend, A, anorm) if np.isfinite(anorm) else None)
         if then is not None and info == 0 and (rcond is None or rcond > 0):
             result = then(plan.backend, A)
         return info, (pivots.copy(), rcond, result), trace

@@ -1,19 +1,26 @@
 """Least squares by QR (m >= n) or LQ (m < n), LAPACK gels: lstsq."""
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 from scipy.linalg import LinAlgError
 
 from . import backend as _backends
 from ._common import (
+    _common_dtype,
     _device_backend,
     _device_matrix_checks,
+    _flag,
+    _host_backend,
     _host_matrix,
     is_device_array,
 )
 from ._decomp_qr import _householder_factor
 from .lapack import gelqs, geqrs
 from .lapack._householder import LQ, QR
+from .lapack._scaling import host_max_abs, max_abs, range_scale, scale
+from .lapack.gels import unscale_solution
 from .scheduler.plan import make_plan
 
 
@@ -23,75 +30,90 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
     """The least-squares solution of a x = b for m >= n, the minimum-norm solution for m < n,
     for a of full rank (LAPACK gels: QR for m >= n, LQ for m < n), as scipy.linalg.lstsq.
 
-    Returns (x, residues, rank, s) as scipy's: x n x nrhs (or (n,) for 1-D b); residues the
-    squared 2-norms of b - a x's columns when m > n (a scalar for 1-D b), else an empty array;
-    rank = min(m, n); s = None (no SVD is computed).
+    Returns (x, residues, rank, s) as scipy's: x n x nrhs (or (n,) for 1-D b), in the precision
+    where a and b meet (float32 a with float64 b: float64, as scipy); residues the squared
+    2-norms of b - a x's columns when m > n (a scalar for 1-D b), else an empty array;
+    rank = min(m, n); s = None (no SVD is computed). An empty a (m or n zero) gives scipy's
+    results: x = 0, residues the squared norms of b's columns when n == 0 (else empty), rank 0,
+    s an empty array.
 
     Full rank is required: when the triangular factor has a diagonal entry with
     |T(i, i)| <= tol max_j |T(j, j)|, tol = `cond` if given, else max(m, n) eps, lstsq raises
     LinAlgError naming i (b is not touched). The test sees what QR without pivoting sees: a
     numerically rank-deficient a whose |T(i, i)| all stay large passes it; for rank-deficient
     problems use scipy.linalg.lstsq (SVD). lapack_driver must be None (the driver is gels);
-    overwrite_b is accepted and b is never modified; overwrite_a as lu_factor's. Engine options
-    as qr's.
+    overwrite_b is accepted and b is never modified; overwrite_a as lu_factor's. As LAPACK's
+    gels, a and b whose largest entry lies outside the safe range [safmin / eps, eps / safmin]
+    (entries near overflow, or tiny ones) are scaled into it first, by powers of two, and x
+    scaled back (lapack/gels.py). Every argument is checked before any work. Engine options as
+    qr's.
     """
+    overwrite_a, overwrite_b = _flag("overwrite_a", overwrite_a), _flag("overwrite_b", overwrite_b)
     if lapack_driver is not None:
         raise ValueError(f"lapack_driver must be None (hybridla.lstsq solves by QR or LQ, LAPACK "
                          f"gels); got lapack_driver={lapack_driver!r}")
-    if cond is not None and not (np.isscalar(cond) and np.real(cond) >= 0):
-        raise ValueError(f"cond must be a number >= 0 or None; got cond={cond!r}")
+    if cond is not None and not (isinstance(cond, numbers.Real) and
+                                 not isinstance(cond, (bool, np.bool_)) and cond >= 0):
+        raise ValueError(f"cond must be a real number >= 0 or None; got cond={cond!r}")
     device = is_device_array(a)
     if device != is_device_array(b):
         raise ValueError("a and b must both be host arrays or both device arrays")
     if device:
-        ops = _device_backend("a", backend)
-        (m, n), dtype = _device_matrix_checks("a", a, ops, check_finite)
-        b_shape, b_dtype = _device_matrix_checks("b", b, ops, check_finite, ndims=(1, 2))
+        engine = _device_backend("a", backend)
+        (m, n), dtype = _device_matrix_checks("a", a, engine, check_finite)
+        b_shape, b_dtype = _device_matrix_checks("b", b, engine, check_finite, ndims=(1, 2))
         if b_dtype != dtype:
             raise TypeError(f"b must have the dtype of a ({dtype}) on the device; got {b_dtype}")
-        a_work, rhs = a, b
+        array = b_array = None
     else:
+        engine = _host_backend(backend)
         array, a_dtype = _host_matrix("a", a, check_finite)
         b_array, b_dtype = _host_matrix("b", b, check_finite, ndims=(1, 2))
         (m, n), b_shape = array.shape, b_array.shape
+        dtype = _common_dtype(a_dtype, b_dtype)
     if b_shape[0] != m:
         raise ValueError(f"b must have {m} rows to match a (shape {(m, n)}); got shape {b_shape}")
+    # the engine options too, before any work (the factorization makes its plan again)
+    make_plan(engine, m, n, dtype, routine="qr", nb=nb, lookahead=lookahead, panel=panel,
+              trace=trace)
     nrhs = 1 if len(b_shape) == 1 else b_shape[1]
-    if not device:
-        dtype = np.promote_types(a_dtype, b_dtype)
-        # a copy in the common precision is ours to overwrite
-        a_work = array if array.dtype == dtype else array.astype(dtype, order="F")
-        overwrite_a = overwrite_a or a_work is not array
-        rhs = np.asfortranarray(b_array.reshape(m, nrhs), dtype=dtype)
+    # the stages after the factorization run where the factors are
+    ops = _backends.get_backend("cuda" if device else "host")
+    if m == 0 or n == 0:
+        return _empty(ops, b, b_array, m, n, nrhs, b_shape, dtype)
+
+    a_work, overwrite_a, scale_a = _scaled_matrix(ops, a, array, dtype, overwrite_a)
+    rhs = b if device else np.asfortranarray(b_array.reshape(m, nrhs), dtype=dtype)
     form, solve = (QR, geqrs) if m >= n else (LQ, gelqs)
     options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace)
     factors, _, tau = _householder_factor(a_work, form, overwrite_a, False, backend, options)
-    ops = _backends.get_backend("cuda" if device else "host")
     plan = make_plan(ops, m, n, dtype, routine="qr", nb=nb, lookahead=lookahead)
-    rank_tol = max(m, n) * np.finfo(dtype).eps if cond is None else float(np.real(cond))
+    rank_tol = max(m, n) * np.finfo(dtype).eps if cond is None else float(cond)
     # the right-hand side goes into the max(m, n) x nrhs array the solve overwrites; x is its
     # first n rows, copied out when there are more (m > n: the rest holds the residuals)
     work = ops.empty((max(m, n), nrhs), dtype, like=b)
     x = work if max(m, n) == n else ops.empty((n, nrhs), dtype, like=b)
-    stores = [ops.wrap(rhs), ops.wrap(work), ops.wrap(x)]
+    # (a row-major device b's copy must live as long as its store: _device_store)
+    B, _b_copy = _device_store(ops, b) if device else (ops.wrap(rhs), None)
+    stores = [B, ops.wrap(work), ops.wrap(x)]
     B, W, X = stores
     try:
         lane = ops.lane("gpu:update")
         with lane:
             ops.lacpy(lane, "A", B.block(0, m, 0, nrhs), W.block(0, m, 0, nrhs))
-        if m == 0 or n == 0:  # as scipy: x = 0, and b's norms are the residuals when n == 0
-            with lane:
-                ops.laset(lane, "A", 0, 0, X.block(0, n, 0, nrhs))
-            residues = W.read_block(0, m, 0, nrhs) if n == 0 else None
-            info = 0
-        else:
-            F = ops.wrap(factors, tau=tau)
-            stores.append(F)
-            info, _ = solve(F, W, plan, rank_tol)
-            if info == 0 and x is not work:
+        # B into the safe range too (dgels), in our copy
+        scale_b = range_scale(max_abs(ops, W, W.block(0, m, 0, nrhs)), dtype)
+        scale(ops, W.block(0, m, 0, nrhs), scale_b)
+        F = ops.wrap(factors, tau=tau)
+        stores.append(F)
+        info, _ = solve(F, W, plan, rank_tol)
+        residues = None
+        if info == 0:
+            unscale_solution(ops, W, m, n, nrhs, scale_a, scale_b)
+            if x is not work:
                 with lane:
                     ops.lacpy(lane, "A", W.block(0, n, 0, nrhs), X.block(0, n, 0, nrhs))
-            residues = W.read_block(n, m, 0, nrhs) if m > n and info == 0 else None
+            residues = W.read_block(n, m, 0, nrhs) if m > n else None
         ops.synchronize()
     finally:
         for store in stores:
@@ -103,9 +125,91 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
             f"|{name}({info}, {info})| <= {rank_tol:.3g} * max_j |{name}(j, j)| "
             f"(a has shape {(m, n)}); use scipy.linalg.lstsq (SVD) for rank-deficient problems")
     if residues is None:
-        residues = np.empty(0, dtype=dtype)
+        residues = np.empty(0, dtype=dtype)  # scipy's: x's dtype
     else:
         residues = (np.abs(residues) ** 2).sum(axis=0)
         residues = residues[0] if len(b_shape) == 1 else residues
-    rank = min(m, n) if m and n else 0
+    rank = min(m, n)
     return (x.reshape(n) if len(b_shape) == 1 else x), residues, rank, None
+
+
+def _scaled_matrix(ops, a, array, dtype, overwrite_a):
+    """a in the precision `dtype`, brought into the safe range as gels does (lapack/gels.py):
+    (the matrix to factor, whether the factorization may overwrite it, the power of two it was
+    scaled by). A copy is made only where the precision or the scaling calls for one (then it is
+    ours to overwrite); the scaling is in place where overwrite_a lets it be (a host array that
+    is F-ordered and writeable, as the factorization would use it)."""
+    if array is None:  # a device array: max |a_ij| where it lives, a scaled copy if need be
+        source, _a_copy = _device_store(ops, a)
+        try:
+            factor = range_scale(max_abs(ops, source, source.block(0, source.m, 0, source.n)),
+                                 dtype)
+            if factor == 1:
+                return a, overwrite_a, 1.0
+            scaled = ops.empty((source.m, source.n), dtype, like=a)
+            target = ops.wrap(scaled)
+            try:
+                lane = ops.lane("gpu:update")
+                with lane:
+                    ops.scale_copy(lane, factor, source.block(0, source.m, 0, source.n),
+                                   target.block(0, source.m, 0, source.n))
+                ops.synchronize()
+            finally:
+                target.close()
+        finally:
+            source.close()
+        return scaled, True, factor
+    # a host array (whatever the backend): LAPACK's lange, no temporary
+    a_work = array if array.dtype == dtype else array.astype(dtype, order="F")
+    ours = a_work is not array
+    factor = range_scale(host_max_abs(a_work), dtype)
+    if factor == 1:
+        return a_work, overwrite_a or ours, 1.0
+    in_place = ours or (overwrite_a and a_work is a and a_work.flags.f_contiguous and
+                        a_work.flags.writeable)
+    if in_place:
+        np.multiply(a_work, factor, out=a_work, casting="same_kind")
+        return a_work, True, factor
+    return np.multiply(a_work, factor, order="F"), True, factor
+
+
+def _empty(ops, b, b_array, m, n, nrhs, b_shape, dtype):
+    """scipy's results for an empty a (m or n zero): x = 0 (n x nrhs, or (n,)), the residues
+    ||b_j||^2 when n == 0 (as scipy: in b's own precision, a scalar for 1-D b), else an empty
+    float64 array; rank 0; s empty. A device b gives a device x."""
+    if b_array is None:  # on the device: its norms from a host copy (m x nrhs, small here)
+        x = ops.empty((n, nrhs), dtype, like=b)
+        if n * nrhs:
+            X = ops.wrap(x)
+            try:
+                lane = ops.lane("gpu:update")
+                with lane:
+                    ops.laset(lane, "A", 0, 0, X.block(0, n, 0, nrhs))
+                ops.synchronize()
+            finally:
+                X.close()
+        x = x.reshape(n) if len(b_shape) == 1 else x
+        if n == 0:
+            B, _b_copy = _device_store(ops, b)
+            try:
+                b_array = B.read_block(0, m, 0, nrhs)
+            finally:
+                B.close()
+            b_array = b_array[:, 0] if len(b_shape) == 1 else b_array
+    else:
+        x = np.zeros((n,) + tuple(b_shape[1:]), dtype=dtype)
+    residues = np.linalg.norm(b_array, axis=0) ** 2 if n == 0 else np.empty((0,))
+    return x, residues, 0, np.empty((0,))
+
+
+def _device_store(ops, x):
+    """A tile store over the device array x, to read: x itself when it is column-major, else a
+    column-major copy. Returns (store, copy): the caller keeps `copy` (None when in place) for
+    as long as it uses the store. (The backend's wrap keeps no reference to its copy, whose
+    memory is then freed while the store still points to it: a row-major x would be read from
+    freed memory.)"""
+    from .backend.cuda import device_array_layout  # device arrays only: the cuda backend's
+    _, (m, n), dtype, strides = device_array_layout(x)
+    column_major = strides[0] == dtype.itemsize and (n <= 1 or strides[1] >= m * dtype.itemsize)
+    store, result, _ = ops.device_matrix(x, 1, overwrite=column_major)
+    return store, (None if column_major else result)

@@ -12,14 +12,16 @@ from . import lapack as _lapack
 from ._basic import solve
 from ._common import (
     _check_memory,
+    _common_dtype,
     _device_backend,
     _device_matrix_checks,
+    _flag,
     _host_backend,
     _host_matrix,
     _to_device,
     is_device_array,
 )
-from ._lstsq import lstsq
+from ._lstsq import _device_store, lstsq
 from .lapack._mixed import LOW_DTYPE, ArrivingMatrix, MixedInfo, check_options
 from .scheduler.plan import make_plan
 
@@ -71,13 +73,22 @@ def solve_mixed(a, b, assume_a="gen", lower=False, overwrite_a=False, overwrite_
     pivoting, so that its failure carries LAPACK's info.
 
     Returns (x, info): x as solve's (shape of b, where a lives: the GPU interface returns the
-    same kind of device array as b), info a MixedInfo (iterations code, residual history,
-    fell_back, time per phase, ...). a and b are never modified (overwrite_a, overwrite_b are
-    accepted for scipy's signature). A singular a raises LinAlgError("Matrix is singular."),
-    one that is not positive definite with "pos" LinAlgError naming the minor, when the
-    working-precision solve decides it (fallback) or the low-precision one fails without
-    fallback.
+    same kind of device array as b), in the precision where a and b meet (float32 a with
+    float64 b: float64, refined to float64's accuracy, as scipy.linalg.solve would compute;
+    on the device a and b must have one dtype), info a MixedInfo (iterations code, residual
+    history, fell_back, time per phase, why it fell back, ...). a and b are never modified
+    (overwrite_a, overwrite_b are accepted for scipy's signature). A singular a raises
+    LinAlgError("Matrix is singular."), one that is not positive definite with "pos"
+    LinAlgError naming the minor, when the working-precision solve decides it (fallback) or the
+    low-precision one fails without fallback. A matrix whose ||a||_inf overflows the working
+    precision (entries near the largest float) cannot have its refinement tested: code -2, the
+    fallback's answer, or LinAlgError saying so without fallback. An empty a (0 x 0) gives an
+    empty x (as scipy.linalg.solve). Every argument is checked before any work: the boolean
+    ones (lower, overwrite_a, overwrite_b, fallback, equilibrate) must be True or False (or 0,
+    1), as scipy's LAPACK flags.
     """
+    lower, overwrite_a = _flag("lower", lower), _flag("overwrite_a", overwrite_a)
+    overwrite_b, fallback = _flag("overwrite_b", overwrite_b), _flag("fallback", fallback)
     if assume_a not in ("gen", "general", "pos", "positive definite"):
         raise ValueError(f"assume_a must be 'gen' or 'pos'; got assume_a={assume_a!r}")
     hermitian = assume_a in ("pos", "positive definite")
@@ -103,7 +114,15 @@ def lstsq_mixed(a, b, check_finite=True, *, lowest=None, refinement=None, tol=No
     its R (lapack/gels_mixed.py). Options and result as solve_mixed's (equilibrate scales
     columns only; tol is the normal equations' ||a^H r||_inf <= tol ||x||_inf ||a||_1 ||a||_inf);
     the fallback is hybridla.lstsq. Returns (x, info), x of n rows.
+
+    A rank-deficient a (or one too ill-conditioned for the low precision: R's diagonal test
+    in lapack/gels_mixed.py) does what lstsq does: with fallback, lstsq answers (and raises
+    LinAlgError for a rank-deficient a); without, LinAlgError (code -3). So does an a whose
+    ||a||_1 ||a||_inf leaves the working precision's safe range (code -2: the normal equations
+    square a's magnitude; lstsq scales a as LAPACK's gels does).
     """
+    fallback = _flag("fallback", fallback)
+
     def full_precision():
         return lstsq(a, b, check_finite=False, backend=backend)[0]
     return _mixed("a", a, b, False, _lapack.gels_mixed, {}, full_precision, check_finite,
@@ -133,7 +152,7 @@ def _mixed(name, a, b, square, solver, extra, full_precision, check_finite, fall
         b_array, b_dtype = _host_matrix("b", b, check_finite, ndims=(1, 2))
         ops = _host_backend(backend)
         (m, n), b_shape = array.shape, b_array.shape
-        dtype = np.promote_types(a_dtype, b_dtype)
+        dtype = _common_dtype(a_dtype, b_dtype)
     if square and m != n:
         raise ValueError(f"expected a square matrix for {name}; got shape {(m, n)}")
     if not square and m < n:
@@ -145,6 +164,7 @@ def _mixed(name, a, b, square, solver, extra, full_precision, check_finite, fall
     cfg = _config.config
     given = {key: (cfg.get(f"mixed.{key}") if value is None else value)
              for key, value in refinement_options.items()}
+    given["equilibrate"] = _flag("equilibrate", given["equilibrate"])
     if given["lowest"] == "auto":
         given["lowest"] = "tf32" if np.dtype(dtype).kind == "c" else "half-x3"
     options = check_options(dtype, **given)
@@ -154,19 +174,22 @@ def _mixed(name, a, b, square, solver, extra, full_precision, check_finite, fall
                      table_routine="mixed_lu" if solver is _lapack.gesv_mixed else None,
                      **engine_options)
     nrhs = 1 if len(b_shape) == 1 else b_shape[1]
-    if m == 0 or n == 0 or nrhs == 0:
-        x = np.zeros((n,) + tuple(b_shape[1:]), dtype=dtype)
-        return (_to_device(ops, x, b) if device else x), MixedInfo(
-            lowest=options.lowest, refinement=options.refinement)
+    if m == 0 or n == 0 or nrhs == 0:  # x has no entries (n or nrhs is 0): nothing to solve
+        info = MixedInfo(lowest=options.lowest, refinement=options.refinement)
+        if device:
+            x = ops.empty((n, nrhs), dtype, like=b)
+            return (x.reshape(n) if len(b_shape) == 1 else x), info
+        return np.zeros((n,) + tuple(b_shape[1:]), dtype=dtype), info
     _check_memory(ops, m, n, LOW_DTYPE[np.dtype(dtype)], plan.nb,
                   extra_bytes=0 if device else m * n * np.dtype(dtype).itemsize)
     if device:
-        B_store = ops.wrap(b)
+        B_store, _b_copy = _device_store(ops, b)
         try:
             B = B_store.read_block(0, m, 0, nrhs)
         finally:
             B_store.close()
-        A, arriving = ops.wrap(a), None  # in place when column-major: only read
+        # only read: in place when column-major; a row-major a's copy lives in _a_copy
+        (A, _a_copy), arriving = _device_store(ops, a), None
     else:
         A, arriving = _host_working_matrix(ops, np.asfortranarray(array, dtype=dtype), plan)
         B = np.asfortranarray(b_array.reshape(m, nrhs), dtype=dtype)
@@ -182,11 +205,13 @@ def _mixed(name, a, b, square, solver, extra, full_precision, check_finite, fall
         info.seconds["total"] += info.seconds["fallback"]
         return x, info
     if X is None:
-        error = LinAlgError(f"{failure_message or _not_positive_definite(info.info)} (the "
-                            f"{options.lowest} factorization failed with info={info.info}, "
-                            f"code {info.iterations}; fallback=False)" if info.iterations == -3
-                            else f"the matrix overflows {options.lowest} precision after "
-                                 f"scaling (code -2; fallback=False)")
+        if info.iterations == -3:
+            what = info.reason or failure_message or _not_positive_definite(info.info)
+            message = (f"{what} (the {options.lowest} factorization failed with "
+                       f"info={info.info}, code -3; fallback=False)")
+        else:
+            message = f"{info.reason} (code -2; fallback=False)"
+        error = LinAlgError(message)
         error.info = info
         raise error
     x = X.reshape((n,) if len(b_shape) == 1 else (n, nrhs))

@@ -1124,6 +1124,7 @@ class CudaBackend:
                 self.geam_transpose(lane, ptr, max(strides[0] // itemsize, 1), out.ptr, out.ld,
                                     m, n, dtype)
         A = self.matrix(m, n, dtype, nb, device_ptr=out.ptr, ld=out.ld)
+        A.keeps = out  # the copy lives as long as the store (wrap drops the array it returns)
         if not overwrite:
             return A, _like(obj, out), None
 

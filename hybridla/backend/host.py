@@ -527,10 +527,12 @@ class HostBackend:
         `meanwhile()` (None: None), host work that the cuda backend runs while the device makes
         the passes."""
         modulus = np.abs(A).astype(np.float64)
-        row_max, row_sum = modulus.max(axis=1, initial=0.0), modulus.sum(axis=1)
+        with np.errstate(over="ignore"):  # inf sums: the callers judge them
+            row_max, row_sum = modulus.max(axis=1, initial=0.0), modulus.sum(axis=1)
         r = inverse_power_of_two(row_max) if rows else np.ones(A.shape[0])
         col_max = (modulus * r[:, None]).max(axis=0, initial=0.0)
-        col_sum = modulus.sum(axis=0)
+        with np.errstate(over="ignore"):
+            col_sum = modulus.sum(axis=0)
         c = inverse_power_of_two(col_max) if cols else np.ones(A.shape[1])
         kept = meanwhile() if meanwhile is not None else None
         return Equilibration(r, c, row_max, row_sum, col_max, col_sum), kept

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
+import numbers
 import time
 from dataclasses import dataclass, field, replace as dataclass_replace
 
@@ -28,6 +30,7 @@ from ..backend.reduced import COMPUTE, LARGEST, REAL_ONLY, ReducedPrecisionOps
 from ..scheduler import TaskGraph, run
 from ._blocked import record_uploads
 from ._refine import refine
+from ._scaling import balanced_scales, column_scales
 
 LOW_DTYPE = {np.dtype(np.float64): np.dtype(np.float32), np.dtype(np.float32): np.dtype(np.float32),
              np.dtype(np.complex128): np.dtype(np.complex64),
@@ -49,7 +52,10 @@ class MixedInfo:
     residuals   backward errors ||b - A x||_inf / (||A||_inf ||x||_inf) (worst column): of the
                 low-precision solution, then after each refinement iteration
     inner_iterations  GMRES iterations in all
-    info        LAPACK's info of the low-precision factorization (0, or where it failed)
+    info        LAPACK's info of the low-precision factorization (0, or where it failed; for
+                the QR of gels_mixed, the first diagonal entry of R that failed its rank test)
+    reason      why no solution came from the low precision (codes -2 and -3), in words: what
+                the error says without fallback; "" otherwise
     shift       the diagonal shift the low-precision Cholesky needed (posv_mixed), else 0
     seconds     wall time of each phase: convert, factor, refine, fallback, total; inside
                 convert, "convert: upload" (a host matrix's rounded copy going up); inside
@@ -66,6 +72,7 @@ class MixedInfo:
     info: int = 0
     shift: float = 0.0
     seconds: dict = field(default_factory=dict)
+    reason: str = ""
 
     @property
     def converged(self) -> bool:
@@ -95,15 +102,23 @@ def check_options(dtype, lowest, refinement, tol, max_iter, inner_tol, max_inner
     if refinement not in REFINEMENTS:
         raise ValueError(f"refinement must be one of {REFINEMENTS}; got "
                          f"refinement={refinement!r}")
-    if tol is not None and not (np.isfinite(tol) and tol > 0):
+    if tol is not None and not (_real(tol) and math.isfinite(tol) and tol > 0):
         raise ValueError(f"tol must be a positive number (or None); got tol={tol!r}")
     for name, value in (("max_iter", max_iter), ("max_inner", max_inner)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+                or value < 1:
             raise ValueError(f"{name} must be an integer >= 1; got {name}={value!r}")
-    if not 0 < inner_tol < 1:
+    if not (_real(inner_tol) and 0 < inner_tol < 1):
         raise ValueError(f"inner_tol must be in (0, 1); got inner_tol={inner_tol!r}")
-    return MixedOptions(lowest, refinement, tol, int(max_iter), float(inner_tol),
-                        int(max_inner), bool(equilibrate))
+    if not isinstance(equilibrate, (bool, np.bool_)):
+        raise ValueError(f"equilibrate must be True or False; got equilibrate={equilibrate!r}")
+    return MixedOptions(lowest, refinement, None if tol is None else float(tol), int(max_iter),
+                        float(inner_tol), int(max_inner), bool(equilibrate))
+
+
+def _real(value) -> bool:
+    """A real number (not a bool, not a string): what tol and inner_tol may be."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 
 
 class Phases:
@@ -167,6 +182,16 @@ class TriangularPreconditioner:
     (refine's x_0 and corrections), which puts R where the factors are, applies, and takes the
     result back.
 
+    Range: the factors are of diag(scale_in) A diag(scale_out), entries about 1, but scale_in R
+    has the magnitude of R / ||A||, which leaves float32's range for A near the working
+    precision's limits (1e307: every entry underflows to 0; 1e-300: overflows). So a power of
+    two g moves from the input side to the output side, M^-1 = diag(scale_out g) ...
+    diag(scale_in / g) (the same operator: the solves are linear), with g = max scale_in: the
+    rounded input is at most R's size, and the output scaling is done in the working precision.
+    The call for host arrays also scales each column of R by a power of two to about 1 where it
+    is far from it (a right-hand side of 1e300 or 1e-300), and the result back. Powers of two
+    change no digit: for matrices in the ordinary range the results are those without.
+
     Each solve goes by blocks of `block` rows (the factorization's nb), with the inverses of the
     diagonal blocks made once (the backend's invert_triangular_blocks): per block,
     y_J := op(W_J) y_J, and the rest of y less the block column (row, for op "C") of T times
@@ -178,6 +203,7 @@ class TriangularPreconditioner:
     def __init__(self, ops, low, n, nrhs, solves, scale_in, scale_out, permutation=None,
                  butterfly=None, pivots=None):
         self.ops, self.low, self.n, self.solves = ops, low, n, solves
+        scale_in, scale_out = balanced_scales(scale_in, scale_out)
         self.scale_in, self.scale_out, self.permutation = scale_in, scale_out, permutation
         self.butterfly = butterfly
         self.factors = low.block(0, n, 0, n)
@@ -210,9 +236,13 @@ class TriangularPreconditioner:
             src, dst = (self.low.workspace(f"preconditioner {side}", n, k, dtype=R.dtype)
                         for side in ("argument", "result"))
             lane = ops.lane("gpu:panel")
-            ops.from_host(lane, R, src)
+            columns = column_scales(R)  # None where R's columns are all in range
+            ops.from_host(lane, R if columns is None else R / columns, src)
             self._apply(src, dst)
-            return ops.to_host(lane, dst)
+            result = ops.to_host(lane, dst)
+            if columns is not None:
+                result *= columns
+            return result
         finally:
             self.seconds += time.perf_counter() - started
 
@@ -527,6 +557,25 @@ class MixedSolver:
     def preconditioner(self, low, nrhs, r, c) -> TriangularPreconditioner:
         raise NotImplementedError
 
+    def out_of_range(self, anorm) -> str:
+        """Why the refinement's stopping test (||r|| <= tol ||x|| anorm) cannot be evaluated in
+        the working precision for this A, in words, or "". Here: a norm that is not finite
+        (entries of A so near the largest float that their row sums overflow; NaN)."""
+        if math.isfinite(anorm):
+            return ""
+        return (f"||a||_inf = {anorm} is not finite in {np.dtype(self.dtype).name} (entries "
+                f"near the largest float): the refinement cannot test convergence")
+
+    def failure_reason(self, info) -> str:
+        """What a factorization that returned `info` > 0 means, in words ("": the caller's
+        words for it)."""
+        return ""
+
+    def rhs_scales(self, B, anorm):
+        """Powers of two, one per column of B, by which the driver scales the right-hand sides
+        before refining (X comes back divided by them), or None: none."""
+        return None
+
     # -- the template --------------------------------------------------------------------------
     def working_matrix(self, A):
         """A where the device can read it (after its upload, for an arriving matrix)."""
@@ -535,6 +584,7 @@ class MixedSolver:
     def solve(self, A, B, arriving=None):
         ops, options = self.ops, self.options
         n, nrhs = A.n, B.shape[1]
+        self.dtype = A.dtype
         phases = Phases()
         info = MixedInfo(lowest=options.lowest, refinement=options.refinement)
         self.arriving, low = arriving, None
@@ -551,6 +601,14 @@ class MixedSolver:
                 r, c, anorm, overflow = self.scale_and_narrow(source, low)
             if overflow:
                 info.iterations = OVERFLOW
+                info.reason = (f"the matrix overflows {options.lowest} precision after "
+                               f"scaling" if options.equilibrate else
+                               f"the matrix overflows {options.lowest} precision "
+                               f"(equilibrate=False)")
+                return None, self._done(info, phases)
+            info.reason = self.out_of_range(anorm)
+            if info.reason:  # no factorization: the refinement could not judge its result
+                info.iterations = OVERFLOW
                 return None, self._done(info, phases)
             with phases("factor"):
                 reduced = ReducedPrecisionOps(ops, options.lowest, low)
@@ -560,13 +618,23 @@ class MixedSolver:
             if overflow or info.info != 0:
                 # a zero pivot first: what it leaves infinite may overflow a later rounding
                 info.iterations = FACTORIZATION_FAILED if info.info != 0 else OVERFLOW
+                if info.iterations == OVERFLOW:
+                    info.reason = (f"the {options.lowest} factorization overflowed (a product "
+                                   f"exceeded {options.lowest}'s range)")
+                else:
+                    info.reason = self.failure_reason(info.info)
                 return None, self._done(info, phases)
             with phases("refine"):
                 A = self.working_matrix(A)
                 operator = WorkingOperator(ops, A, nrhs, uplo=self.uplo, normal=self.normal)
+                scales = self.rhs_scales(B, anorm)
+                if scales is not None:
+                    B = (B * scales).astype(B.dtype, copy=False)
                 rhs = operator.product(B, "C") if self.normal else B
                 preconditioner = self.preconditioner(low, nrhs, r, c)
                 result = run_refinement(operator, preconditioner, rhs, anorm, options, n)
+                if scales is not None:
+                    result.x /= scales
 
             # where the refinement's time went: products with A, low-precision solves, the rest
             # (the host's Krylov arithmetic)

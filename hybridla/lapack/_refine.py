@@ -134,7 +134,7 @@ def refine(apply_a, solve_low, b, *, anorm, method, tol, max_iter=30, inner_tol=
                 def correct(R, X):
                     # inner_tol's reduction, or less where that already passes
                     return krylov.cycle(ops, R, np.maximum(
-                        inner_tol * np.linalg.norm(R, axis=0), passing(X)), passing(X))
+                        inner_tol * column_norms(R), passing(X)), passing(X))
             else:
                 def correct(R, X):
                     return krylov.cycle(ops, R, passing(X), passing(X))
@@ -192,6 +192,17 @@ def _residual(ops, B, X, cols, be, anorm):
         # 0/0 (r = 0 = x) passes; r/0 is inf; NaN stays NaN and fails every comparison.
         be[cols] = np.where(rnorm == 0, 0.0, rnorm / (anorm * xnorm))
     return R
+
+
+def column_norms(R) -> np.ndarray:
+    """The 2-norms of R's columns, as LAPACK's nrm2 forms them: without overflow or underflow
+    (each column divided by its largest modulus first), so that a residual of 1e200 (a matrix
+    near the largest float) still has its norm. The divisor is a power of two: for columns in
+    the ordinary range the norms are numpy's to the last bit. Real, R's precision."""
+    largest = np.abs(R).max(axis=0, initial=0.0)
+    _, exponents = np.frexp(np.where((largest > 0) & np.isfinite(largest), largest, 1))
+    scales = np.ldexp(np.ones_like(largest), exponents - 1)
+    return scales * np.linalg.norm(R / scales, axis=0)
 
 
 def _finite(X, R) -> bool:
@@ -264,7 +275,7 @@ class _Krylov:
         RESULTS.md, at 50-90x per step, happened not to)."""
         n, p = R.shape
         space, H, g, cs, sn = self.space, self.H, self.g, self.cs, self.sn
-        beta = np.linalg.norm(R, axis=0)
+        beta = column_norms(R)
         steps = np.zeros(p, dtype=int)
         running = [c for c in range(p) if beta[c] > 0]
         space.start(R, running, beta)

@@ -12,11 +12,20 @@ Before solving, the triangle's diagonal is checked: info = i > 0 when |T(i, i)| 
 <= rank_tol max_j |T(j, j)|, and B is left untouched; rank_tol 0 is LAPACK's test (an exactly
 zero diagonal entry). QR without pivoting can miss a rank deficiency that this test does not see
 (a small |R(i, i)| is sufficient, not necessary): a full-rank matrix is the caller's promise.
+
+Scaling (dgels's): with anrm = max |a_ij| (lange "M"), A is first brought into the safe range
+[smlnum, bignum], smlnum = safmin / eps, bignum = 1 / smlnum, when it lies outside (entries near
+overflow, whose Householder updates would overflow, or so small that they lose their digits);
+likewise B. Here the factors are powers of two (dgels takes cto / cfrom; a power of two changes
+no digit), and the solution is unscaled after the solve:
+
+    A_s = s_a A,  B_s = s_b B:   X = s_a X_s / s_b,  and the residuals B - A X = (B_s - A_s X_s) / s_b
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ._scaling import max_abs, range_scale, scale
 from .gelqf import gelqf
 from .geqrf import geqrf
 from .ormqr import ormlq, ormqr
@@ -24,10 +33,29 @@ from .ormqr import ormlq, ormqr
 
 def gels(A, B, plan, rank_tol=0.0, trace=None):
     """Factor A in place and overwrite B with the solution unless the triangle fails the rank
-    test. Returns (tau, info, trace)."""
-    factor, solve = (geqrf, geqrs) if A.m >= A.n else (gelqf, gelqs)
+    test (B then holds what it held). Both stores hold their matrices where the work happens (A
+    not streamed from the host). A and B are scaled into the safe range first when they lie
+    outside it (the module's docstring), and X (rows n:m too, the residuals) unscaled; A keeps
+    the factors of s_a A. Returns (tau, info, trace)."""
+    if getattr(A, "streamed", False):
+        raise ValueError("gels needs A where the work happens (not streamed from the host)")
+    ops = plan.backend
+    m, n, nrhs = A.m, A.n, B.n
+    rows = max(m, n)
+    if B.m < rows:
+        raise ValueError(f"B must have max(m, n) = {rows} rows for the {m} x {n} A; got {B.m}")
+    scale_a = range_scale(max_abs(ops, A, A.block(0, m, 0, n)), A.dtype)
+    scale_b = range_scale(max_abs(ops, B, B.block(0, m, 0, nrhs)), A.dtype)
+    scale(ops, A.block(0, m, 0, n), scale_a)
+    scale(ops, B.block(0, m, 0, nrhs), scale_b)
+    factor, solve = (geqrf, geqrs) if m >= n else (gelqf, gelqs)
     tau, _, trace = factor(A, plan, trace)
     info, trace = solve(A, B, plan, rank_tol, trace)
+    if info:  # B as it was
+        scale(ops, B.block(0, m, 0, nrhs), 1 / scale_b)
+    else:
+        unscale_solution(ops, B, m, n, nrhs, scale_a, scale_b)
+    ops.synchronize()
     return tau, info, trace
 
 
@@ -68,3 +96,11 @@ def rank_test(F, rank_tol) -> int:
         return 0
     small = np.flatnonzero(diagonal <= rank_tol * diagonal.max())
     return int(small[0]) + 1 if small.size else 0
+
+
+def unscale_solution(ops, B, m, n, nrhs, scale_a, scale_b):
+    """X := s_a X_s / s_b in B's first n rows, and for m > n the residual rows n:m := rows / s_b
+    (dgels's two lascl calls, one factor at a time: s_a / s_b could leave the range where X
+    does not)."""
+    scale(ops, B.block(0, n, 0, nrhs), scale_a)
+    scale(ops, B.block(0, max(m, n), 0, nrhs), 1 / scale_b)
