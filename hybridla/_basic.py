@@ -85,7 +85,8 @@ def _solver(b, solve):
         rhs = np.asfortranarray(b.reshape(n, -1), dtype=F.dtype)
         if rhs.size == 0:
             return None  # the usual path handles empty right-hand sides
-        X = ops.wrap(ops.empty(rhs.shape, F.dtype))
+        storage = ops.empty(rhs.shape, F.dtype)
+        X = ops.wrap(storage)
         try:
             lane = ops.lane("gpu:update")
             block = X.block(0, n, 0, rhs.shape[1])

@@ -1109,7 +1109,9 @@ class CudaBackend:
         row_major = strides[1] == itemsize and (m <= 1 or strides[0] >= n * itemsize)
         if column_major and overwrite:
             ld = max(strides[1] // itemsize, m, 1) if n > 1 else max(m, 1)
-            return self.matrix(m, n, dtype, nb, device_ptr=ptr, ld=ld), obj, None
+            A = self.matrix(m, n, dtype, nb, device_ptr=ptr, ld=ld)
+            A.keeps = obj  # the array's memory lives as long as the store
+            return A, obj, None
         if not (column_major or row_major):
             raise ValueError(f"a device array must have unit stride along one axis; got shape "
                              f"{(m, n)} with strides {strides} (bytes)")
