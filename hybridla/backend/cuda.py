@@ -764,8 +764,10 @@ def _like(template, out: DeviceArray):
         return torch.as_tensor(out, device=template.device)
     if module == "pycuda":
         import pycuda.gpuarray as gpuarray
+        # base: the DeviceArray, which frees the memory when collected, lives as long as this
         return gpuarray.GPUArray(out.shape, out.dtype, gpudata=out._allocation, order="F",
-                                 strides=(out.dtype.itemsize, out.ld * out.dtype.itemsize))
+                                 strides=(out.dtype.itemsize, out.ld * out.dtype.itemsize),
+                                 base=out)
     return out
 
 
@@ -1001,7 +1003,7 @@ class CudaBackend:
         device; with the pool both are paid on the first call only (as CuPy's pool does). An
         allocation that fails is tried once more after the pool's cached blocks are freed."""
         nbytes = max(int(nbytes), 1)
-        with self._alloc_lock:
+        with self.active(), self._alloc_lock:
             pooled = bool(_config_get("device.memory_pool"))
             if pooled and self._pool is None:
                 self._pool = drv.DeviceMemoryPool()
