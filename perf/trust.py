@@ -72,8 +72,11 @@ def seconds(call):
 def condition_cost(n, repeat):
     import cupy
     rng = np.random.default_rng(1)
-    a = rng.standard_normal((n, n))
-    spd = a @ a.T + n * np.eye(n)
+    # F-ordered, LAPACK's layout: a C-ordered host matrix costs the CPU interface a transposing
+    # copy first (6.3 s at n = 16384 on the H100 machine, perf/probes/cpu_interface_time.py),
+    # which would hide what is measured here
+    a = np.asfortranarray(rng.standard_normal((n, n)))
+    spd = np.asfortranarray(a @ a.T + n * np.eye(n))
     b = rng.standard_normal(n)
     print(f"\nsolve's condition estimate, n = {n}, median of {repeat} (alternating), seconds")
     print("| interface | assume_a | solve (with gecon/pocon) | without the estimate | "
@@ -109,9 +112,11 @@ def main():
     parser.add_argument("--n", type=int, default=16384)
     parser.add_argument("--hessenberg-n", type=int, default=8192)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--no-memory", action="store_true", help="only the condition estimate")
     args = parser.parse_args()
     print(f"device: {get_backend('cuda').device_name}")
-    memory_table(args.n, args.hessenberg_n)
+    if not args.no_memory:
+        memory_table(args.n, args.hessenberg_n)
     condition_cost(args.n, args.repeat)
 
 
