@@ -6,15 +6,12 @@ runs to completion in its worker thread, so the Dask dependencies alone order th
 """
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 from scipy.linalg import get_blas_funcs, get_lapack_funcs
-from threadpoolctl import threadpool_limits
 
 from ..butterfly import apply_groups, transform
 from ..panel.lu import factor_panel_tournament, getrf_panel_cpu
+from .blas_threads import single_threaded_blas
 from .reduced import Equilibration, inverse_power_of_two, round_to
 
 
@@ -141,42 +138,6 @@ def _has_tiny_pivot(T) -> bool:
     return bool(diagonal.size) and bool((diagonal < 1 / np.finfo(T.dtype).max).any())
 
 
-class _SingleThreadedBlas:
-    """BLAS limited to one thread while any host run is under way, and given back exactly as it
-    was when the last of them ends. The limit is process-wide, so concurrent runs share one,
-    counted under a lock. Every change is made from one long-lived thread of ours:
-    threadpoolctl lets a single live thread control OpenBLAS's limit and silently ignores
-    the others (the last run to end restoring from its own thread left the whole process at
-    one thread). Where another thread took that control first, our limit is ignored too:
-    slower, never wrong, and nothing is left behind."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._runs = 0
-        self._limits = None
-        self._controller = None  # the thread that makes the changes, started on first use
-
-    def _in_controller(self, change):
-        if self._controller is None:
-            self._controller = ThreadPoolExecutor(1, thread_name_prefix="hybridla-blas")
-        return self._controller.submit(change).result()
-
-    def enter(self):
-        with self._lock:
-            if self._runs == 0:
-                self._limits = self._in_controller(
-                    lambda: threadpool_limits(limits=1, user_api="blas"))
-            self._runs += 1
-
-    def leave(self):
-        with self._lock:
-            self._runs -= 1
-            if self._runs == 0:
-                self._in_controller(self._limits.restore_original_limits)
-                self._limits = None
-
-
-_single_threaded_blas = _SingleThreadedBlas()
 
 
 class HostBackend:
@@ -200,10 +161,10 @@ class HostBackend:
         (several multithreaded BLAS calls at once only fight over the cores: LU, QR and
         Cholesky at n = 3000 took 2x, 9x and 3x as long on two cores), and the trailing update
         is cut into one task per worker (`update_tasks`)."""
-        _single_threaded_blas.enter()
+        single_threaded_blas.enter()
 
     def end_run(self):
-        _single_threaded_blas.leave()
+        single_threaded_blas.leave()
 
     @staticmethod
     def update_tasks(workers: int) -> int:

@@ -15,7 +15,6 @@ import math
 import numpy as np
 from scipy.linalg import get_lapack_funcs
 
-
 ITMAX = 5  # LAPACK xLACN2's iteration limit
 
 
@@ -37,7 +36,7 @@ def gecon(backend, LU, anorm, norm="1", *, estimate=None) -> float:
     LU : tile store with the factors and pivots (as getrs takes it).
     anorm : float, ||A||_1 (norm "1" or "O") or ||A||_inf (norm "I") of A before factoring.
     estimate : None: LAPACK gecon on the host backend (LU.a), the estimator on a device
-        backend; True: the estimator, through getrs, on any backend.
+        backend; True: the estimator on any backend.
 
     Returns
     -------
@@ -47,12 +46,6 @@ def gecon(backend, LU, anorm, norm="1", *, estimate=None) -> float:
     """
     if norm not in ("1", "O", "I"):
         raise ValueError(f"norm must be '1', 'O' or 'I'; got {norm!r}")
-    quick = _quick_return(LU.n, anorm)
-    if quick is not None:
-        return quick
-    if not _estimates(backend, estimate):
-        rcond, info = get_lapack_funcs(("gecon",), dtype=LU.dtype)[0](LU.a, anorm, norm=norm)
-        return _checked(rcond, info, "gecon")
     # ||A^-1|| = ||U^-1 L^-1 P|| = ||U^-1 L^-1||: P only permutes columns (LAPACK's gecon
     # leaves the interchanges out too), so each product is two triangular solves
     adjoint = _adjoint(LU.dtype)
@@ -60,8 +53,9 @@ def gecon(backend, LU, anorm, norm="1", *, estimate=None) -> float:
     inverse_adjoint = [("U", adjoint, "N"), ("L", adjoint, "U")]  # (L U)^-H x
     if norm == "I":  # ||A^-1||_inf = ||A^-H||_1
         inverse, inverse_adjoint = inverse_adjoint, inverse
-    solve = _products(backend, LU, {"N": inverse, "C": inverse_adjoint})
-    return _reciprocal(anorm, _estimate(solve, LU.n, LU.dtype))
+    return _rcond(backend, LU, anorm, estimate, {"N": inverse, "C": inverse_adjoint},
+                  lambda: get_lapack_funcs(("gecon",), dtype=LU.dtype)[0](LU.a, anorm, norm=norm),
+                  "gecon")
 
 
 def pocon(backend, C, anorm, uplo="L", *, estimate=None) -> float:
@@ -69,22 +63,28 @@ def pocon(backend, C, anorm, uplo="L", *, estimate=None) -> float:
     factor (A = L L^H for uplo "L", U^H U for "U"); anorm = ||A||_1 = ||A||_inf, `estimate`
     and the result as gecon's (C.a on the host path).
 
-    A^-H = A^-1, so both of the estimator's products are one potrs each.
+    A^-H = A^-1, so both of the estimator's products are the same two triangular solves.
     """
     if uplo not in ("L", "U"):
         raise ValueError(f"uplo must be 'L' or 'U'; got {uplo!r}")
-    quick = _quick_return(C.n, anorm)
-    if quick is not None:
-        return quick
-    if not _estimates(backend, estimate):
-        rcond, info = get_lapack_funcs(("pocon",), dtype=C.dtype)[0](C.a, anorm, uplo=uplo)
-        return _checked(rcond, info, "pocon")
     adjoint = _adjoint(C.dtype)
     # A = L L^H: A^-1 x = L^-H (L^-1 x);  A = U^H U: A^-1 x = U^-1 (U^-H x)
     inverse = [(uplo, "N", "N"), (uplo, adjoint, "N")] if uplo == "L" else \
         [(uplo, adjoint, "N"), (uplo, "N", "N")]
-    solve = _products(backend, C, {"N": inverse, "C": inverse})
-    return _reciprocal(anorm, _estimate(solve, C.n, C.dtype))
+    return _rcond(backend, C, anorm, estimate, {"N": inverse, "C": inverse},
+                  lambda: get_lapack_funcs(("pocon",), dtype=C.dtype)[0](C.a, anorm, uplo=uplo),
+                  "pocon")
+
+
+def _rcond(backend, F, anorm, estimate, solves, lapack, name) -> float:
+    """What gecon and pocon share: LAPACK's quick returns, then LAPACK's own routine on the host
+    (`lapack()` -> (rcond, info)), or the estimator through `solves` (see _products)."""
+    quick = _quick_return(F.n, anorm)
+    if quick is not None:
+        return quick
+    if not _estimates(backend, estimate):
+        return _checked(*lapack(), name)
+    return _reciprocal(anorm, _estimate(_products(backend, F, solves), F.n, F.dtype))
 
 
 def _estimate(solve, n, dtype) -> float:
