@@ -2133,6 +2133,14 @@ class CudaBackend:
         trsm(lane.blas, _SIDE[side], _UPLO[uplo], _OP[trans], _DIAG[diag], B.rows, B.cols,
              self._scalar(B.dtype, alpha), T.ptr, T.ld, B.ptr, B.ld)
 
+    def trsv(self, lane, uplo, trans, diag, T: DeviceBlock, x: DeviceBlock):
+        """x := op(T)^-1 x for one column x (cuBLAS trsv: the level-2 solve of one right-hand
+        side; the condition estimator's products)."""
+        if x.size == 0:
+            return
+        getattr(cublas, _PREFIX[x.dtype] + "trsv")(lane.blas, _UPLO[uplo], _OP[trans],
+                                                    _DIAG[diag], x.rows, T.ptr, T.ld, x.ptr, 1)
+
     def gemm(self, lane, alpha, A: DeviceBlock, B: DeviceBlock, beta, C: DeviceBlock,
              trans_a="N", trans_b="N"):
         if C.rows == 0 or C.cols == 0:

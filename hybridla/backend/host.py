@@ -252,6 +252,15 @@ class HostBackend:
                       trans_a="NTC".index(trans), diag=int(diag == "U"))
 
     @staticmethod
+    def trsv(lane, uplo, trans, diag, T, x):
+        """x := op(T)^-1 x for one column x (BLAS trsv)."""
+        if x.size == 0:
+            return
+        trsv, = get_blas_funcs(("trsv",), dtype=x.dtype)
+        x[:, 0] = trsv(T, x[:, 0], lower=int(uplo == "L"), trans="NTC".index(trans),
+                       diag=int(diag == "U"))
+
+    @staticmethod
     def invert_triangular_blocks(lane, uplo, diag, T, b, W, scratch=None):
         """W_c := T_cc^-1 for the diagonal blocks of order b of the square T (the last may be
         smaller), W_c at columns c (b + 1) of W, the other triangle zero (the device's layout:

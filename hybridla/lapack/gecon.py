@@ -166,7 +166,7 @@ def _products(backend, F, solves):
         backend.from_host(lane, np.asfortranarray(x.reshape(n, 1)), x_block)
         with lane:
             for uplo, op, diag in solves[trans]:
-                backend.trsm(lane, "L", uplo, op, diag, 1, T, x_block)
+                backend.trsv(lane, uplo, op, diag, T, x_block)
         return backend.to_host(lane, x_block).reshape(n)
     return solve
 
