@@ -5,8 +5,10 @@
     >>> lu, piv = hybridla.lu_factor(a)            # scipy.linalg.lu_factor's conventions
     >>> x = hybridla.lu_solve((lu, piv), np.ones(1000))
 """
+from . import _logging  # noqa: F401 - the "hybridla" logger with its NullHandler
 from . import config
 from .backend import available_backends
+from .info import show_config
 from .linalg import (
                      LinAlgError,
                      LinAlgWarning,
@@ -33,4 +35,4 @@ __version__ = "0.1.0"
 __all__ = ["lu_factor", "lu_solve", "solve", "cho_factor", "cho_solve", "cholesky", "qr", "ql",
            "lq", "lstsq", "hessenberg", "geqrf", "geqlf", "gelqf", "gehrd", "solve_mixed",
            "lstsq_mixed", "LinAlgError",
-           "LinAlgWarning", "config", "available_backends"]
+           "LinAlgWarning", "config", "available_backends", "show_config"]

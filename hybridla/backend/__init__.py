@@ -8,9 +8,19 @@ where memory lives and how work is ordered on the device is decided here, not in
 from __future__ import annotations
 
 import functools
+import os
+import shutil
 import threading
+import warnings
+
+from .._logging import get_logger
 
 _NAMES = ("host", "cuda")
+_log = get_logger("backend")
+
+# What a machine with a GPU needs for the cuda backend (the warning below and `hybridla info`).
+CUDA_INSTALL_HINT = ('python3 -m pip install "hybridla[cuda]" (PyCUDA and nvmath-python; PyCUDA '
+                     'builds against the CUDA toolkit: nvcc and cuda.h, e.g. in /usr/local/cuda)')
 
 
 @functools.cache
@@ -30,6 +40,39 @@ def _cuda_unavailable_reason() -> str | None:
     return None
 
 
+def gpu_present() -> str | None:
+    """What says that this machine has an NVIDIA GPU ("/dev/nvidia0", the path of nvidia-smi),
+    or None. Only a hint for the warning below: the cuda backend decides by itself."""
+    if os.path.exists("/dev/nvidia0"):
+        return "/dev/nvidia0"
+    return shutil.which("nvidia-smi")
+
+
+_warned_lock = threading.Lock()
+_warned = False
+
+
+def _warn_unusable_gpu(reason: str) -> None:
+    """Once per process: a GPU is present, but the cuda backend cannot use it (PyCUDA or
+    nvmath-python missing or failing), so "auto" runs on the CPU. Not when the GPUs are hidden
+    on purpose (CUDA_VISIBLE_DEVICES empty or -1)."""
+    global _warned
+    if _warned or os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return
+    where = gpu_present()
+    if where is None:
+        return
+    with _warned_lock:
+        if _warned:
+            return
+        _warned = True
+    warnings.warn(
+        f"hybridla: this machine has a GPU ({where}) but the cuda backend cannot use it: "
+        f"{reason}. Running on the CPU (host backend). For GPU support: {CUDA_INSTALL_HINT}; "
+        f"`hybridla info` shows what is missing; backend='host' (or HYBRIDLA_BACKEND=host) "
+        f"chooses the CPU without this warning.", RuntimeWarning, stacklevel=4)
+
+
 def available_backends() -> list[str]:
     """Names of the backends usable on this machine, best last ("host" always)."""
     return ["host"] + (["cuda"] if _cuda_unavailable_reason() is None else [])
@@ -44,7 +87,13 @@ def resolve_name(name: str | None) -> str:
     """Turn "auto"/None into the best available backend; reject unknown or unavailable names."""
     check_name(name)
     if name in (None, "auto"):
-        return available_backends()[-1]
+        why = _cuda_unavailable_reason()
+        if why is None:
+            _log.debug("backend 'auto' -> 'cuda'")
+            return "cuda"
+        _log.debug("backend 'auto' -> 'host' (cuda: %s)", why)
+        _warn_unusable_gpu(why)
+        return "host"
     if name == "cuda" and (why := _cuda_unavailable_reason()):
         raise RuntimeError(f"backend='cuda' is not available: {why}")
     return name
@@ -62,6 +111,8 @@ def get_backend(name: str | None = "auto"):
             else:
                 from .host import HostBackend
                 _made[name] = HostBackend()
+            _log.info("backend %r created (device %s)", name,
+                      getattr(_made[name], "device_name", "?"))
         return _made[name]
 
 

@@ -3,12 +3,16 @@ model that places each step's panel on the CPU or the GPU."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass
 
 import numpy as np
 
 from .. import config as _config
+from .._logging import get_logger
 from ..panel.lu import PIVOTING, RANDOMIZED_ONLY, TOURNAMENT_WIDTH
+
+_log = get_logger("plan")
 
 PANEL_CHOICES = ("cpu", "gpu", "auto")
 
@@ -65,7 +69,12 @@ class CostModel:
     def place_panel(self, rows, cols, hiding_update_flops, kind="getrf") -> str:
         cpu_delay = max(0.0, self.cpu_panel(rows, cols, kind)
                         - self.gpu_update(hiding_update_flops))
-        return "cpu" if cpu_delay < self.gpu_panel(rows, cols, kind) else "gpu"
+        place = "cpu" if cpu_delay < self.gpu_panel(rows, cols, kind) else "gpu"
+        if _log.isEnabledFor(logging.DEBUG):
+            _log.debug("%s panel %dx%d -> %s (cost model: CPU delay %.3g ms, GPU panel %.3g ms)",
+                       kind, rows, cols, place, cpu_delay * 1e3,
+                       self.gpu_panel(rows, cols, kind) * 1e3)
+        return place
 
 
 def panel_flops(rows: int, cols: int) -> float:
@@ -187,6 +196,14 @@ def make_plan(backend, m, n, dtype, *, routine="lu", nb=None, lookahead=None, pa
     tail = _positive_int(f"{routine}.tail", tail, 0)
     pivot_window = _positive_int(f"{routine}.pivot_window", cfg.get(f"{routine}.pivot_window", 2),
                                  1)
+    if _log.isEnabledFor(logging.DEBUG):
+        _log.debug("plan %s %dx%d %s on %s (%s): nb %d, lookahead %d, panel %s, panel_leaf %d, "
+                   "pivoting %s, workers %d, head_steps %d, tail %d, host transfer %s, trace %s",
+                   routine, m, n, np.dtype(dtype), getattr(backend, "name", "?"),
+                   backend.device_name, nb, lookahead, panel, panel_leaf, panel_pivoting,
+                   workers, head_steps, tail,
+                   cfg.get("device.host_transfer") if getattr(backend, "has_device", False)
+                   else "none (host backend)", trace or "none")
     return Plan(backend, nb, lookahead, panel, workers, CostModel(table, dtype),
                 str(trace) if trace else None, bool(progress), pin_pieces, panel_leaf,
                 panel_pivoting, upload_group, head_steps, tail, pivot_window)

@@ -7,16 +7,85 @@ A record is a dict (see docs/INTERNALS.md, "Trace records"):
 
 Times are seconds from the start of the run. Lanes starting with "cpu:" are CPU compute,
 "gpu:" GPU compute, "copy:" transfers.
+
+A trace also carries the run's metadata (`Trace.metadata`, written as the Chrome JSON's top-level
+"metadata" object and as the process's label): routine, shape, dtype, block size, look-ahead,
+panel setting, backend and device (`run_metadata(plan, ...)` makes them from a plan), and, added
+when written, hybridla's version, the date and where the panels actually ran.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
+import textwrap
 import threading
+import zlib
 from pathlib import Path
 
 _GROUP_ORDER = ("cpu", "gpu", "copy")
 _PID = 1
+
+# One colour per task kind, the same in every chart (matplotlib's named colours); other kinds
+# get one of tab20's by a hash of their name, also the same in every chart.
+TASK_COLORS = {
+    "panel": "tab:red", "update": "tab:blue", "trsm": "tab:orange", "swap_left": "tab:olive",
+    "larft": "tab:pink", "round": "tab:brown", "tail": "tab:purple", "top": "tab:cyan",
+    "identity": "lightgray", "stage": "yellowgreen", "upload": "tab:green", "pin": "darkgreen",
+    "download": "tab:gray", "unstage": "silver", "panel_d2h": "gold", "panel_h2d": "khaki",
+}
+# the metadata keys, in the order the chart's title and the process label show them
+METADATA_KEYS = ("routine", "shape", "dtype", "nb", "lookahead", "panel", "panels", "backend",
+                 "device", "hybridla", "date")
+
+
+def task_color(name: str):
+    """The colour of a task kind: TASK_COLORS, else one of tab20's chosen by the name's hash."""
+    if name in TASK_COLORS:
+        return TASK_COLORS[name]
+    import matplotlib
+    cmap = matplotlib.colormaps["tab20"]
+    return cmap(zlib.crc32(name.encode()) % cmap.N)
+
+
+def run_metadata(plan, routine: str, shape, dtype) -> dict:
+    """The metadata of a run from its plan: what a trace of it should say about it. To be
+    passed as ``to_chrome(path, metadata=run_metadata(plan, "getrf", (m, n), dtype))``."""
+    backend = getattr(plan, "backend", None)
+    return {"routine": routine, "shape": [int(x) for x in shape], "dtype": str(dtype),
+            "nb": int(plan.nb), "lookahead": int(plan.lookahead), "panel": str(plan.panel),
+            "backend": getattr(backend, "name", None),
+            "device": getattr(backend, "device_name", None)}
+
+
+def describe(metadata: dict) -> str:
+    """One line of a run's metadata: "getrf 2048 x 2048 float64, nb 64, look-ahead 1, ..."."""
+    md = metadata or {}
+    parts = []
+    head = " ".join(str(x) for x in (md.get("routine"),
+                                     " x ".join(str(d) for d in md["shape"]) if md.get("shape")
+                                     else None, md.get("dtype")) if x)
+    if head:
+        parts.append(head)
+    if md.get("nb") is not None:
+        parts.append(f"nb {md['nb']}")
+    if md.get("lookahead") is not None:
+        parts.append(f"look-ahead {md['lookahead']}")
+    placed = ", ".join(f"{k} {v}" for k, v in (md.get("panels") or {}).items())
+    if md.get("panel") is not None:
+        parts.append(f"panel {md['panel']}" + (f" ({placed})" if placed else ""))
+    elif placed:
+        parts.append(f"panels {placed}")
+    where = " ".join(str(x) for x in (md.get("backend"), f"({md['device']})" if md.get("device")
+                                      and md.get("device") != md.get("backend") else None) if x)
+    if where:
+        parts.append(where)
+    if md.get("hybridla"):
+        parts.append(f"hybridla {md['hybridla']}")
+    if md.get("date"):
+        parts.append(str(md["date"]))
+    parts += [f"{k} {v}" for k, v in md.items() if k not in METADATA_KEYS]
+    return ", ".join(parts)
 
 
 def _merge(intervals):
@@ -62,10 +131,11 @@ def _lane_key(lane: str):
 class Trace:
     """Thread-safe collection of task records from one run."""
 
-    def __init__(self, records=None):
+    def __init__(self, records=None, metadata=None):
         self._lock = threading.Lock()
         self._records = [dict(r) for r in records] if records else []
         self._later = []  # add_later's callables, not yet called
+        self.metadata = dict(metadata or {})  # the run's: see the module's docstring
 
     @staticmethod
     def _record(name, lane, start, end, step=None, flops=0.0, bytes=0.0):  # noqa: A002
@@ -111,12 +181,40 @@ class Trace:
 
     # -- Chrome trace event format ------------------------------------------------------
 
-    def to_chrome(self, path) -> None:
-        """Write a Chrome trace event JSON (opens in Perfetto and chrome://tracing)."""
+    def panel_places(self) -> dict:
+        """How many "panel" tasks ran on the CPU and on the GPU: {"cpu": 12, "gpu": 3}."""
+        places = {}
+        for r in self.records:
+            if r["name"] == "panel":
+                group = r["lane"].partition(":")[0]
+                places[group] = places.get(group, 0) + 1
+        return dict(sorted(places.items()))
+
+    def full_metadata(self, metadata=None) -> dict:
+        """self.metadata with `metadata` over it, and what the records and the process say:
+        where the panels ran, hybridla's version, the date (each unless already given)."""
+        from .. import __version__
+        md = {**self.metadata, **(metadata or {})}
+        places = self.panel_places()
+        if places:
+            md.setdefault("panels", places)
+        md.setdefault("hybridla", __version__)
+        md.setdefault("date", datetime.datetime.now(datetime.timezone.utc)
+                      .strftime("%Y-%m-%d %H:%M:%S UTC"))
+        return {k: md[k] for k in (*[k for k in METADATA_KEYS if k in md],
+                                   *[k for k in md if k not in METADATA_KEYS])}
+
+    def to_chrome(self, path, metadata=None) -> None:
+        """Write a Chrome trace event JSON (opens in Perfetto and chrome://tracing), with the
+        run's metadata (self.metadata, updated by `metadata`; see full_metadata) as its top-level
+        "metadata" object and the process's label."""
         lanes = self.lanes()
         tids = {lane: i + 1 for i, lane in enumerate(lanes)}
+        md = self.full_metadata(metadata)
         events = [{"ph": "M", "pid": _PID, "tid": 0, "name": "process_name",
-                   "args": {"name": "hybridla"}}]
+                   "args": {"name": "hybridla"}},
+                  {"ph": "M", "pid": _PID, "tid": 0, "name": "process_labels",
+                   "args": {"labels": describe(md)}}]
         for i, lane in enumerate(lanes):
             events.append({"ph": "M", "pid": _PID, "tid": tids[lane], "name": "thread_name",
                            "args": {"name": lane}})
@@ -133,7 +231,7 @@ class Trace:
                            "cat": r["lane"].partition(":")[0], "ts": r["start"] * 1e6,
                            "dur": (r["end"] - r["start"]) * 1e6, "args": args})
         with open(path, "w", encoding="utf-8") as f:
-            json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
+            json.dump({"traceEvents": events, "displayTimeUnit": "ms", "metadata": md}, f)
 
     @classmethod
     def load(cls, path) -> "Trace":
@@ -144,7 +242,8 @@ class Trace:
         events = data["traceEvents"] if isinstance(data, dict) else data
         names = {(e.get("pid"), e.get("tid")): e["args"]["name"] for e in events
                  if e.get("ph") == "M" and e.get("name") == "thread_name"}
-        trace = cls()
+        metadata = data.get("metadata") if isinstance(data, dict) else None
+        trace = cls(metadata=metadata if isinstance(metadata, dict) else None)
         for e in events:
             if e.get("ph") != "X":
                 continue
@@ -213,29 +312,61 @@ class Trace:
         lines += [f"{lane:<16} {t * 1e3:10.3f}  {pct(t)}" for lane, t in s["lanes"].items()]
         return "\n".join(lines)
 
+    def idle_gaps(self, min_fraction=0.01) -> list:
+        """(start, end) of the stretches where no task of any lane runs, each at least
+        `min_fraction` of the wall time: host work between tasks (recording the rest of the
+        graph, a wait, Python), as the Gantt chart shows them."""
+        merged = _merge((r["start"], r["end"]) for r in self.records)
+        if len(merged) < 2:
+            return []
+        wall = merged[-1][1] - merged[0][0]
+        return [(a[1], b[0]) for a, b in zip(merged, merged[1:])
+                if b[0] - a[1] >= min_fraction * wall]
+
     def gantt(self, path) -> None:
-        """Draw a Gantt chart, one row per lane; PNG, or SVG when ``path`` ends in .svg."""
+        """Draw a Gantt chart, one row per lane; PNG, or SVG when ``path`` ends in .svg. The
+        title says what ran (the metadata) and how well; each task kind has its colour
+        (`task_color`, the same in every chart) and the legend names them; a task too short
+        to see is drawn a minimum width wide; the stretches where no task runs are shaded."""
+        self.gantt_figure().savefig(path, dpi=120)
+
+    def gantt_figure(self):
+        """The Gantt chart as a matplotlib Figure (what `gantt` saves)."""
         # Figure + Agg canvas directly instead of pyplot: no global backend switch, so a
         # caller's interactive matplotlib session is left alone, and no display is needed.
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
         from matplotlib.patches import Patch
-        import matplotlib
 
         records, lanes, s = self.records, self.lanes(), self.summary()
         names = sorted({r["name"] for r in records})
-        cmap = matplotlib.colormaps["tab10" if len(names) <= 10 else "tab20"]
-        colors = {n: cmap(i % cmap.N) for i, n in enumerate(names)}
+        colors = {n: task_color(n) for n in names}
         t0 = min((r["start"] for r in records), default=0.0)
         row = {lane: len(lanes) - 1 - i for i, lane in enumerate(lanes)}  # first lane on top
+        # about 1.5 pixels of the plot's ~1100: a 10 us task of a 1 s run stays visible
+        min_width = s["wall"] * 1e3 / 750
 
-        fig = Figure(figsize=(12, 1.5 + 0.45 * max(len(lanes), 1)))
+        fig = Figure(figsize=(12, 1.9 + 0.45 * max(len(lanes), 1)))
         FigureCanvasAgg(fig)
         ax = fig.add_subplot()
         for r in records:
-            ax.broken_barh([((r["start"] - t0) * 1e3, (r["end"] - r["start"]) * 1e3)],
+            ax.broken_barh([((r["start"] - t0) * 1e3,
+                             max((r["end"] - r["start"]) * 1e3, min_width))],
                            (row[r["lane"]] - 0.4, 0.8), facecolors=colors[r["name"]],
                            edgecolors="black", linewidth=0.3)
+        handles = [Patch(facecolor=colors[n], edgecolor="black", linewidth=0.3, label=n)
+                   for n in names]
+        gaps = self.idle_gaps()
+        for start, end in gaps:
+            ax.axvspan((start - t0) * 1e3, (end - t0) * 1e3, facecolor="0.92", hatch="//",
+                       edgecolor="0.75", linewidth=0, zorder=0)
+            if end - start >= 0.04 * s["wall"]:
+                ax.text((start + end - 2 * t0) / 2 * 1e3, len(lanes) - 0.45,
+                        f"no task\n{(end - start) * 1e3:.3g} ms", ha="center", va="top",
+                        fontsize="x-small", color="0.3")
+        if gaps:
+            handles.append(Patch(facecolor="0.92", hatch="//", edgecolor="0.75",
+                                 label="no task running\n(host: recording, waits)"))
         ax.set_yticks(range(len(lanes)), list(reversed(lanes)))
         ax.set_ylim(-0.6, max(len(lanes), 1) - 0.4)
         ax.set_xlabel("time (ms)")
@@ -243,16 +374,19 @@ class Trace:
         title = f"wall {s['wall'] * 1e3:.3f} ms"
         if any(lane.startswith("gpu:") for lane in lanes):
             title += f"   GPU idle {100.0 * s['gpu_idle_fraction']:.1f}%"
-        ax.set_title(title + f"   {s['tflops']:.3f} TFLOP/s")
-        if names:
-            ax.legend(handles=[Patch(facecolor=colors[n], label=n) for n in names],
-                      loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+        title += f"   {s['tflops']:.3f} TFLOP/s"
+        about = textwrap.fill(describe(self.full_metadata()), 150)
+        ax.set_title(f"{about}\n{title}" if about else title, fontsize="medium")
+        if handles:
+            ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                      fontsize="small", title="task", title_fontsize="small")
         fig.tight_layout()
-        fig.savefig(path, dpi=120)
+        return fig
 
 
 def render(path, out_png=None) -> str:
     """Load a trace JSON, write its Gantt chart (default: ``path`` with .png), return the summary."""
     trace = Trace.load(path)
     trace.gantt(out_png if out_png is not None else Path(path).with_suffix(".png"))
-    return trace.format_summary()
+    about = describe(trace.metadata)
+    return (f"run              {about}\n" if about else "") + trace.format_summary()
