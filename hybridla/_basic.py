@@ -17,8 +17,10 @@ from ._common import (
 )
 from ._decomp_cholesky import _potrf, cho_solve
 from ._decomp_lu import _getrf, lu_solve
+from ._logging import get_logger
 from .lapack import getrs, potrs
 
+_log = get_logger()
 _ASSUME = {None: "gen", "gen": "gen", "general": "gen", "pos": "pos", "positive definite": "pos"}
 
 
@@ -136,6 +138,7 @@ def _check_condition(rcond, factors, check_finite):
     """scipy's tests on the condition estimate: 0 is singular, NaN means the factors are not
     finite (a was, when checked: the factorization overflowed), below eps/2 a warning; None (no
     estimate: ||a||_1 overflows) passes."""
+    _log.debug("solve: reciprocal condition estimate %s", rcond)
     if rcond is None:
         return
     if rcond == 0:

@@ -10,14 +10,18 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import scipy.sparse
 from scipy.linalg import LinAlgWarning
 from scipy.linalg.blas import find_best_blas_type
 
 from . import backend as _backends
 from . import config as _config
+from ._logging import get_logger
 from .scheduler.plan import make_plan
 
 _TRANS = {0: "N", 1: "T", 2: "C", "N": "N", "T": "T", "C": "C"}
+
+_log = get_logger()
 
 
 def is_device_array(x) -> bool:
@@ -107,6 +111,9 @@ def _common_dtype(*dtypes):
 
 
 def _host_matrix(name, x, check_finite, ndims=(2,)):
+    if scipy.sparse.issparse(x):
+        raise TypeError(f"{name} is a scipy.sparse {type(x).__name__}; hybridla factors dense "
+                        f"matrices: pass {name}.toarray()")
     array = np.asarray(x)
     if check_finite and not _all_finite(array):
         raise ValueError(f"{name} must not contain infs or NaNs (check_finite=True)")
@@ -150,6 +157,7 @@ def _check_memory(backend, m, n, dtype, nb, extra_bytes=0):
     need = backend.required_bytes(m, n, dtype, nb) + extra_bytes
     budget = _config.get("device.memory_budget")
     budget = int(0.9 * backend.free_memory()) if budget is None else int(budget)
+    _log.debug("device memory: %d bytes needed, budget %d", need, budget)
     if need > budget:
         raise MemoryError(
             f"the {m} x {n} {np.dtype(dtype)} matrix needs {need} bytes of device memory "

@@ -9,6 +9,7 @@ from scipy.linalg import LinAlgError
 
 from . import config as _config
 from . import lapack as _lapack
+from ._logging import get_logger
 from ._basic import solve
 from ._common import (
     _check_memory,
@@ -25,11 +26,13 @@ from ._lstsq import _device_store, lstsq
 from .lapack._mixed import LOW_DTYPE, ArrivingMatrix, MixedInfo, check_options
 from .scheduler.plan import make_plan
 
+_log = get_logger("mixed")
+
 
 # -- mixed precision -----------------------------------------------------------------------------
 def solve_mixed(a, b, assume_a="gen", lower=False, overwrite_a=False, overwrite_b=False,
                 check_finite=True, *, lowest=None, refinement=None, tol=None, max_iter=None,
-                inner_tol=None, max_inner=None, fallback=True, equilibrate=True, backend=None,
+                inner_tol=None, max_inner=None, fallback=True, equilibrate=None, backend=None,
                 nb=None, lookahead=None, panel=None, trace=None):
     """Solve a x = b to working precision (a's dtype: float64, complex128, or float32) with the
     O(n^3) factorization in a lower precision and iterative refinement: MAGMA's and cuSOLVER's
@@ -63,7 +66,8 @@ def solve_mixed(a, b, assume_a="gen", lower=False, overwrite_a=False, overwrite_
                 a GMRES correction on top of the fallback: 1.25 s against cuSOLVER dd_gesv's
                 0.74 on an H200 (perf/RESULTS.md)
     equilibrate scale a by powers of two before rounding (rows and columns; symmetric for
-                "pos"), so that half precision neither overflows nor underflows on it
+                "pos"), so that half precision neither overflows nor underflows on it (None:
+                config "mixed.equilibrate", true by default)
 
     The LU's pivoting is config "mixed.panel_pivoting": "window" (the default) randomizes the
     low-precision copy with random butterflies (hybridla/butterfly.py) and searches each
@@ -107,7 +111,7 @@ def solve_mixed(a, b, assume_a="gen", lower=False, overwrite_a=False, overwrite_
 
 
 def lstsq_mixed(a, b, check_finite=True, *, lowest=None, refinement=None, tol=None,
-                max_iter=None, inner_tol=None, max_inner=None, fallback=True, equilibrate=True,
+                max_iter=None, inner_tol=None, max_inner=None, fallback=True, equilibrate=None,
                 backend=None, nb=None, lookahead=None, panel=None, trace=None):
     """The least-squares solution of a x = b (m >= n, full rank) to working precision, the QR
     factorization in a lower precision and refinement of the normal equations preconditioned by
@@ -198,6 +202,8 @@ def _mixed(name, a, b, square, solver, extra, full_precision, check_finite, fall
     finally:
         A.close()
     if info.iterations < 0 and fallback:
+        _log.info("the %s solve did not reach the working precision (code %d): solving in "
+                  "the working precision instead (fallback)", options.lowest, info.iterations)
         started = time.perf_counter()
         x = full_precision()
         info.fell_back = True

@@ -12,17 +12,18 @@ import contextlib
 import ctypes
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
-from typing import NamedTuple
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pycuda.driver as drv
 from nvmath.bindings import cublas, cusolverDn
 from pycuda.compiler import compile as compile_cuda
 
+from .._logging import get_logger
 from ..config import get as _config_get
 from ..panel import lu as panel_lu
 from . import _driver
@@ -30,6 +31,7 @@ from .host import HostLane
 from .pinning import plan_pieces, split_at_cuts
 from .reduced import Equilibration
 
+_log = get_logger("cuda")
 _PREFIX = {np.dtype(np.float32): "s", np.dtype(np.float64): "d",
            np.dtype(np.complex64): "c", np.dtype(np.complex128): "z"}
 # herk for complex, syrk for real (where ^H is ^T); alpha and beta are real in both
@@ -1013,6 +1015,9 @@ class CudaBackend:
             except drv.MemoryError:
                 if self._pool is None:
                     raise
+                _log.warning("device allocation of %d bytes failed: freeing the pool's %d "
+                             "cached bytes and trying again", nbytes,
+                             self._pool.managed_bytes - self._pool.active_bytes)
                 self._pool.free_held()
                 allocation = allocate(nbytes)
             self._allocated += nbytes
@@ -1044,6 +1049,8 @@ class CudaBackend:
         if keep_bytes is None or self.cached_bytes() <= int(keep_bytes):
             return
         with self.active(), self._alloc_lock:
+            _log.debug("device memory pool: %d cached bytes back to the driver (keep %s)",
+                       self._pool.managed_bytes - self._pool.active_bytes, keep_bytes)
             self._pool.free_held()
 
     def free_memory(self) -> int:
