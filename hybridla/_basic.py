@@ -39,7 +39,11 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=
 
     A singular a raises LinAlgError("Matrix is singular."); one that is not positive definite
     with "pos", LinAlgError naming the failing minor; factors that overflowed (entries of a near
-    the largest float) LinAlgError saying so. transposed=True solves a^T x = b ("gen").
+    the largest float) LinAlgError saying so. transposed=True solves a^T x = b (with "pos", for
+    a complex Hermitian a, that is conj(a) x = b; scipy refuses complex transposed solves).
+
+    A host a is solved where it is factored: on a device backend b goes up and x comes down
+    before the factors' device memory is freed (no host triangular solve on the factors).
     """
     lower, transposed = _flag("lower", lower), _flag("transposed", transposed)
     overwrite_a, overwrite_b = _flag("overwrite_a", overwrite_a), _flag("overwrite_b", overwrite_b)

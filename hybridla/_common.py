@@ -115,12 +115,14 @@ def _host_matrix(name, x, check_finite, ndims=(2,)):
         raise TypeError(f"{name} is a scipy.sparse {type(x).__name__}; hybridla factors dense "
                         f"matrices: pass {name}.toarray()")
     array = np.asarray(x)
-    if check_finite and not _all_finite(array):
-        raise ValueError(f"{name} must not contain infs or NaNs (check_finite=True)")
     if array.ndim not in ndims:
         want = " or ".join(f"{d}-D" for d in ndims)
         raise ValueError(f"expected a {want} array for {name}; got shape {array.shape}")
-    return array, _lapack_dtype(name, array.dtype)
+    dtype = _lapack_dtype(name, array.dtype)
+    # last: the one check that reads every entry
+    if check_finite and not _all_finite(array):
+        raise ValueError(f"{name} must not contain infs or NaNs (check_finite=True)")
+    return array, dtype
 
 
 def _device_matrix_checks(name, x, backend, check_finite, ndims=(2,)):
