@@ -27,23 +27,109 @@ _ASSUME = {None: "gen", "gen": "gen", "general": "gen", "pos": "pos", "positive 
 def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=True,
           assume_a=None, transposed=False, *, backend=None, nb=None, lookahead=None, panel=None,
           trace=None):
-    """Solve a x = b for a square a, as scipy.linalg.solve: assume_a "gen" (the default) by LU
-    (getrf + getrs), "pos" by Cholesky (potrf + potrs) on the `lower` (or upper) triangle.
+    """Solve a x = b for a square a, as scipy.linalg.solve: by LU, or by Cholesky with "pos".
 
-    Every argument is checked before any work (a bad b never costs a factorization, nor a's
-    contents under overwrite_a). a and b meet in their common precision (float32 a with float64
-    b: float64, as scipy). After the factorization rcond = 1 / (||a||_1 ||a^-1||_1) is estimated
-    from the factors (gecon / pocon, O(n^2)); rcond < eps/2 (LAPACK's lamch("E")) gives scipy's
-    LinAlgWarning "Ill-conditioned matrix". scipy takes the inf-norm for transposed=True; here
-    the 1-norm serves both (they differ by at most a factor n).
+    assume_a "gen" (the default) factors by LU (getrf + getrs), "pos" by Cholesky (potrf +
+    potrs) on the `lower` (or upper) triangle. Every argument is checked before any work (a
+    bad b never costs a factorization, nor a's contents under overwrite_a).
 
-    A singular a raises LinAlgError("Matrix is singular."); one that is not positive definite
-    with "pos", LinAlgError naming the failing minor; factors that overflowed (entries of a near
-    the largest float) LinAlgError saying so. transposed=True solves a^T x = b (with "pos", for
-    a complex Hermitian a, that is conj(a) x = b; scipy refuses complex transposed solves).
+    Parameters
+    ----------
+    a : (N, N) array_like or device array
+        The matrix, host or device as for lu_factor; with assume_a="pos" Hermitian positive
+        definite, only its `lower` (or upper) triangle read.
+    b : (N,) or (N, K) array_like or device array
+        The right-hand side(s), where `a` is (on a device of `a`'s dtype). A host `a` and `b`
+        meet in their common precision (float32 a with float64 b: float64, as scipy).
+    lower : bool, optional
+        With "pos", use the lower triangle of `a` (default False: the upper). True or False, or
+        0, 1.
+    overwrite_a : bool, optional
+        Whether the factors may be written over `a`, as lu_factor's (default False).
+    overwrite_b : bool, optional
+        Whether x may be written over `b` (default False): a device `b` as lu_solve's; a host
+        `b` is left as it is (x comes in a new array from the solve where the factors are: see
+        Notes).
+    check_finite : bool, optional
+        Check that `a` and `b` hold no infs or NaNs before any work (default True).
+    assume_a : {None, "gen", "general", "pos", "positive definite"}, optional
+        The kind of matrix: None (the default) or "gen": general (LU); "pos": Hermitian
+        positive definite (Cholesky). hybridla has no other forms yet.
+    transposed : bool, optional
+        Solve a^T x = b instead (default False); with "pos", for a complex Hermitian `a`, that
+        is conj(a) x = b (scipy refuses complex transposed solves). True or False, or 0, 1.
+    backend, nb, lookahead, panel, trace : optional
+        Keyword-only engine options, as lu_factor's (configuration keys "lu.*", or "cho.*"
+        with "pos").
+
+    Returns
+    -------
+    ndarray or device array
+        The solution x, of `b`'s shape, where `a` lives (a device x as the same kind of array as
+        `b`), in the precision where `a` and `b` meet.
+
+    Raises
+    ------
+    LinAlgError
+        A singular `a`: "Matrix is singular." (an exactly zero pivot, or a condition estimate
+        of 0); with "pos", an `a` that is not positive definite (the message names the failing
+        minor); factors that overflowed (entries of `a` near the largest float), saying so.
+    ValueError
+        assume_a is not one of its values; lower, overwrite_a, overwrite_b or transposed is not
+        True or False; one of `a` and `b` is a device array and the other not; `a` is not
+        square and 2-D, `b` not 1-D or 2-D with N rows; infs or NaNs (check_finite); a bad
+        engine option (named), as lu_factor's.
+    TypeError
+        `a` or `b` does not hold numbers or is a scipy.sparse matrix; a device `b` whose dtype
+        is not `a`'s, or an unsupported device dtype.
+    NotImplementedError
+        assume_a="pos" with transposed=True for a complex device array (solve a x = conj(b) and
+        conjugate x instead).
+    RuntimeError
+        backend="cuda" where the cuda backend is not available.
+    MemoryError
+        On a device, a matrix over the device-memory budget, as lu_factor's.
+
+    Warns
+    -----
+    LinAlgWarning
+        "Ill-conditioned matrix (rcond=...): result may not be accurate." when the condition
+        estimate rcond < eps/2 (LAPACK's lamch("E")), as scipy.
+
+    See Also
+    --------
+    lu_factor, lu_solve, cho_factor, cho_solve : The two steps apart.
+    solve_mixed : The factorization in a lower precision, refined to the working one.
+
+    Notes
+    -----
+    After the factorization rcond = 1 / (||a||_1 ||a^-1||_1) is estimated from the factors
+    (gecon / pocon, O(n^2)). scipy takes the inf-norm for transposed=True; here the 1-norm
+    serves both (they differ by at most a factor n). A Hermitian a with transposed=True is
+    solved as a conj(x) = conj(b).
 
     A host a is solved where it is factored: on a device backend b goes up and x comes down
     before the factors' device memory is freed (no host triangular solve on the factors).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import hybridla
+    >>> a = np.array([[4., 2., 0.], [2., 5., 1.], [0., 1., 3.]])
+    >>> b = np.array([1., 2., 3.])
+    >>> x = hybridla.solve(a, b, backend="host")
+    >>> np.allclose(a @ x, b)
+    True
+    >>> x = hybridla.solve(a, b, assume_a="pos", backend="host")  # Cholesky
+    >>> np.allclose(a @ x, b)
+    True
+    >>> x = hybridla.solve(a.astype(np.float32), b, transposed=True, backend="host")
+    >>> np.allclose(a.T @ x, b), x.dtype
+    (True, dtype('float64'))
+    >>> hybridla.solve(np.array([[1., 2.], [2., 4.]]), np.ones(2), backend="host")
+    Traceback (most recent call last):
+        ...
+    numpy.linalg.LinAlgError: Matrix is singular.
     """
     lower, transposed = _flag("lower", lower), _flag("transposed", transposed)
     overwrite_a, overwrite_b = _flag("overwrite_a", overwrite_a), _flag("overwrite_b", overwrite_b)

@@ -23,10 +23,69 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, backend=
                lookahead=None, panel=None, trace=None, progress=False):
     """Cholesky factorization of a Hermitian positive definite matrix, as scipy.linalg.cho_factor.
 
-    Returns (c, lower): the factor in the `lower` (or upper) triangle of c; only that triangle of
-    a is read, and the other triangle of c keeps what a held there (scipy documents it as
-    arbitrary). Not positive definite -> LinAlgError naming the failing leading minor, as scipy.
-    Engine options as lu_factor's (configuration keys under "cho.")."""
+    Parameters
+    ----------
+    a : (M, M) array_like or device array
+        The Hermitian positive definite matrix, host or device as for lu_factor. Only its
+        `lower` (or upper) triangle is read.
+    lower : bool, optional
+        Factor A = L L^H from the lower triangle (True) or A = U^H U from the upper one
+        (False, the default). True or False, or 0, 1.
+    overwrite_a : bool, optional
+        Whether the factor may be written over `a`, as lu_factor's (default False).
+    check_finite : bool, optional
+        Check that `a` holds no infs or NaNs before any work (default True).
+    backend, nb, lookahead, panel, trace : optional
+        Keyword-only engine options, as lu_factor's, with configuration keys under "cho."
+        ("cho.nb", "cho.lookahead", "cho.panel"; on a device also "cho.tail", the trailing
+        matrix factored in one cuSOLVER potrf call).
+    progress : bool, optional
+        Keyword-only: show a progress bar (tqdm) over the run's tasks (default False).
+
+    Returns
+    -------
+    c : (M, M) ndarray or device array
+        The factor in the `lower` (or upper) triangle of c, where `a` lives, in `a`'s LAPACK
+        dtype; the other triangle of c keeps what `a` held there (scipy documents it as
+        arbitrary).
+    lower : bool
+        The `lower` argument, for cho_solve.
+
+    Raises
+    ------
+    LinAlgError
+        `a` is not positive definite: "k-th leading minor of the array is not positive
+        definite", naming the failing leading minor, as scipy.
+    ValueError
+        `a` is not square and 2-D, or holds infs or NaNs (check_finite); lower or overwrite_a
+        is not True or False; a bad engine option (named), as lu_factor's.
+    TypeError
+        `a` does not hold numbers, is a scipy.sparse matrix, or is a device array of an
+        unsupported dtype, as lu_factor's.
+    RuntimeError
+        backend="cuda" where the cuda backend is not available.
+    MemoryError
+        On a device, a matrix over the device-memory budget, as lu_factor's.
+
+    See Also
+    --------
+    cho_solve : Solve with the factor.
+    cholesky : The factor alone, with the other triangle zero.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import hybridla
+    >>> a = np.array([[4., 2., 0.], [2., 5., 1.], [0., 1., 3.]])
+    >>> c, lower = hybridla.cho_factor(a, backend="host")
+    >>> lower
+    False
+    >>> u = np.triu(c)
+    >>> np.allclose(u.conj().T @ u, a)
+    True
+    >>> np.allclose(np.tril(c, -1), np.tril(a, -1))  # the other triangle: a's
+    True
+    """
     lower, overwrite_a = _flag("lower", lower), _flag("overwrite_a", overwrite_a)
     c, _, _ = _potrf(a, lower, overwrite_a, check_finite, backend,
                   dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace, progress=progress))
@@ -35,9 +94,64 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, backend=
 
 def cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, backend=None, nb=None,
              lookahead=None, panel=None, trace=None):
-    """The Cholesky factor U (A = U^H U) or, with lower=True, L (A = L L^H), as
-    scipy.linalg.cholesky: the other triangle is zero (also when overwrite_a puts the factor in
-    a itself)."""
+    """The Cholesky factor of a Hermitian positive definite matrix, as scipy.linalg.cholesky.
+
+    Parameters
+    ----------
+    a : (M, M) array_like or device array
+        The Hermitian positive definite matrix, host or device as for lu_factor. Only its
+        `lower` (or upper) triangle is read.
+    lower : bool, optional
+        Return L (A = L L^H) with True, U (A = U^H U) with False (the default). True or False,
+        or 0, 1.
+    overwrite_a : bool, optional
+        Whether the factor may be written over `a`, as lu_factor's (default False).
+    check_finite : bool, optional
+        Check that `a` holds no infs or NaNs before any work (default True).
+    backend, nb, lookahead, panel, trace : optional
+        Keyword-only engine options, as lu_factor's (configuration keys under "cho.", as
+        cho_factor's).
+
+    Returns
+    -------
+    (M, M) ndarray or device array
+        U, or with lower=True L, where `a` lives, in `a`'s LAPACK dtype; the other triangle is
+        zero (also when overwrite_a puts the factor in `a` itself).
+
+    Raises
+    ------
+    LinAlgError
+        `a` is not positive definite (the message names the failing leading minor).
+    ValueError
+        `a` is not square and 2-D, or holds infs or NaNs (check_finite); lower or overwrite_a
+        is not True or False; a bad engine option (named), as lu_factor's.
+    TypeError
+        `a` does not hold numbers, is a scipy.sparse matrix, or is a device array of an
+        unsupported dtype, as lu_factor's.
+    RuntimeError
+        backend="cuda" where the cuda backend is not available.
+    MemoryError
+        On a device, a matrix over the device-memory budget, as lu_factor's.
+
+    See Also
+    --------
+    cho_factor : The factor for cho_solve.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import hybridla
+    >>> a = np.array([[4., 2., 0.], [2., 5., 1.], [0., 1., 3.]])
+    >>> l = hybridla.cholesky(a, lower=True, backend="host")
+    >>> np.allclose(l @ l.conj().T, a), np.allclose(np.triu(l, 1), 0)
+    (True, True)
+    >>> print(np.round(np.diag(l), 4))
+    [2.     2.     1.6583]
+    >>> hybridla.cholesky(np.array([[1., 2.], [2., 1.]]), backend="host")
+    Traceback (most recent call last):
+        ...
+    numpy.linalg.LinAlgError: 2-th leading minor of the array is not positive definite
+    """
     lower, overwrite_a = _flag("lower", lower), _flag("overwrite_a", overwrite_a)
     c, _, _ = _potrf(a, lower, overwrite_a, check_finite, backend,
                   dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace))
@@ -89,8 +203,57 @@ def _potrf(a, lower, overwrite_a, check_finite, backend, options, condition=Fals
 
 
 def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True, *, backend=None):
-    """Solve A x = b with the factor from cho_factor, as scipy.linalg.cho_solve. x has the dtype
-    where c and b meet (scipy's)."""
+    """Solve A x = b with the factor from cho_factor, as scipy.linalg.cho_solve.
+
+    Parameters
+    ----------
+    c_and_lower : tuple of (c, lower)
+        The result of cho_factor: the (N, N) factor `c` (only its `lower` or upper triangle is read)
+        and `lower` (True or False, or 0, 1).
+    b : (N,) or (N, K) array_like or device array
+        The right-hand side(s); a host factor needs a host `b`, a device factor a device `b` of
+        its dtype.
+    overwrite_b : bool, optional
+        Whether x may be written over `b`, as lu_solve's (default False).
+    check_finite : bool, optional
+        Check that `c` and `b` (on a device: `b`) hold no infs or NaNs (default True).
+    backend : {None, "auto", "host", "cuda"}, optional
+        Keyword-only, as lu_solve's: host arrays are solved on the host.
+
+    Returns
+    -------
+    ndarray or device array
+        The solution x, of `b`'s shape, where the factor lives (a device x as the same kind of
+        array as `b`); on the host in the dtype where c and b meet (scipy's).
+
+    Raises
+    ------
+    ValueError
+        lower or overwrite_b is not True or False; backend is unknown, or not None, "auto" or
+        "cuda" for device arrays; one of `c` and `b` is a device array and the other not; `c`
+        is not square and 2-D, `b` not 1-D or 2-D with N rows; infs or NaNs (check_finite).
+    TypeError
+        `c` or `b` does not hold numbers or is a scipy.sparse matrix; a device `b` whose dtype
+        is not `c`'s.
+
+    See Also
+    --------
+    cho_factor : The factor.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import hybridla
+    >>> a = np.array([[4., 2., 0.], [2., 5., 1.], [0., 1., 3.]])
+    >>> b = np.array([1., 2., 3.])
+    >>> x = hybridla.cho_solve(hybridla.cho_factor(a, backend="host"), b, backend="host")
+    >>> np.allclose(a @ x, b)
+    True
+    >>> x = hybridla.cho_solve(hybridla.cho_factor(a, lower=True, backend="host"), b,
+    ...                        backend="host")
+    >>> np.allclose(a @ x, b)
+    True
+    """
     c, lower = c_and_lower
     _backends.check_name(backend)
     lower, overwrite_b = _flag("lower", lower), _flag("overwrite_b", overwrite_b)

@@ -24,21 +24,80 @@ from .scheduler.plan import make_plan
 # -- Hessenberg ----------------------------------------------------------------------------------
 def gehrd(a, lo=0, hi=None, overwrite_a=False, check_finite=True, *, backend=None, nb=None,
           trace=None, stats=None):
-    """LAPACK gehrd: (factors, tau) of the reduction to upper Hessenberg form Q^H A Q = H, as
-    scipy.linalg.lapack's dgehrd / zgehrd return their first two outputs: H on and above the
-    first subdiagonal of factors, reflector j below it (v_j[j+2:] in column j, its unit in row
-    j + 1 implied), tau of n - 1 entries (0 outside lo..hi-1).
+    """LAPACK gehrd: the reduction to upper Hessenberg form Q^H A Q = H, as (factors, tau).
 
-    lo and hi are 0-based and inclusive, scipy's convention (LAPACK's ILO - 1 and IHI - 1;
-    default 0 and n - 1): only rows and columns lo..hi are reduced, a being upper triangular
-    outside them already (as gebal leaves it). scipy.linalg.lapack's orghr / unghr with the same
-    lo and hi form Q from the result. Bad lo or hi raise ValueError naming them (LAPACK's
-    ranges: 0 <= lo <= max(0, n - 1), min(lo, n - 1) <= hi <= n - 1).
-    Engine options: backend, nb (panel width; configuration "hrd.nb"), trace (a path for the
-    run's Chrome trace), stats (a hybridla.lapack.gehrd.HessenbergStats that receives the
-    calls, time and bytes of the matrix-vector phase). A device array is reduced on the device
-    and stays there; tau is a host array either way. Every argument is checked before any
-    work (overwrite_a True or False, or 0, 1)."""
+    As scipy.linalg.lapack's dgehrd / zgehrd return their first two outputs. Only rows and
+    columns lo..hi are reduced, `a` being upper triangular outside them already (as gebal
+    leaves it); scipy.linalg.lapack's orghr / unghr with the same lo and hi form Q from the
+    result. Every argument is checked before any work.
+
+    Parameters
+    ----------
+    a : (N, N) array_like or device array
+        The square matrix, host or device as for lu_factor. A device array is reduced on the
+        device and stays there.
+    lo, hi : int, optional
+        0-based and inclusive, scipy's convention (LAPACK's ILO - 1 and IHI - 1); default 0
+        and None (N - 1). LAPACK's ranges: 0 <= lo <= max(0, N - 1),
+        min(lo, N - 1) <= hi <= N - 1.
+    overwrite_a : bool, optional
+        Whether the factors may be written over `a`, as lu_factor's (default False). True or
+        False, or 0, 1.
+    check_finite : bool, optional
+        Check that `a` holds no infs or NaNs before any work (default True).
+    backend : {None, "auto", "host", "cuda"}, optional
+        Keyword-only engine option, as lu_factor's.
+    nb : int, optional
+        Keyword-only: the panel width, an integer >= 1 (or "auto", the device's tuning entry).
+        None (the default): configuration "hrd.nb" (48). The reduction has no look-ahead and
+        factors its panels on the CPU (lapack/gehrd.py says why).
+    trace : str or path-like, optional
+        Keyword-only: a path for the run's Chrome trace, as lu_factor's.
+    stats : hybridla.lapack.gehrd.HessenbergStats, optional
+        Keyword-only: receives the calls, time and bytes of the matrix-vector phase (default
+        None: none kept).
+
+    Returns
+    -------
+    factors : (N, N) ndarray or device array
+        H on and above the first subdiagonal, reflector j below it (v_j[j+2:] in column j, its
+        unit in row j + 1 implied); where `a` lives, in `a`'s LAPACK dtype (a new empty array
+        for an empty `a`).
+    tau : (N - 1,) ndarray
+        The scalar factors of the reflectors, 0 outside lo..hi-1; a host array on either
+        interface.
+
+    Raises
+    ------
+    ValueError
+        lo or hi out of its range (named); stats is not None or a HessenbergStats; overwrite_a
+        is not True or False; `a` is not square and 2-D, or holds infs or NaNs
+        (check_finite); a bad backend or nb, as lu_factor's.
+    TypeError
+        `a` does not hold numbers, is a scipy.sparse matrix, or is a device array of an
+        unsupported dtype, as lu_factor's.
+    RuntimeError
+        backend="cuda" where the cuda backend is not available.
+    MemoryError
+        On a device, a matrix over the device-memory budget, as lu_factor's.
+
+    See Also
+    --------
+    hessenberg : H, and Q if asked, as scipy.linalg.hessenberg.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import hybridla
+    >>> from scipy.linalg.lapack import dorghr
+    >>> a = np.array([[2., 1., 0., 1.], [1., 3., 1., 0.], [0., 1., 4., 1.], [1., 0., 1., 5.]])
+    >>> factors, tau = hybridla.gehrd(a, backend="host")
+    >>> factors.shape, tau.shape
+    ((4, 4), (3,))
+    >>> q, info = dorghr(factors, tau)
+    >>> np.allclose(q @ np.triu(factors, -1) @ q.T, a)
+    True
+    """
     overwrite_a = _flag("overwrite_a", overwrite_a)
     _check_stats(stats)
     return _gehrd(a, lo, hi, overwrite_a, check_finite, backend, nb, trace, stats)
@@ -75,17 +134,69 @@ def _gehrd(a, lo, hi, overwrite_a, check_finite, backend, nb, trace, stats):
 
 def hessenberg(a, calc_q=False, overwrite_a=False, check_finite=True, *, backend=None, nb=None,
                trace=None, stats=None):
-    """Hessenberg form of a square matrix, A = Q H Q^H, as scipy.linalg.hessenberg: H (zero
-    below the first subdiagonal), and with calc_q=True (H, Q), Q unitary (LAPACK gehrd, then
-    orghr / unghr). The same results as scipy's: scipy's shortcut included, a matrix of order 1
-    or 2 comes back as it is (a copy, in its own dtype, with Q = the float64 identity), where
-    gehrd would make a complex subdiagonal entry real; empty input gives empty results.
+    """Hessenberg form of a square matrix, A = Q H Q^H, as scipy.linalg.hessenberg.
 
-    Engine options as gehrd's (configuration "hrd.nb"); Q is formed by the QR family's orgqr
-    with nb, or "qr.nb" when nb is None. A device array gives device arrays (H reduced, Q formed
-    and H's lower part cleared on the device). Every argument is checked before any work,
-    whatever the order (calc_q and overwrite_a True or False, or 0, 1; nb and the other engine
-    options as for a large matrix)."""
+    LAPACK gehrd, then orghr / unghr for Q. The same results as scipy's: scipy's shortcut
+    included, a matrix of order 1 or 2 comes back as it is (a copy, in its own dtype, with
+    Q = the float64 identity), where gehrd would make a complex subdiagonal entry real; empty
+    input gives empty results. Every argument is checked before any work, whatever the order.
+
+    Parameters
+    ----------
+    a : (N, N) array_like or device array
+        The square matrix, host or device as for lu_factor. A device array gives device arrays
+        (H reduced, Q formed and H's lower part cleared on the device).
+    calc_q : bool, optional
+        Also return Q (default False). True or False, or 0, 1.
+    overwrite_a : bool, optional
+        Whether H may be written over `a`, as lu_factor's (default False). True or False, or
+        0, 1.
+    check_finite : bool, optional
+        Check that `a` holds no infs or NaNs before any work (default True).
+    backend, nb, trace, stats : optional
+        Keyword-only engine options, as gehrd's (configuration "hrd.nb"); Q is formed by the
+        QR family's orgqr with nb, or "qr.nb" when nb is None. They are checked as for a large
+        matrix whatever the order.
+
+    Returns
+    -------
+    H : (N, N) ndarray or device array
+        Upper Hessenberg: zero below the first subdiagonal.
+    Q : (N, N) ndarray or device array
+        Unitary, A = Q H Q^H; only with calc_q=True, returned as (H, Q).
+
+    Raises
+    ------
+    ValueError
+        calc_q or overwrite_a is not True or False; stats is not None or a HessenbergStats;
+        `a` is not square and 2-D, or holds infs or NaNs (check_finite); a bad backend or nb,
+        as lu_factor's.
+    TypeError
+        `a` does not hold numbers, is a scipy.sparse matrix, or is a device array of an
+        unsupported dtype, as lu_factor's.
+    RuntimeError
+        backend="cuda" where the cuda backend is not available.
+    MemoryError
+        On a device, a matrix over the device-memory budget, as lu_factor's.
+
+    See Also
+    --------
+    gehrd : LAPACK's output.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import hybridla
+    >>> a = np.array([[2., 1., 0., 1.], [1., 3., 1., 0.], [0., 1., 4., 1.], [1., 0., 1., 5.]])
+    >>> h, q = hybridla.hessenberg(a, calc_q=True, backend="host")
+    >>> np.allclose(q @ h @ q.T, a), np.allclose(np.tril(h, -2), 0)
+    (True, True)
+    >>> np.allclose(q.T @ q, np.eye(4))
+    True
+    >>> b = np.array([[1, 2], [3, 4]], dtype=np.int16)
+    >>> hybridla.hessenberg(b, backend="host").dtype  # order <= 2: a copy, as it is
+    dtype('int16')
+    """
     calc_q, overwrite_a = _flag("calc_q", calc_q), _flag("overwrite_a", overwrite_a)
     _check_stats(stats)
     n, dtype = _check_hessenberg(a, check_finite, backend, nb, trace)

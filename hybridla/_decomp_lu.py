@@ -24,11 +24,109 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None,
               panel=None, trace=None, progress=False):
     """LU factorization with partial pivoting, P A = L U, as scipy.linalg.lu_factor.
 
-    Returns (lu, piv): L (unit diagonal, not stored) and U packed in lu, pivots 0-based
-    (row i was interchanged with row piv[i]). A zero U(i, i) gives a LinAlgWarning, as scipy's.
-    Engine options: backend ("auto", "host", "cuda"), nb (block size or "auto"), lookahead (>= 0),
-    panel ("cpu", "gpu", "auto": a cost model places each step's panel), trace (a path for the
-    run's Chrome trace JSON), progress (a progress bar).
+    Parameters
+    ----------
+    a : (M, N) array_like or device array
+        The matrix to factor, real or complex. A NumPy array (or anything array-like) is the CPU
+        interface: the factors come back in host memory, in the LAPACK precision scipy would use
+        (integers: float64, float16: float32). A device array (any ``__cuda_array_interface__``:
+        CuPy, PyTorch, PyCUDA GPUArray) is the GPU interface: float32, float64, complex64 or
+        complex128, factored on the cuda backend, the factors left on the device as the same
+        kind of array.
+    overwrite_a : bool, optional
+        Whether the factors may be written over `a` (default False: `a` is left as it is). A
+        host `a` is factored in place, and returned as `lu`, when it is an F-ordered, writeable
+        ndarray of its LAPACK dtype (else the factors go to a new array); a device array always
+        is (a row-major one is factored in a column-major copy, written back). True or False,
+        or 0, 1, as scipy's LAPACK flags.
+    check_finite : bool, optional
+        Check that `a` holds no infs or NaNs before any work (default True); False skips that
+        pass over every entry.
+    backend : {None, "auto", "host", "cuda"}, optional
+        Keyword-only engine option, as every factorization of hybridla takes it (the others
+        refer to this description). Where the CPU interface runs: "host" (NumPy and SciPy's
+        LAPACK, task-parallel), "cuda" (the matrix streamed to the GPU and back while it is
+        factored), "auto" (cuda where it is available, else host). None (the default) takes
+        configuration "backend" ("auto"). A device array always runs on cuda: None, "auto" or
+        "cuda" only.
+    nb : int or "auto", optional
+        Keyword-only engine option: the block size (panel width), an integer >= 1; "auto": the
+        device's tuning entry decides from the size. None (the default): configuration
+        "lu.nb" ("auto").
+    lookahead : int, optional
+        Keyword-only engine option: panels factored ahead of the trailing update, >= 0 (0:
+        none). None (the default): configuration "lu.lookahead" (1).
+    panel : {None, "cpu", "gpu", "auto"}, optional
+        Keyword-only engine option: where panels are factored; "auto": where the device's
+        tuning entry names a place for the routine, there, else a cost model places each
+        step's panel. The host backend factors every panel on the CPU. None (the default):
+        configuration "lu.panel" ("auto").
+    trace : str or path-like, optional
+        Keyword-only engine option: a path to write the run's Chrome trace JSON to (open it in
+        Perfetto; ``hybridla trace FILE`` renders it). None (the default): configuration
+        "trace" (none).
+    progress : bool, optional
+        Keyword-only: show a progress bar (tqdm) over the run's tasks (default False).
+
+    Returns
+    -------
+    lu : (M, N) ndarray or device array
+        U on and above the diagonal, L (unit diagonal, not stored) below it, where `a` lives,
+        in `a`'s LAPACK dtype.
+    piv : (K,) ndarray of int32
+        The pivots, K = min(M, N), 0-based: row i was interchanged with row piv[i]. A host
+        array on either interface.
+
+    Raises
+    ------
+    ValueError
+        `a` is not 2-D, or holds infs or NaNs (check_finite); overwrite_a is not True or False;
+        backend, nb, lookahead or panel has a bad value (the message names it), or a device
+        array comes with backend="host"; a device array has no unit stride along either axis.
+    TypeError
+        `a` does not hold numbers, is a scipy.sparse matrix (pass ``a.toarray()``), or is a
+        device array of another dtype than float32, float64, complex64, complex128.
+    RuntimeError
+        backend="cuda" where the cuda backend is not available (the message says why).
+    MemoryError
+        On a device, a matrix that does not fit the device-memory budget (configuration
+        "device.memory_budget"), before any work.
+
+    Warns
+    -----
+    LinAlgWarning
+        A zero U(i, i) (a singular matrix), as scipy's: "Diagonal number i is exactly zero.
+        Singular matrix."; the factors are returned all the same.
+
+    See Also
+    --------
+    lu_solve : Solve with the factors.
+    solve : Factor and solve, with a condition estimate.
+
+    Notes
+    -----
+    The engine options (backend, nb, lookahead, panel, trace) are keyword-only on every call;
+    None takes them from `hybridla.config`, where later sources win: the built-in defaults
+    (hybridla/data/defaults.yaml), YAML files in /etc/hybridla and ~/.config/hybridla,
+    HYBRIDLA_* environment variables, ``hybridla.config.set``. Each family reads its own
+    keys: "lu.*" here, "cho.*" for Cholesky, "qr.*" for QR, QL, LQ and lstsq.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import hybridla
+    >>> a = np.array([[4., 3., 0.], [6., 3., 1.], [0., 2., 5.]])
+    >>> lu, piv = hybridla.lu_factor(a, backend="host")
+    >>> print(piv)
+    [1 2 2]
+    >>> perm = np.arange(3)
+    >>> for i, j in enumerate(piv):  # the interchanges, in order: P A = a[perm]
+    ...     perm[[i, j]] = perm[[j, i]]
+    >>> l, u = np.tril(lu, -1) + np.eye(3), np.triu(lu)
+    >>> np.allclose(a[perm], l @ u)
+    True
+    >>> hybridla.lu_factor(a.astype(np.float32), backend="host")[0].dtype
+    dtype('float32')
     """
     overwrite_a = _flag("overwrite_a", overwrite_a)
     lu, piv, info, _, _ = _getrf(a, overwrite_a, check_finite, backend,
@@ -71,9 +169,63 @@ def _getrf(a, overwrite_a, check_finite, backend, options, condition=False, then
 def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, backend=None):
     """Solve A x = b (trans 0), A^T x = b (1) or A^H x = b (2) with the factors of lu_factor.
 
-    Host factors and right-hand side are solved on the host (LAPACK-style triangular solves);
-    device factors and right-hand side on the device, returning x as the same kind of array as b.
-    x has the dtype where lu and b meet (float32 factors with a float64 b: float64, as scipy).
+    Parameters
+    ----------
+    lu_and_piv : tuple of (lu, piv)
+        The result of lu_factor: the (N, N) factors `lu` and the 0-based pivots `piv` (shape (N,)).
+    b : (N,) or (N, K) array_like or device array
+        The right-hand side(s); host factors need a host `b`, device factors a device `b` of
+        their dtype.
+    trans : {0, 1, 2, "N", "T", "C"}, optional
+        The system: 0 or "N" (the default) A x = b, 1 or "T" A^T x = b, 2 or "C" A^H x = b.
+    overwrite_b : bool, optional
+        Whether x may be written over `b` (default False): in place, and `x` a view of `b`,
+        when a host `b` is F-ordered, writeable and of x's dtype; a device `b` always. True or
+        False, or 0, 1.
+    check_finite : bool, optional
+        Check that `lu` and `b` (on a device: `b`) hold no infs or NaNs (default True).
+    backend : {None, "auto", "host", "cuda"}, optional
+        Keyword-only. Host factors and right-hand side are solved on the host whatever it says
+        (the name is checked); device arrays need None, "auto" or "cuda".
+
+    Returns
+    -------
+    ndarray or device array
+        The solution x, of `b`'s shape: a host array (LAPACK-style triangular solves on the
+        host), or for device factors and right-hand side the same kind of device array as
+        `b`, solved on the device. On the host x has the dtype where lu and b meet (float32
+        factors with a float64 b: float64, as scipy).
+
+    Raises
+    ------
+    ValueError
+        trans is not one of its values; overwrite_b is not True or False; backend is unknown,
+        or not None, "auto" or "cuda" for device arrays; one of `lu` and `b` is a device array
+        and the other not; `lu` is not square and 2-D, `b` not 1-D or 2-D with N rows, `piv`
+        not of shape (N,); infs or NaNs (check_finite).
+    TypeError
+        `lu` or `b` does not hold numbers or is a scipy.sparse matrix; a device `b` whose
+        dtype is not `lu`'s.
+
+    See Also
+    --------
+    lu_factor : The factors.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import hybridla
+    >>> a = np.array([[4., 3., 0.], [6., 3., 1.], [0., 2., 5.]])
+    >>> b = np.array([1., 2., 3.])
+    >>> lu_and_piv = hybridla.lu_factor(a, backend="host")
+    >>> x = hybridla.lu_solve(lu_and_piv, b, backend="host")
+    >>> np.allclose(a @ x, b)
+    True
+    >>> x = hybridla.lu_solve(lu_and_piv, b, trans=1, backend="host")  # a^T x = b
+    >>> np.allclose(a.T @ x, b)
+    True
+    >>> hybridla.lu_solve(lu_and_piv, np.eye(3, dtype=np.float32), backend="host").dtype
+    dtype('float64')
     """
     lu, piv = lu_and_piv
     _backends.check_name(backend)

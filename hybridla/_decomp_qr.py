@@ -33,23 +33,180 @@ def _householder_factor(a, form, overwrite_a, check_finite, backend, options):
 
 def geqrf(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, lookahead=None,
           panel=None, trace=None):
-    """LAPACK geqrf: (factors, tau), R on and above the diagonal of factors and the Householder
-    reflectors below it, as scipy.linalg.lapack's dgeqrf returns its first two outputs; what
-    qr(mode="raw") returns without building R. Options as qr's."""
+    """LAPACK geqrf: the QR factorization A = Q R in LAPACK's storage, (factors, tau).
+
+    As scipy.linalg.lapack's dgeqrf returns its first two outputs: what qr(mode="raw") returns
+    without building R. scipy.linalg.lapack's orgqr / ungqr form Q from them, ormqr / unmqr
+    apply it.
+
+    Parameters
+    ----------
+    a : (M, N) array_like or device array
+        The matrix to factor, host or device as for lu_factor.
+    overwrite_a : bool, optional
+        Whether the factors may be written over `a`, as lu_factor's (default False).
+    check_finite : bool, optional
+        Check that `a` holds no infs or NaNs before any work (default True).
+    backend, nb, lookahead, panel, trace : optional
+        Keyword-only engine options, as lu_factor's, with configuration keys under "qr."
+        ("qr.nb", "qr.lookahead", "qr.panel").
+
+    Returns
+    -------
+    factors : (M, N) ndarray or device array
+        R on and above the diagonal, the Householder reflectors below it, where `a` lives, in
+        `a`'s LAPACK dtype.
+    tau : (K,) ndarray
+        The K = min(M, N) scalar factors of the reflectors, a host array on either interface.
+
+    Raises
+    ------
+    ValueError
+        `a` is not 2-D, or holds infs or NaNs (check_finite); overwrite_a is not True or False;
+        a bad engine option (named), as lu_factor's.
+    TypeError
+        `a` does not hold numbers, is a scipy.sparse matrix, or is a device array of an
+        unsupported dtype, as lu_factor's.
+    RuntimeError
+        backend="cuda" where the cuda backend is not available.
+    MemoryError
+        On a device, a matrix over the device-memory budget, as lu_factor's.
+
+    See Also
+    --------
+    qr : The factors, Q and R as the user wants them.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import hybridla
+    >>> from scipy.linalg.lapack import dorgqr
+    >>> a = np.array([[1., 1.], [1., 2.], [1., 3.]])
+    >>> factors, tau = hybridla.geqrf(a, backend="host")
+    >>> factors.shape, tau.shape
+    ((3, 2), (2,))
+    >>> q, work, info = dorgqr(factors, tau)
+    >>> np.allclose(q @ np.triu(factors[:2]), a)
+    True
+    """
     return _householder_factors(a, QR, overwrite_a, check_finite, backend, nb, lookahead,
                                 panel, trace)
 
 
 def geqlf(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, lookahead=None,
           panel=None, trace=None):
-    """LAPACK geqlf: (factors, tau) of A = Q L in LAPACK's storage (see ql)."""
+    """LAPACK geqlf: the QL factorization A = Q L in LAPACK's storage, (factors, tau).
+
+    What ql(mode="raw") returns without building L (see ql).
+
+    Parameters
+    ----------
+    a : (M, N) array_like or device array
+        The matrix to factor, host or device as for lu_factor.
+    overwrite_a : bool, optional
+        Whether the factors may be written over `a`, as lu_factor's (default False).
+    check_finite : bool, optional
+        Check that `a` holds no infs or NaNs before any work (default True).
+    backend, nb, lookahead, panel, trace : optional
+        Keyword-only engine options, as lu_factor's, with configuration keys under "qr."
+        ("qr.nb", "qr.lookahead", "qr.panel").
+
+    Returns
+    -------
+    factors : (M, N) ndarray or device array
+        L on and below the (N - M)-th superdiagonal (lower trapezoidal; for M >= N in the last
+        N rows), the Householder reflectors above it; where `a` lives, in `a`'s LAPACK dtype.
+    tau : (K,) ndarray
+        The K = min(M, N) scalar factors of the reflectors, a host array on either interface.
+
+    Raises
+    ------
+    ValueError
+        `a` is not 2-D, or holds infs or NaNs (check_finite); overwrite_a is not True or False;
+        a bad engine option (named), as lu_factor's.
+    TypeError
+        `a` does not hold numbers, is a scipy.sparse matrix, or is a device array of an
+        unsupported dtype, as lu_factor's.
+    RuntimeError
+        backend="cuda" where the cuda backend is not available.
+    MemoryError
+        On a device, a matrix over the device-memory budget, as lu_factor's.
+
+    See Also
+    --------
+    ql : The factors, Q and L as the user wants them.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import hybridla
+    >>> a = np.array([[1., 1.], [1., 2.], [1., 3.]])
+    >>> factors, tau = hybridla.geqlf(a, backend="host")
+    >>> factors.shape, tau.shape
+    ((3, 2), (2,))
+    >>> q, l = hybridla.ql(a, mode="economic", backend="host")
+    >>> np.allclose(np.tril(factors[1:]), l)
+    True
+    """
     return _householder_factors(a, QL, overwrite_a, check_finite, backend, nb, lookahead,
                                 panel, trace)
 
 
 def gelqf(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, lookahead=None,
           panel=None, trace=None):
-    """LAPACK gelqf: (factors, tau) of A = L Q in LAPACK's storage (see lq)."""
+    """LAPACK gelqf: the LQ factorization A = L Q in LAPACK's storage, (factors, tau).
+
+    What lq(mode="raw") returns without building L (see lq).
+
+    Parameters
+    ----------
+    a : (M, N) array_like or device array
+        The matrix to factor, host or device as for lu_factor.
+    overwrite_a : bool, optional
+        Whether the factors may be written over `a`, as lu_factor's (default False).
+    check_finite : bool, optional
+        Check that `a` holds no infs or NaNs before any work (default True).
+    backend, nb, lookahead, panel, trace : optional
+        Keyword-only engine options, as lu_factor's, with configuration keys under "qr."
+        ("qr.nb", "qr.lookahead", "qr.panel").
+
+    Returns
+    -------
+    factors : (M, N) ndarray or device array
+        L on and below the diagonal, the Householder reflectors (rows) above it, where `a`
+        lives, in `a`'s LAPACK dtype.
+    tau : (K,) ndarray
+        The K = min(M, N) scalar factors of the reflectors, a host array on either interface.
+
+    Raises
+    ------
+    ValueError
+        `a` is not 2-D, or holds infs or NaNs (check_finite); overwrite_a is not True or False;
+        a bad engine option (named), as lu_factor's.
+    TypeError
+        `a` does not hold numbers, is a scipy.sparse matrix, or is a device array of an
+        unsupported dtype, as lu_factor's.
+    RuntimeError
+        backend="cuda" where the cuda backend is not available.
+    MemoryError
+        On a device, a matrix over the device-memory budget, as lu_factor's.
+
+    See Also
+    --------
+    lq : The factors, L and Q as the user wants them.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import hybridla
+    >>> a = np.array([[1., 1., 1.], [1., 2., 3.]])
+    >>> factors, tau = hybridla.gelqf(a, backend="host")
+    >>> factors.shape, tau.shape
+    ((2, 3), (2,))
+    >>> l, q = hybridla.lq(a, mode="economic", backend="host")
+    >>> np.allclose(np.tril(factors[:, :2]), l)
+    True
+    """
     return _householder_factors(a, LQ, overwrite_a, check_finite, backend, nb, lookahead,
                                 panel, trace)
 
@@ -67,16 +224,84 @@ def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_fini
        backend=None, nb=None, lookahead=None, panel=None, trace=None):
     """QR decomposition A = Q R (Householder, LAPACK geqrf), as scipy.linalg.qr.
 
-    By `mode`, k = min(m, n): "full": (Q m x m, R m x n); "economic": (Q m x k, R k x n);
-    "r": (R,), m x n; "raw": ((factors, tau), R) with R k x n and (factors, tau) LAPACK geqrf's
-    output, which scipy.linalg.lapack's orgqr/ungqr and ormqr/unmqr take. The diagonal of R is
-    real (LAPACK's convention); Q and R agree with scipy's up to rounding.
-    pivoting=True (column pivoting, LAPACK geqp3) is not implemented: NotImplementedError.
-    lwork (None or an integer) is accepted for scipy compatibility and ignored (the engine
-    sizes its workspaces). Every argument is checked before any work; overwrite_a and pivoting
-    must be True or False (or 0, 1), as scipy's LAPACK flags.
-    Engine options as lu_factor's (configuration keys under "qr."). A device array gives
-    device arrays (Q formed on the device); tau (raw mode) is a host array either way.
+    Every argument is checked before any work.
+
+    Parameters
+    ----------
+    a : (M, N) array_like or device array
+        The matrix, host or device as for lu_factor. A device array gives device arrays (Q
+        formed on the device).
+    overwrite_a : bool, optional
+        Whether the factors may be written over `a`, as lu_factor's (default False). True or
+        False, or 0, 1, as scipy's LAPACK flags.
+    lwork : int, optional
+        Accepted for scipy compatibility and ignored (the engine sizes its workspaces); None or
+        an integer.
+    mode : {"full", "r", "economic", "raw"}, optional
+        What to return (default "full"); see Returns.
+    pivoting : bool, optional
+        Column pivoting (LAPACK geqp3) is not implemented: False (the default) or 0 only;
+        True raises NotImplementedError.
+    check_finite : bool, optional
+        Check that `a` holds no infs or NaNs before any work (default True).
+    backend, nb, lookahead, panel, trace : optional
+        Keyword-only engine options, as lu_factor's, with configuration keys under "qr."
+        ("qr.nb", "qr.lookahead", "qr.panel").
+
+    Returns
+    -------
+    Q : ndarray or device array
+        With k = min(M, N): M x M for "full", M x k for "economic"; not returned for "r" and
+        "raw".
+    R : ndarray or device array
+        Upper trapezoidal: M x N for "full" and "r", k x N for "economic" and "raw". Its
+        diagonal is real (LAPACK's convention); Q and R agree with scipy's up to rounding.
+        mode="r" returns the tuple (R,).
+    (factors, tau) : tuple
+        Only for mode="raw", returned as ((factors, tau), R): LAPACK geqrf's output (see geqrf),
+        which scipy.linalg.lapack's orgqr / ungqr and ormqr / unmqr take; tau is a host array
+        on either interface.
+
+    Raises
+    ------
+    NotImplementedError
+        pivoting=True (use scipy.linalg.qr).
+    ValueError
+        mode is not one of its values; lwork is not None or an integer; overwrite_a or pivoting is
+        not True or False; `a` is not 2-D, or holds infs or NaNs (check_finite); a bad engine
+        option (named), as lu_factor's.
+    TypeError
+        `a` does not hold numbers, is a scipy.sparse matrix, or is a device array of an
+        unsupported dtype, as lu_factor's.
+    RuntimeError
+        backend="cuda" where the cuda backend is not available.
+    MemoryError
+        On a device, a matrix over the device-memory budget, as lu_factor's.
+
+    See Also
+    --------
+    geqrf : LAPACK's output alone.
+    ql, lq : The QL and LQ decompositions.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import hybridla
+    >>> a = np.array([[1., 1.], [1., 2.], [1., 3.]])
+    >>> q, r = hybridla.qr(a, backend="host")
+    >>> q.shape, r.shape
+    ((3, 3), (3, 2))
+    >>> np.allclose(q @ r, a), np.allclose(q.T @ q, np.eye(3))
+    (True, True)
+    >>> q, r = hybridla.qr(a, mode="economic", backend="host")
+    >>> q.shape, r.shape
+    ((3, 2), (2, 2))
+    >>> print(np.round(np.abs(r), 4))
+    [[1.7321 3.4641]
+     [0.     1.4142]]
+    >>> (factors, tau), r = hybridla.qr(a, mode="raw", backend="host")
+    >>> factors.shape, tau.shape, r.shape
+    ((3, 2), (2,), (2, 2))
     """
     if _flag("pivoting", pivoting):
         raise NotImplementedError("pivoting=True (QR with column pivoting, LAPACK geqp3) is not "
@@ -87,21 +312,153 @@ def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_fini
 
 def ql(a, overwrite_a=False, lwork=None, mode="full", check_finite=True, *, backend=None,
        nb=None, lookahead=None, panel=None, trace=None):
-    """QL decomposition A = Q L (LAPACK geqlf; scipy has none), with qr's modes, k = min(m, n):
-    "full": (Q m x m, L m x n, lower trapezoidal on and below the (n-m)-th superdiagonal);
-    "economic": (Q m x k, Q's last k columns, L k x n, L's last k rows); "r": (L,), m x n;
-    "raw": ((factors, tau), L) with L k x n, in LAPACK geqlf's storage. On the GPU the panels
-    are cuSOLVER geqrf's on the reversed panel; options as qr's."""
+    """QL decomposition A = Q L (LAPACK geqlf; scipy has none), with qr's modes.
+
+    Parameters
+    ----------
+    a : (M, N) array_like or device array
+        The matrix, host or device as for lu_factor (a device array gives device arrays).
+    overwrite_a : bool, optional
+        Whether the factors may be written over `a`, as lu_factor's (default False). True or
+        False, or 0, 1, as scipy's LAPACK flags.
+    lwork : int, optional
+        Accepted for scipy compatibility and ignored (the engine sizes its workspaces); None or
+        an integer.
+    mode : {"full", "r", "economic", "raw"}, optional
+        What to return (default "full"); see Returns.
+    check_finite : bool, optional
+        Check that `a` holds no infs or NaNs before any work (default True).
+    backend, nb, lookahead, panel, trace : optional
+        Keyword-only engine options, as lu_factor's, with configuration keys under "qr."
+        ("qr.nb", "qr.lookahead", "qr.panel").
+
+    Returns
+    -------
+    Q : ndarray or device array
+        With k = min(M, N): M x M for "full"; M x k, Q's last k columns, for "economic"; not
+        returned for "r" and "raw".
+    L : ndarray or device array
+        M x N for "full" and "r", lower trapezoidal on and below the (N - M)-th
+        superdiagonal; k x N, L's last k rows, for "economic" and "raw". mode="r" returns the
+        tuple (L,).
+    (factors, tau) : tuple
+        Only for mode="raw", returned as ((factors, tau), L), in LAPACK geqlf's storage (see
+        geqlf); tau is a host array.
+
+    Raises
+    ------
+    ValueError
+        mode is not one of its values; lwork is not None or an integer; overwrite_a is
+        not True or False; `a` is not 2-D, or holds infs or NaNs (check_finite); a bad engine
+        option (named), as lu_factor's.
+    TypeError
+        `a` does not hold numbers, is a scipy.sparse matrix, or is a device array of an
+        unsupported dtype, as lu_factor's.
+    RuntimeError
+        backend="cuda" where the cuda backend is not available.
+    MemoryError
+        On a device, a matrix over the device-memory budget, as lu_factor's.
+
+    See Also
+    --------
+    geqlf : LAPACK's output alone.
+    qr, lq : The QR and LQ decompositions.
+
+    Notes
+    -----
+    On the GPU the panels are cuSOLVER geqrf's on the reversed panel.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import hybridla
+    >>> a = np.array([[1., 1.], [1., 2.], [1., 3.]])
+    >>> q, l = hybridla.ql(a, backend="host")
+    >>> q.shape, l.shape
+    ((3, 3), (3, 2))
+    >>> np.allclose(q @ l, a)
+    True
+    >>> np.allclose(np.triu(l, 2 - 3 + 1), 0)  # zero above the (N - M)-th superdiagonal
+    True
+    >>> q, l = hybridla.ql(a, mode="economic", backend="host")
+    >>> q.shape, l.shape, np.allclose(q @ l, a)
+    ((3, 2), (2, 2), True)
+    """
     return _householder(a, QL, mode, overwrite_a, lwork, check_finite, backend,
                         dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace))
 
 
 def lq(a, overwrite_a=False, lwork=None, mode="full", check_finite=True, *, backend=None,
        nb=None, lookahead=None, panel=None, trace=None):
-    """LQ decomposition A = L Q (LAPACK gelqf; scipy has none), with qr's modes, k = min(m, n):
-    "full": (L m x n, Q n x n); "economic": (L m x k, Q k x n, Q's first k rows); "r": (L,),
-    m x n; "raw": ((factors, tau), L) with L m x k, in LAPACK gelqf's storage. On the GPU the
-    panels are cuSOLVER geqrf's on the conjugate-transposed panel; options as qr's."""
+    """LQ decomposition A = L Q (LAPACK gelqf; scipy has none), with qr's modes.
+
+    Parameters
+    ----------
+    a : (M, N) array_like or device array
+        The matrix, host or device as for lu_factor (a device array gives device arrays).
+    overwrite_a : bool, optional
+        Whether the factors may be written over `a`, as lu_factor's (default False). True or
+        False, or 0, 1, as scipy's LAPACK flags.
+    lwork : int, optional
+        Accepted for scipy compatibility and ignored (the engine sizes its workspaces); None or
+        an integer.
+    mode : {"full", "r", "economic", "raw"}, optional
+        What to return (default "full"); see Returns.
+    check_finite : bool, optional
+        Check that `a` holds no infs or NaNs before any work (default True).
+    backend, nb, lookahead, panel, trace : optional
+        Keyword-only engine options, as lu_factor's, with configuration keys under "qr."
+        ("qr.nb", "qr.lookahead", "qr.panel").
+
+    Returns
+    -------
+    L : ndarray or device array
+        With k = min(M, N): M x N for "full" and "r", M x k for "economic" and "raw"; lower
+        trapezoidal. mode="r" returns the tuple (L,).
+    Q : ndarray or device array
+        N x N for "full"; k x N, Q's first k rows, for "economic"; not returned for "r" and
+        "raw".
+    (factors, tau) : tuple
+        Only for mode="raw", returned as ((factors, tau), L), in LAPACK gelqf's storage (see
+        gelqf); tau is a host array.
+
+    Raises
+    ------
+    ValueError
+        mode is not one of its values; lwork is not None or an integer; overwrite_a is
+        not True or False; `a` is not 2-D, or holds infs or NaNs (check_finite); a bad engine
+        option (named), as lu_factor's.
+    TypeError
+        `a` does not hold numbers, is a scipy.sparse matrix, or is a device array of an
+        unsupported dtype, as lu_factor's.
+    RuntimeError
+        backend="cuda" where the cuda backend is not available.
+    MemoryError
+        On a device, a matrix over the device-memory budget, as lu_factor's.
+
+    See Also
+    --------
+    gelqf : LAPACK's output alone.
+    qr, ql : The QR and QL decompositions.
+
+    Notes
+    -----
+    On the GPU the panels are cuSOLVER geqrf's on the conjugate-transposed panel.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import hybridla
+    >>> a = np.array([[1., 1., 1.], [1., 2., 3.]])
+    >>> l, q = hybridla.lq(a, backend="host")
+    >>> l.shape, q.shape
+    ((2, 3), (3, 3))
+    >>> np.allclose(l @ q, a), np.allclose(q @ q.T, np.eye(3))
+    (True, True)
+    >>> l, q = hybridla.lq(a, mode="economic", backend="host")
+    >>> l.shape, q.shape, np.allclose(l @ q, a)
+    ((2, 2), (2, 3), True)
+    """
     return _householder(a, LQ, mode, overwrite_a, lwork, check_finite, backend,
                         dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace))
 

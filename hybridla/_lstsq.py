@@ -27,26 +27,88 @@ from .scheduler.plan import make_plan
 # -- least squares -------------------------------------------------------------------------------
 def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=True,
           lapack_driver=None, *, backend=None, nb=None, lookahead=None, panel=None, trace=None):
-    """The least-squares solution of a x = b for m >= n, the minimum-norm solution for m < n,
-    for a of full rank (LAPACK gels: QR for m >= n, LQ for m < n), as scipy.linalg.lstsq.
+    """Least squares by QR (m >= n) or LQ (m < n), LAPACK gels, as scipy.linalg.lstsq.
 
-    Returns (x, residues, rank, s) as scipy's: x n x nrhs (or (n,) for 1-D b), in the precision
-    where a and b meet (float32 a with float64 b: float64, as scipy); residues the squared
-    2-norms of b - a x's columns when m > n (a scalar for 1-D b), else an empty array;
-    rank = min(m, n); s = None (no SVD is computed). An empty a (m or n zero) gives scipy's
-    results: x = 0, residues the squared norms of b's columns when n == 0 (else empty), rank 0,
-    s an empty array.
+    The least-squares solution of a x = b for m >= n, the minimum-norm solution for m < n, for
+    `a` of full rank. Every argument is checked before any work.
 
-    Full rank is required: when the triangular factor has a diagonal entry with
-    |T(i, i)| <= tol max_j |T(j, j)|, tol = `cond` if given, else max(m, n) eps, lstsq raises
-    LinAlgError naming i (b is not touched). The test sees what QR without pivoting sees: a
-    numerically rank-deficient a whose |T(i, i)| all stay large passes it; for rank-deficient
-    problems use scipy.linalg.lstsq (SVD). lapack_driver must be None (the driver is gels);
-    overwrite_b is accepted and b is never modified; overwrite_a as lu_factor's. As LAPACK's
-    gels, a and b whose largest entry lies outside the safe range [safmin / eps, eps / safmin]
-    (entries near overflow, or tiny ones) are scaled into it first, by powers of two, and x
-    scaled back (lapack/gels.py). Every argument is checked before any work. Engine options as
-    qr's.
+    Parameters
+    ----------
+    a : (M, N) array_like or device array
+        The matrix, of full rank; host or device as for lu_factor.
+    b : (M,) or (M, K) array_like or device array
+        The right-hand side(s), where `a` is (on a device of `a`'s dtype).
+    cond : float, optional
+        The rank test's tolerance tol, a real number >= 0 (see Raises); None (the default):
+        max(M, N) eps.
+    overwrite_a : bool, optional
+        Whether the factors may be written over `a`, as lu_factor's (default False).
+    overwrite_b : bool, optional
+        Accepted (True or False, or 0, 1); `b` is never modified.
+    check_finite : bool, optional
+        Check that `a` and `b` hold no infs or NaNs before any work (default True).
+    lapack_driver : None, optional
+        Must be None: the driver is gels (QR or LQ); scipy's SVD drivers are not available.
+    backend, nb, lookahead, panel, trace : optional
+        Keyword-only engine options, as qr's (lu_factor's, configuration keys under "qr.").
+
+    Returns
+    -------
+    x : (N,) or (N, K) ndarray or device array
+        The solution ((N,) for 1-D b), where `a` lives, in the precision where `a` and `b`
+        meet (float32 a with float64 b: float64, as scipy).
+    residues : float or (K,) ndarray
+        The squared 2-norms of the columns of b - a x when M > N (a scalar for 1-D b), else an
+        empty array.
+    rank : int
+        The rank, min(M, N) (full rank is required).
+    s : None
+        No SVD is computed.
+
+    Raises
+    ------
+    LinAlgError
+        `a` is rank deficient: the triangular factor T has a diagonal entry with
+        |T(i, i)| <= tol max_j |T(j, j)| (the message names i; `b` is not touched).
+    ValueError
+        lapack_driver is not None; cond is not None or a real number >= 0; overwrite_a or
+        overwrite_b is not True or False; one of `a` and `b` is a device array and the other
+        not; `a` is not 2-D, `b` not 1-D or 2-D with M rows; infs or NaNs (check_finite); a bad
+        engine option (named), as lu_factor's.
+    TypeError
+        `a` or `b` does not hold numbers or is a scipy.sparse matrix; a device `b` whose dtype
+        is not `a`'s, or an unsupported device dtype.
+    RuntimeError
+        backend="cuda" where the cuda backend is not available.
+    MemoryError
+        On a device, a matrix over the device-memory budget, as lu_factor's.
+
+    See Also
+    --------
+    lstsq_mixed : The QR in a lower precision, refined to the working one.
+
+    Notes
+    -----
+    The rank test sees what QR without pivoting sees: a numerically rank-deficient `a` whose
+    |T(i, i)| all stay large passes it; for rank-deficient problems use scipy.linalg.lstsq
+    (SVD). As LAPACK's gels, `a` and `b` whose largest entry lies outside the safe range
+    [safmin / eps, eps / safmin] (entries near overflow, or tiny ones) are scaled into it
+    first, by powers of two, and x scaled back (lapack/gels.py). An empty `a` (M or N zero)
+    gives scipy's results: x = 0, residues the squared norms of b's columns when N == 0 (else
+    empty), rank 0, s an empty array.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import hybridla
+    >>> a = np.array([[1., 1.], [1., 2.], [1., 3.]])  # a line through three points
+    >>> b = np.array([1., 2., 2.])
+    >>> x, residues, rank, s = hybridla.lstsq(a, b, backend="host")
+    >>> np.allclose(x, [2 / 3, 1 / 2]), round(float(residues), 6), rank, s
+    (True, 0.166667, 2, None)
+    >>> x, residues, rank, s = hybridla.lstsq(a.T, [1., 2.], backend="host")  # minimum norm
+    >>> np.allclose(x, [1 / 3, 1 / 3, 1 / 3]), residues.shape
+    (True, (0,))
     """
     overwrite_a, overwrite_b = _flag("overwrite_a", overwrite_a), _flag("overwrite_b", overwrite_b)
     if lapack_driver is not None:

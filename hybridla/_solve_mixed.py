@@ -34,62 +34,149 @@ def solve_mixed(a, b, assume_a="gen", lower=False, overwrite_a=False, overwrite_
                 check_finite=True, *, lowest=None, refinement=None, tol=None, max_iter=None,
                 inner_tol=None, max_inner=None, fallback=True, equilibrate=None, backend=None,
                 nb=None, lookahead=None, panel=None, trace=None):
-    """Solve a x = b to working precision (a's dtype: float64, complex128, or float32) with the
-    O(n^3) factorization in a lower precision and iterative refinement: MAGMA's and cuSOLVER's
-    mixed-precision solvers, with GMRES refinement and tensor cores.
+    """Solve a x = b to working precision with the factorization in a lower precision, refined.
 
-    assume_a "gen": LU (lapack/gesv_mixed.py); "pos": Cholesky of the Hermitian positive
-    definite a, of which only the `lower` (or upper) triangle is read (lapack/posv_mixed.py).
-    On a device, the refinement's product with that triangle adds its terms in an order that
-    varies from run to run (cuda/hemv.cu), so a solve at the edge of the stopping test may
-    take one refinement step more or less from one call to the next (the test is the same).
+    The working precision is a's dtype (float64, complex128, or float32); the O(n^3)
+    factorization runs in a lower precision, then iterative refinement: MAGMA's and cuSOLVER's
+    mixed-precision solvers, with GMRES refinement and tensor cores. Every argument is checked
+    before any work.
 
-    lowest      the factorization's GEMM precision: "half-x3" (error-corrected half: each
-                operand split into two halves, three products on the half tensor cores, about
-                float32's accuracy; the default for real a), "half" (IEEE fp16 operands, fp32
-                sums), "bfloat16", "tf32" (the default for complex a: cuBLAS has no complex
-                16-bit tensor-core GEMM), "single" (no tensor cores). Panels and triangular
-                solves are float32 (complex64) in every case. "half" pays off for well-
-                conditioned Hermitian positive definite a: at n = 32768, condition 1e4, its
-                Cholesky (nb=2048) with 10 GMRES iterations beat half-x3's with 2-3; at 1e6 it
-                needed 100-131 and was 4x slower (perf/RESULTS.md).
-    refinement  "classical-gmres" (default; GMRES-IR), "gmres", "classical", "none"
-    tol         the stopping test ||r||_inf <= tol ||x||_inf ||a||_inf per column; default
-                sqrt(n) eps (MAGMA's, cuSOLVER's)
-    max_iter, inner_tol, max_inner   refinement iterations, GMRES's relative tolerance and
-                iterations per correction or cycle (defaults from config "mixed.*")
-    fallback    when the code is negative (not converged, overflow on narrowing, the
-                low-precision factorization failed), solve in the working precision instead
-                (hybridla.solve); the answer is then as solve's. The low precision bounds the
-                condition numbers refinement can reach: with half-x3's LU, kappa 1e6 converged
-                and 1e8 did not (n = 32768), so there the attempt costs its factorization and
-                a GMRES correction on top of the fallback: 1.25 s against cuSOLVER dd_gesv's
-                0.74 on an H200 (perf/RESULTS.md)
-    equilibrate scale a by powers of two before rounding (rows and columns; symmetric for
-                "pos"), so that half precision neither overflows nor underflows on it (None:
-                config "mixed.equilibrate", true by default)
+    Parameters
+    ----------
+    a : (N, N) array_like or device array
+        The matrix, host or device as for lu_factor; `a` is never modified.
+    b : (N,) or (N, K) array_like or device array
+        The right-hand side(s), where `a` is (on a device of `a`'s dtype); never modified.
+    assume_a : {"gen", "general", "pos", "positive definite"}, optional
+        "gen" (the default): LU (lapack/gesv_mixed.py); "pos": Cholesky of the Hermitian
+        positive definite `a`, of which only the `lower` (or upper) triangle is read
+        (lapack/posv_mixed.py).
+    lower : bool, optional
+        With "pos", read the lower triangle (default False: the upper). True or False, or 0, 1.
+    overwrite_a, overwrite_b : bool, optional
+        Accepted for scipy's signature (True or False, or 0, 1; default False); `a` and `b` are
+        never modified.
+    check_finite : bool, optional
+        Check that `a` and `b` hold no infs or NaNs before any work (default True).
+    lowest : {None, "half-x3", "half", "bfloat16", "tf32", "single"}, optional
+        Keyword-only: the factorization's GEMM precision. "half-x3": error-corrected half, each
+        operand split into two halves, three products on the half tensor cores, about float32's
+        accuracy (the default for real `a`); "half": IEEE fp16 operands, fp32 sums;
+        "bfloat16"; "tf32" (the default for complex `a`: cuBLAS has no complex 16-bit
+        tensor-core GEMM, so "half-x3", "half" and "bfloat16" are for real `a` only); "single":
+        no tensor cores. Panels and triangular solves are float32 (complex64) in every case.
+        None: configuration "mixed.lowest" ("auto": the defaults above). "half" pays off for
+        well-conditioned Hermitian positive definite `a`: at n = 32768, condition 1e4, its
+        Cholesky (nb=2048) with 10 GMRES iterations beat half-x3's with 2-3; at 1e6 it needed
+        100-131 and was 4x slower (perf/RESULTS.md).
+    refinement : {None, "classical-gmres", "gmres", "classical", "none"}, optional
+        Keyword-only: "classical-gmres" (GMRES-IR, the default: configuration
+        "mixed.refinement"), "gmres", "classical", "none".
+    tol : float, optional
+        Keyword-only: the stopping test ||r||_inf <= tol ||x||_inf ||a||_inf per column, a
+        positive number; None (the default): sqrt(n) eps (MAGMA's, cuSOLVER's).
+    max_iter : int, optional
+        Keyword-only: refinement iterations (GMRES cycles for "gmres"), >= 1; None:
+        configuration "mixed.max_iter" (30).
+    inner_tol : float, optional
+        Keyword-only: GMRES's relative tolerance per correction, in (0, 1); None: configuration
+        "mixed.inner_tol" (1e-8).
+    max_inner : int, optional
+        Keyword-only: GMRES iterations per correction or cycle, >= 1; None: configuration
+        "mixed.max_inner" (50).
+    fallback : bool, optional
+        Keyword-only (default True): when the code is negative (not converged, overflow on
+        narrowing, the low-precision factorization failed), solve in the working precision
+        instead (hybridla.solve); the answer is then as solve's. True or False, or 0, 1.
+    equilibrate : bool, optional
+        Keyword-only: scale `a` by powers of two before rounding (rows and columns; symmetric
+        for "pos"), so that half precision neither overflows nor underflows on it. None (the
+        default): configuration "mixed.equilibrate" (True). True or False, or 0, 1.
+    backend, nb, lookahead, panel, trace : optional
+        Keyword-only engine options of the low-precision factorization, as lu_factor's, with
+        configuration keys under "mixed." (its panels default to "gpu").
 
-    The LU's pivoting is config "mixed.panel_pivoting": "window" (the default) randomizes the
-    low-precision copy with random butterflies (hybridla/butterfly.py) and searches each
-    column's pivot within mixed.pivot_window block rows from the diagonal, which takes the
-    pivot search across the whole height off the factorization's critical path; "partial"
-    is LAPACK's. A matrix with a zero row or column (exactly singular) always gets partial
-    pivoting, so that its failure carries LAPACK's info.
+    Returns
+    -------
+    x : ndarray or device array
+        As solve's: `b`'s shape, where `a` lives (the GPU interface returns the same kind of
+        device array as `b`), in the precision where `a` and `b` meet (float32 a with float64
+        b: float64, refined to float64's accuracy, as scipy.linalg.solve would compute). An
+        empty `a` (0 x 0) gives an empty x (as scipy.linalg.solve).
+    info : hybridla.lapack._mixed.MixedInfo
+        How it went: iterations (MAGMA's and cuSOLVER's code: k >= 0 converged after k
+        refinement iterations, -1 stopped early, -2 overflow, -3 the low-precision
+        factorization failed, -max_iter not converged), converged, residuals (the backward
+        error's history), inner_iterations, fell_back, reason (why no solution came from the
+        low precision), seconds (time per phase), ...
 
-    Returns (x, info): x as solve's (shape of b, where a lives: the GPU interface returns the
-    same kind of device array as b), in the precision where a and b meet (float32 a with
-    float64 b: float64, refined to float64's accuracy, as scipy.linalg.solve would compute;
-    on the device a and b must have one dtype), info a MixedInfo (iterations code, residual
-    history, fell_back, time per phase, why it fell back, ...). a and b are never modified
-    (overwrite_a, overwrite_b are accepted for scipy's signature). A singular a raises
-    LinAlgError("Matrix is singular."), one that is not positive definite with "pos"
-    LinAlgError naming the minor, when the working-precision solve decides it (fallback) or the
-    low-precision one fails without fallback. A matrix whose ||a||_inf overflows the working
-    precision (entries near the largest float) cannot have its refinement tested: code -2, the
-    fallback's answer, or LinAlgError saying so without fallback. An empty a (0 x 0) gives an
-    empty x (as scipy.linalg.solve). Every argument is checked before any work: the boolean
-    ones (lower, overwrite_a, overwrite_b, fallback, equilibrate) must be True or False (or 0,
-    1), as scipy's LAPACK flags.
+    Raises
+    ------
+    LinAlgError
+        A singular `a`: "Matrix is singular."; with "pos", one that is not positive definite
+        (the message names the minor); when the working-precision solve decides it (fallback)
+        or the low-precision one fails without fallback. Without fallback, also code -2 (`a`
+        overflows the low precision, or its ||a||_inf the working precision), the message
+        saying why; the error's ``info`` attribute is the MixedInfo. (A refinement that does
+        not converge, without fallback, returns its x with a negative info.iterations.)
+    ValueError
+        assume_a, lowest, refinement, tol, max_iter, inner_tol or max_inner has a bad value
+        (named), or lowest is a real-only precision for a complex `a`; lower, overwrite_a,
+        overwrite_b, fallback or equilibrate is not True or False; one of `a` and `b` is a
+        device array and the other not; `a` is not square and 2-D, `b` not 1-D or 2-D with N
+        rows; infs or NaNs (check_finite); a bad engine option (named), as lu_factor's.
+    TypeError
+        `a` or `b` does not hold numbers or is a scipy.sparse matrix; a device `b` whose dtype
+        is not `a`'s (on the device `a` and `b` must have one dtype), or an unsupported device
+        dtype.
+    RuntimeError
+        backend="cuda" where the cuda backend is not available.
+    MemoryError
+        On a device, the low-precision matrix (and a host matrix's working-precision copy) over
+        the device-memory budget, as lu_factor's.
+
+    See Also
+    --------
+    solve : The working-precision solve (the fallback).
+    lstsq_mixed : The same for least squares.
+
+    Notes
+    -----
+    On a device, the refinement's product with `a`'s triangle ("pos") adds its terms in an
+    order that varies from run to run (cuda/hemv.cu), so a solve at the edge of the stopping
+    test may take one refinement step more or less from one call to the next (the test is the
+    same).
+
+    The low precision bounds the condition numbers refinement can reach: with half-x3's LU,
+    kappa 1e6 converged and 1e8 did not (n = 32768), so there the attempt costs its
+    factorization and a GMRES correction on top of the fallback: 1.25 s against cuSOLVER
+    dd_gesv's 0.74 on an H200 (perf/RESULTS.md).
+
+    The LU's pivoting is configuration "mixed.panel_pivoting": "window" (the default)
+    randomizes the low-precision copy with random butterflies (hybridla/butterfly.py) and
+    searches each column's pivot within mixed.pivot_window block rows from the diagonal,
+    which takes the pivot search across the whole height off the factorization's critical
+    path; "partial" is LAPACK's. A matrix with a zero row or column (exactly singular) always
+    gets partial pivoting, so that its failure carries LAPACK's info.
+
+    A matrix whose ||a||_inf overflows the working precision (entries near the largest float)
+    cannot have its refinement tested: code -2, the fallback's answer, or LinAlgError saying
+    so without fallback.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import hybridla
+    >>> a = np.array([[4., 2., 0.], [2., 5., 1.], [0., 1., 3.]])
+    >>> b = np.array([1., 2., 3.])
+    >>> x, info = hybridla.solve_mixed(a, b, backend="host")
+    >>> np.allclose(a @ x, b), x.dtype
+    (True, dtype('float64'))
+    >>> info.converged, info.fell_back, info.lowest
+    (True, False, 'half-x3')
+    >>> x, info = hybridla.solve_mixed(a, b, assume_a="pos", lowest="single", backend="host")
+    >>> np.allclose(a @ x, b), info.converged
+    (True, True)
     """
     lower, overwrite_a = _flag("lower", lower), _flag("overwrite_a", overwrite_a)
     overwrite_b, fallback = _flag("overwrite_b", overwrite_b), _flag("fallback", fallback)
@@ -113,17 +200,76 @@ def solve_mixed(a, b, assume_a="gen", lower=False, overwrite_a=False, overwrite_
 def lstsq_mixed(a, b, check_finite=True, *, lowest=None, refinement=None, tol=None,
                 max_iter=None, inner_tol=None, max_inner=None, fallback=True, equilibrate=None,
                 backend=None, nb=None, lookahead=None, panel=None, trace=None):
-    """The least-squares solution of a x = b (m >= n, full rank) to working precision, the QR
-    factorization in a lower precision and refinement of the normal equations preconditioned by
-    its R (lapack/gels_mixed.py). Options and result as solve_mixed's (equilibrate scales
-    columns only; tol is the normal equations' ||a^H r||_inf <= tol ||x||_inf ||a||_1 ||a||_inf);
-    the fallback is hybridla.lstsq. Returns (x, info), x of n rows.
+    """Least squares (m >= n, full rank) to working precision, with the QR in a lower precision.
 
-    A rank-deficient a (or one too ill-conditioned for the low precision: R's diagonal test
-    in lapack/gels_mixed.py) does what lstsq does: with fallback, lstsq answers (and raises
-    LinAlgError for a rank-deficient a); without, LinAlgError (code -3). So does an a whose
-    ||a||_1 ||a||_inf leaves the working precision's safe range (code -2: the normal equations
-    square a's magnitude; lstsq scales a as LAPACK's gels does).
+    The least-squares solution of a x = b: the QR factorization in a lower precision and
+    refinement of the normal equations preconditioned by its R (lapack/gels_mixed.py). Every
+    argument is checked before any work.
+
+    Parameters
+    ----------
+    a : (M, N) array_like or device array
+        The matrix, M >= N, of full rank; host or device as for lu_factor. Never modified.
+    b : (M,) or (M, K) array_like or device array
+        The right-hand side(s), where `a` is (on a device of `a`'s dtype). Never modified.
+    check_finite : bool, optional
+        Check that `a` and `b` hold no infs or NaNs before any work (default True).
+    lowest, refinement : optional
+        Keyword-only, as solve_mixed's.
+    tol : float, optional
+        Keyword-only: the normal equations' stopping test
+        ||a^H r||_inf <= tol ||x||_inf ||a||_1 ||a||_inf, a positive number; None (the
+        default): sqrt(n) eps.
+    max_iter, inner_tol, max_inner, fallback : optional
+        Keyword-only, as solve_mixed's; the fallback is hybridla.lstsq.
+    equilibrate : bool, optional
+        Keyword-only, as solve_mixed's, but scaling columns only.
+    backend, nb, lookahead, panel, trace : optional
+        Keyword-only engine options of the low-precision QR, as solve_mixed's.
+
+    Returns
+    -------
+    x : (N,) or (N, K) ndarray or device array
+        The solution, of N rows, as solve_mixed's otherwise (where `a` lives, in the precision
+        where `a` and `b` meet).
+    info : hybridla.lapack._mixed.MixedInfo
+        As solve_mixed's.
+
+    Raises
+    ------
+    LinAlgError
+        A rank-deficient `a` (or one too ill-conditioned for the low precision: R's diagonal
+        test in lapack/gels_mixed.py) does what lstsq does: with fallback, lstsq answers (and
+        raises LinAlgError for a rank-deficient `a`); without, LinAlgError (code -3). So does
+        an `a` whose ||a||_1 ||a||_inf leaves the working precision's safe range (code -2: the
+        normal equations square a's magnitude; lstsq scales `a` as LAPACK's gels does).
+        Without fallback, the error's ``info`` attribute is the MixedInfo.
+    ValueError
+        M < N (use hybridla.lstsq for the minimum-norm solution); a bad option (named), as
+        solve_mixed's; one of `a` and `b` is a device array and the other not; `a` is not 2-D,
+        `b` not 1-D or 2-D with M rows; infs or NaNs (check_finite).
+    TypeError
+        `a` or `b` does not hold numbers or is a scipy.sparse matrix; a device `b` whose dtype
+        is not `a`'s, or an unsupported device dtype.
+    RuntimeError
+        backend="cuda" where the cuda backend is not available.
+    MemoryError
+        On a device, a matrix over the device-memory budget, as lu_factor's.
+
+    See Also
+    --------
+    lstsq : The working-precision solve (the fallback).
+    solve_mixed : The same for square systems.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import hybridla
+    >>> a = np.array([[1., 1.], [1., 2.], [1., 3.]])
+    >>> b = np.array([1., 2., 2.])
+    >>> x, info = hybridla.lstsq_mixed(a, b, backend="host")
+    >>> np.allclose(x, [2 / 3, 1 / 2]), x.shape, info.converged
+    (True, (2,), True)
     """
     fallback = _flag("fallback", fallback)
 

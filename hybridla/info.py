@@ -156,15 +156,42 @@ def format_text(info: dict) -> str:
 
 
 def show_config(mode: str = "stdout"):
-    """Show what hybridla runs with here: versions of hybridla and its dependencies, each
-    backend's availability (and why not), the device and its tuning entry, and the effective
-    configuration with where each value comes from. The same text as ``hybridla info``.
+    """Show what hybridla runs with here: the same text as ``hybridla info``.
+
+    Versions of hybridla and its dependencies, each backend's availability (and why not), the
+    device and its tuning entry, and the effective configuration with where each value comes
+    from.
 
     Parameters
     ----------
-    mode : {"stdout", "text", "dicts"}
-        "stdout" prints the text (returns None); "text" returns it; "dicts" returns the
-        information as a dict.
+    mode : {"stdout", "text", "dicts"}, optional
+        "stdout" (the default) prints the text (returns None); "text" returns it; "dicts"
+        returns the information as a dict.
+
+    Returns
+    -------
+    None or str or dict
+        None for "stdout", the text for "text", the information as plain data for "dicts"
+        (keys "hybridla", "dependencies", "backends", "auto", "devices", "config", ...).
+
+    Raises
+    ------
+    ValueError
+        mode is not "stdout", "text" or "dicts".
+
+    Examples
+    --------
+    >>> import hybridla
+    >>> hybridla.show_config()  # doctest: +ELLIPSIS
+    hybridla ...
+    backends:
+      host   available
+    ...
+    >>> hybridla.show_config("text").startswith("hybridla ")
+    True
+    >>> info = hybridla.show_config("dicts")
+    >>> info["backends"]["host"]["available"], info["auto"] in ("host", "cuda")
+    (True, True)
     """
     if mode not in ("stdout", "text", "dicts"):
         raise ValueError(f"mode must be 'stdout', 'text' or 'dicts'; got mode={mode!r}")
