@@ -317,3 +317,23 @@ def test_cholesky_overwrite_a_zeroes_the_other_triangle(dtype, lower, backend):
     assert residual / (70 * np.linalg.norm(original, 1) * eps_of(dtype)) < 30
     if backend == "host":
         assert np.shares_memory(c, a)  # in place, as scipy's
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.complex128])
+def test_host_copy_by_columns_in_threads(monkeypatch, order, dtype):
+    """The copy a CPU-interface call makes of a matrix it may not overwrite (a C-ordered one is
+    transposed on the way) is cut into column blocks over threads when large: the same bits as
+    a plain assignment, whatever the source's order and dtype."""
+    from hybridla import _common
+    monkeypatch.setattr(_common, "PARALLEL_CHECK_BYTES", 0)
+    monkeypatch.setattr(_common.os, "cpu_count", lambda: 3)
+    source = (np.random.default_rng(7).standard_normal((37, 50)) * 100).astype(dtype)
+    source = np.asarray(source, order=order)
+    working = np.dtype(np.float64 if dtype == np.int64 else dtype)
+    read_from, result = _common._host_source_and_result(source, working, False, True)
+    assert result.flags.f_contiguous and result.dtype == working and read_from is result
+    np.testing.assert_array_equal(result, source.astype(working))
+    a = np.asarray(_spd(64, np.float64, np.random.default_rng(8)), order="C")
+    lu, piv = hybridla.lu_factor(a, backend="host", nb=8)
+    assert getrf_ratio(a, lu, piv) < 30
