@@ -1,10 +1,12 @@
-"""solve: a general or Hermitian positive definite system (scipy.linalg._basic)."""
+"""solve: a general, Hermitian positive definite, symmetric, Hermitian, diagonal, tridiagonal,
+banded or triangular system (scipy.linalg._basic)."""
 from __future__ import annotations
 
 import warnings
 
 import numpy as np
-from scipy.linalg import LinAlgError, LinAlgWarning
+from scipy.linalg import LinAlgError, LinAlgWarning, bandwidth, get_lapack_funcs
+from scipy.linalg.lapack import _compute_lwork
 
 from . import backend as _backends
 from ._common import (
@@ -21,43 +23,62 @@ from ._logging import get_logger
 from .lapack import getrs, potrs
 
 _log = get_logger()
-_ASSUME = {None: "gen", "gen": "gen", "general": "gen", "pos": "pos", "positive definite": "pos"}
+_ASSUME = {None: "gen", "gen": "gen", "general": "gen", "pos": "pos", "positive definite": "pos",
+           "sym": "sym", "symmetric": "sym", "her": "her", "hermitian": "her",
+           "diagonal": "diagonal", "tridiagonal": "tridiagonal", "banded": "banded",
+           "upper triangular": "upper", "lower triangular": "lower"}
+_DEVICE_FORMS = ("gen", "pos")
 
 
 def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=True,
           assume_a=None, transposed=False, *, backend=None, nb=None, lookahead=None, panel=None,
           trace=None):
-    """Solve a x = b for a square a, as scipy.linalg.solve: by LU, or by Cholesky with "pos".
+    """Solve a x = b for a square a, as scipy.linalg.solve: by LU, Cholesky, LDL^T, ...
 
     assume_a "gen" (the default) factors by LU (getrf + getrs), "pos" by Cholesky (potrf +
-    potrs) on the `lower` (or upper) triangle. Every argument is checked before any work (a
+    potrs) on the `lower` (or upper) triangle; these two run on the GPU too. The other forms
+    are scipy's host paths (see assume_a). Every argument is checked before any work (a
     bad b never costs a factorization, nor a's contents under overwrite_a).
 
     Parameters
     ----------
     a : (N, N) array_like or device array
-        The matrix, host or device as for lu_factor; with assume_a="pos" Hermitian positive
-        definite, only its `lower` (or upper) triangle read.
+        The matrix, host or device as for lu_factor; with assume_a="pos", "sym" or "her"
+        only its `lower` (or upper) triangle is read, with a triangular form only that
+        triangle, with "diagonal" only the diagonal, with "tridiagonal" only three diagonals.
     b : (N,) or (N, K) array_like or device array
         The right-hand side(s), where `a` is (on a device of `a`'s dtype). A host `a` and `b`
         meet in their common precision (float32 a with float64 b: float64, as scipy).
     lower : bool, optional
-        With "pos", use the lower triangle of `a` (default False: the upper). True or False, or
-        0, 1.
+        With "pos", "sym" or "her", use the lower triangle of `a` (default False: the upper);
+        ignored otherwise (the triangular forms name their triangle). True or False, or 0, 1.
     overwrite_a : bool, optional
         Whether the factors may be written over `a`, as lu_factor's (default False).
     overwrite_b : bool, optional
-        Whether x may be written over `b` (default False): a device `b` as lu_solve's; a host
-        `b` is left as it is (x comes in a new array from the solve where the factors are: see
-        Notes).
+        Whether x may be written over `b` (default False): a device `b` as lu_solve's; with
+        "gen" or "pos" a host `b` is left as it is (x comes in a new array from the solve where
+        the factors are: see Notes); with the host-only forms, as scipy (x in `b` when it is
+        F-contiguous of the common dtype).
     check_finite : bool, optional
         Check that `a` and `b` hold no infs or NaNs before any work (default True).
-    assume_a : {None, "gen", "general", "pos", "positive definite"}, optional
-        The kind of matrix: None (the default) or "gen": general (LU); "pos": Hermitian
-        positive definite (Cholesky). hybridla has no other forms yet.
+    assume_a : str or None, optional
+        The kind of matrix, as scipy's names:
+
+        - None (the default) or "gen" / "general": general, LU. Unlike scipy, None does not
+          detect structure: it means "gen".
+        - "pos" / "positive definite": Hermitian positive definite, Cholesky.
+        - "sym" / "symmetric": symmetric, LDL^T with Bunch-Kaufman pivoting (sytrf, sytrs,
+          sycon); "her" / "hermitian": Hermitian, LDL^H (hetrf, hetrs, hecon); a real "her" is
+          "sym", as scipy.
+        - "diagonal": b / diag(a); "tridiagonal": gttrf, gttrs, gtcon; "banded": a's bandwidth,
+          gbsv, gbcon; "upper triangular" / "lower triangular": trtrs and trcon, no
+          factorization.
+
+        Only "gen" and "pos" take device arrays; the others are host only, scipy's paths.
     transposed : bool, optional
-        Solve a^T x = b instead (default False); with "pos", for a complex Hermitian `a`, that
-        is conj(a) x = b (scipy refuses complex transposed solves). True or False, or 0, 1.
+        Solve a^T x = b instead (default False); with "pos" or "her", for a complex Hermitian
+        `a`, that is conj(a) x = b; a "sym" or "diagonal" a^T is a. scipy refuses complex
+        transposed solves, hybridla solves them for every form. True or False, or 0, 1.
     backend, nb, lookahead, panel, trace : optional
         Keyword-only engine options, as lu_factor's (configuration keys "lu.*", or "cho.*"
         with "pos").
@@ -84,7 +105,7 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=
         is not `a`'s, or an unsupported device dtype.
     NotImplementedError
         assume_a="pos" with transposed=True for a complex device array (solve a x = conj(b) and
-        conjugate x instead).
+        conjugate x instead); a device array with a form other than "gen" and "pos".
     RuntimeError
         backend="cuda" where the cuda backend is not available.
     MemoryError
@@ -94,7 +115,8 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=
     -----
     LinAlgWarning
         "Ill-conditioned matrix (rcond=...): result may not be accurate." when the condition
-        estimate rcond < eps/2 (LAPACK's lamch("E")), as scipy.
+        estimate rcond < eps/2 (LAPACK's lamch("E")) with "gen", "pos" and "banded"; < eps with
+        the other forms, as scipy 1.17's compiled solve.
 
     See Also
     --------
@@ -126,6 +148,12 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=
     >>> x = hybridla.solve(a.astype(np.float32), b, transposed=True, backend="host")
     >>> np.allclose(a.T @ x, b), x.dtype
     (True, dtype('float64'))
+    >>> x = hybridla.solve(a, b, assume_a="sym", lower=True, backend="host")  # LDL^T
+    >>> np.allclose(a @ x, b)
+    True
+    >>> x = hybridla.solve(np.triu(a), b, assume_a="upper triangular", backend="host")
+    >>> np.allclose(np.triu(a) @ x, b)
+    True
     >>> hybridla.solve(np.array([[1., 2.], [2., 4.]]), np.ones(2), backend="host")
     Traceback (most recent call last):
         ...
@@ -134,12 +162,21 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=
     lower, transposed = _flag("lower", lower), _flag("transposed", transposed)
     overwrite_a, overwrite_b = _flag("overwrite_a", overwrite_a), _flag("overwrite_b", overwrite_b)
     if assume_a not in _ASSUME:
-        raise ValueError(f"assume_a must be None, 'gen' or 'pos' (hybridla has no other forms "
-                         f"yet); got assume_a={assume_a!r}")
+        raise ValueError(f"assume_a must be one of {', '.join(map(repr, _ASSUME))}; got "
+                         f"assume_a={assume_a!r}")
+    form = _ASSUME[assume_a]
+    if form not in _DEVICE_FORMS and (is_device_array(a) or is_device_array(b)):
+        raise NotImplementedError(f"solve(assume_a={assume_a!r}) of device arrays: only "
+                                  f"'gen' and 'pos' run on the GPU; pass host arrays")
     a, b, overwrite_a = _system(a, b, check_finite, backend, overwrite_a)
+    if form not in _DEVICE_FORMS:
+        x, rcond, warn_below = _solve_structured(form, a, b, lower, transposed, overwrite_a,
+                                                 overwrite_b)
+        _check_condition(rcond, a, check_finite, warn_below)
+        return x
     options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace)
     host = not is_device_array(a)
-    if _ASSUME[assume_a] == "pos":
+    if form == "pos":
         # Hermitian A: A^T = conj(A), so A^T x = b is A conj(x) = conj(b)
         conjugate = transposed and _dtype_of(a).kind == "c"
         if conjugate and not host:
@@ -224,10 +261,10 @@ def _dtype_of(x):
     return np.dtype(x.__cuda_array_interface__["typestr"]) if is_device_array(x) else x.dtype
 
 
-def _check_condition(rcond, factors, check_finite):
+def _check_condition(rcond, factors, check_finite, warn_below=0.5):
     """scipy's tests on the condition estimate: 0 is singular, NaN means the factors are not
-    finite (a was, when checked: the factorization overflowed), below eps/2 a warning; None (no
-    estimate: ||a||_1 overflows) passes."""
+    finite (a was, when checked: the factorization overflowed), below warn_below * eps a
+    warning; None (no estimate: ||a||_1 overflows) passes."""
     _log.debug("solve: reciprocal condition estimate %s", rcond)
     if rcond is None:
         return
@@ -239,6 +276,124 @@ def _check_condition(rcond, factors, check_finite):
                           if check_finite else
                           "the factors of a hold infs or NaNs: a has non-finite entries "
                           "(check_finite=False), or its factorization overflowed")
-    if not rcond >= np.finfo(_dtype_of(factors)).eps / 2:
+    if not rcond >= np.finfo(_dtype_of(factors)).eps * warn_below:
         warnings.warn(f"Ill-conditioned matrix (rcond={rcond:.6g}): result may not be "
                       f"accurate.", LinAlgWarning, stacklevel=4)
+
+
+# -- the host-only forms: scipy's own LAPACK paths ---------------------------------------------
+def _singular(info):
+    if info > 0:
+        raise LinAlgError("Matrix is singular.")
+
+
+def _sym_her(prefix):
+    """LDL^T (sytrf) or LDL^H (hetrf) with Bunch-Kaufman pivoting, sytrs / hetrs, sycon / hecon.
+    A^T = A (sym), A^T = conj(A) (her): a transposed solve is a x = b, or a conj(x) = conj(b)."""
+    def solve(a, b, lower, transposed, overwrite_a, overwrite_b):
+        trf, lwork, trs, con = get_lapack_funcs(
+            (f"{prefix}trf", f"{prefix}trf_lwork", f"{prefix}trs", f"{prefix}con"), (a, b))
+        anorm = _symmetric_norm(a, lower)  # before trf may overwrite a
+        ldu, ipiv, info = trf(a, lower=lower, lwork=_compute_lwork(lwork, a.shape[0], lower),
+                              overwrite_a=overwrite_a)
+        _singular(info)
+        conjugate = transposed and prefix == "he"
+        x, info = trs(ldu, ipiv, b.conj() if conjugate else b, lower=lower,
+                      overwrite_b=overwrite_b or conjugate)
+        _singular(info)
+        rcond, _ = con(ldu, ipiv, anorm, lower=lower)
+        return (x.conj() if conjugate else x), rcond
+    return solve
+
+
+def _symmetric_norm(a, lower):
+    """||A||_1 of the symmetric or Hermitian A that the `lower` (or upper) triangle of a holds."""
+    t = np.abs(np.tril(a) if lower else np.triu(a))
+    return float((t.sum(axis=0) + t.sum(axis=1) - np.diagonal(t)).max())
+
+
+def _diagonal(a, b, lower, transposed, overwrite_a, overwrite_b):
+    d = np.diagonal(a)
+    _singular(int((d == 0).any()))
+    in_place = overwrite_b and b.flags.writeable
+    x = np.divide(b, d[:, None], out=b if in_place else None)
+    size = np.abs(d)
+    return x, size.min() / size.max()
+
+
+def _tridiagonal(a, b, lower, transposed, overwrite_a, overwrite_b):
+    """gttrf + gttrs (trans) + gtcon, on the three diagonals of a."""
+    trf, trs, con = get_lapack_funcs(("gttrf", "gttrs", "gtcon"), (a, b))
+    dl, d, du = np.diag(a, -1), np.diag(a), np.diag(a, 1)
+    norm = "I" if transposed else "1"  # ||A^T||_1 = ||A||_inf
+    sums = np.abs(d)
+    sums[1:] += np.abs(dl if transposed else du)
+    sums[:-1] += np.abs(du if transposed else dl)
+    dl, d, du, du2, ipiv, info = trf(dl, d, du)
+    _singular(info)
+    x, info = trs(dl, d, du, du2, ipiv, b, trans="T" if transposed else "N",
+                  overwrite_b=overwrite_b)
+    _singular(info)
+    rcond, _ = con(dl, d, du, du2, ipiv, float(sums.max()), norm=norm)
+    return x, rcond
+
+
+def _banded(a, b, lower, transposed, overwrite_a, overwrite_b):
+    """scipy's: a's bandwidth, gbsv on the band of a (or a^T), gbcon."""
+    gbsv, gbcon, langb = get_lapack_funcs(("gbsv", "gbcon", "langb"), (a, b))
+    m = a.T if transposed else a
+    kl, ku = bandwidth(m)
+    n = m.shape[0]
+    ab = np.zeros((2 * kl + ku + 1, n), dtype=a.dtype, order="F")
+    for k in range(-kl, ku + 1):  # LAPACK band storage: A(i, j) at row kl + ku + i - j
+        ab[kl + ku - k, max(k, 0):n + min(k, 0)] = np.diagonal(m, k)
+    anorm = langb("1", kl, ku, ab[kl:])
+    lub, piv, x, info = gbsv(kl, ku, ab, b, overwrite_ab=True, overwrite_b=overwrite_b)
+    _singular(info)
+    rcond, _ = gbcon(kl, ku, lub, piv, anorm, norm="1")
+    return x, rcond
+
+
+def _triangular(uplo):
+    """trtrs (trans) + trcon on the `uplo` triangle (scipy ignores `lower` here)."""
+    def solve(a, b, lower, transposed, overwrite_a, overwrite_b):
+        trs, con = get_lapack_funcs(("trtrs", "trcon"), (a, b))
+        x, info = trs(a, b, lower=uplo == "L", trans=int(transposed), overwrite_b=overwrite_b)
+        _singular(info)
+        rcond, _ = con(a, norm="I" if transposed else "1", uplo=uplo)
+        return x, rcond
+    return solve
+
+
+# form: (solver(a, b2d, lower, transposed, overwrite_a, overwrite_b) -> (x2d, rcond), warning
+# threshold in units of eps: scipy 1.17's compiled solve warns below eps, its banded path (the
+# Python one) below lamch("E") = eps / 2)
+_HOST_FORMS = {
+    "sym": (_sym_her("sy"), 1.0),
+    "her": (_sym_her("he"), 1.0),
+    "diagonal": (_diagonal, 1.0),
+    "tridiagonal": (_tridiagonal, 1.0),
+    "banded": (_banded, 0.5),
+    "upper": (_triangular("U"), 1.0),
+    "lower": (_triangular("L"), 1.0),
+}
+
+
+def _solve_structured(form, a, b, lower, transposed, overwrite_a, overwrite_b):
+    """A host system of one of the host-only forms, a and b validated, a in the common dtype.
+    Returns (x, rcond or None, warning threshold in eps)."""
+    dtype, n = a.dtype, a.shape[0]
+    rhs = b[:, None] if b.ndim == 1 else b
+    if rhs.dtype != dtype:
+        rhs, overwrite_b = rhs.astype(dtype, order="F"), True
+    if n == 0 or rhs.size == 0:
+        return np.empty(b.shape, dtype), None, 1.0
+    if form == "her" and dtype.kind != "c":
+        form = "sym"  # as scipy: LAPACK has no real Hermitian routines
+    solver, warn_below = _HOST_FORMS[form]
+    if n == 1:  # scipy's scalar path, for every form
+        _singular(int(a[0, 0] == 0))
+        x, rcond = rhs / a[0, 0], None
+    else:
+        x, rcond = solver(a, rhs, lower, transposed, overwrite_a, overwrite_b)
+    return (x[:, 0] if b.ndim == 1 else x), rcond, warn_below
