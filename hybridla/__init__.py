@@ -18,6 +18,7 @@ from .linalg import (
                      gehrd,
                      gelqf,
                      geqlf,
+                     geqp3,
                      geqrf,
                      hessenberg,
                      lq,
@@ -33,6 +34,6 @@ from .linalg import (
 
 __version__ = "0.1.0"
 __all__ = ["lu_factor", "lu_solve", "solve", "cho_factor", "cho_solve", "cholesky", "qr", "ql",
-           "lq", "lstsq", "hessenberg", "geqrf", "geqlf", "gelqf", "gehrd", "solve_mixed",
+           "lq", "lstsq", "hessenberg", "geqrf", "geqlf", "gelqf", "geqp3", "gehrd", "solve_mixed",
            "lstsq_mixed", "LinAlgError",
            "LinAlgWarning", "config", "available_backends", "show_config"]

@@ -5,8 +5,10 @@ import numbers
 
 import numpy as np
 from scipy.linalg import LinAlgError
+from scipy.linalg.lapack import get_lapack_funcs
 
 from . import backend as _backends
+from . import lapack as _lapack
 from ._common import (
     _common_dtype,
     _device_backend,
@@ -27,28 +29,34 @@ from .scheduler.plan import make_plan
 # -- least squares -------------------------------------------------------------------------------
 def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=True,
           lapack_driver=None, *, backend=None, nb=None, lookahead=None, panel=None, trace=None):
-    """Least squares by QR (m >= n) or LQ (m < n), LAPACK gels, as scipy.linalg.lstsq.
+    """Least squares by QR (m >= n) or LQ (m < n), LAPACK gels or gelsy, as scipy.linalg.lstsq.
 
-    The least-squares solution of a x = b for m >= n, the minimum-norm solution for m < n, for
-    `a` of full rank. Every argument is checked before any work.
+    The minimum-norm least-squares solution of a x = b. For `a` of full rank, by QR (m >= n) or
+    LQ (m < n) on the hybrid engine; a host `a` that the rank test finds rank deficient is
+    solved again by QR with column pivoting (LAPACK gelsy through scipy.linalg.lapack, as
+    scipy's lapack_driver="gelsy"), which reveals the effective rank. Every argument is checked
+    before any work.
 
     Parameters
     ----------
     a : (M, N) array_like or device array
-        The matrix, of full rank; host or device as for lu_factor.
+        The matrix, host or device as for lu_factor; of full rank on a device.
     b : (M,) or (M, K) array_like or device array
         The right-hand side(s), where `a` is (on a device of `a`'s dtype).
     cond : float, optional
-        The rank test's tolerance tol, a real number >= 0 (see Raises); None (the default):
-        max(M, N) eps.
+        The rank test's tolerance tol, a real number >= 0 (see Notes), which is also gelsy's
+        rcond (as scipy passes cond to gelsy); None (the default): max(M, N) eps (scipy's
+        default for gelsy is eps).
     overwrite_a : bool, optional
         Whether the factors may be written over `a`, as lu_factor's (default False).
     overwrite_b : bool, optional
         Accepted (True or False, or 0, 1); `b` is never modified.
     check_finite : bool, optional
         Check that `a` and `b` hold no infs or NaNs before any work (default True).
-    lapack_driver : None, optional
-        Must be None: the driver is gels (QR or LQ); scipy's SVD drivers are not available.
+    lapack_driver : {None, "gelsy"}, optional
+        None (the default): gels (QR or LQ), and gelsy where `a` is found rank deficient (host
+        arrays). "gelsy": gelsy directly (host arrays only). scipy's SVD drivers ("gelsd",
+        "gelss") are not available.
     backend, nb, lookahead, panel, trace : optional
         Keyword-only engine options, as qr's (lu_factor's, configuration keys under "qr.").
 
@@ -58,22 +66,28 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
         The solution ((N,) for 1-D b), where `a` lives, in the precision where `a` and `b`
         meet (float32 a with float64 b: float64, as scipy).
     residues : float or (K,) ndarray
-        The squared 2-norms of the columns of b - a x when M > N (a scalar for 1-D b), else an
-        empty array.
+        The squared 2-norms of the columns of b - a x when M > N and the rank is N (a scalar
+        for 1-D b), else an empty array (rank < N or M <= N, as scipy's gelsd; scipy's gelsy
+        always returns an empty array).
     rank : int
-        The rank, min(M, N) (full rank is required).
+        The effective rank: min(M, N) when `a` passes the rank test, else gelsy's (the order
+        of the largest leading triangle of the pivoted R whose estimated condition number is
+        below 1 / cond).
     s : None
-        No SVD is computed.
+        No SVD is computed (as scipy's gelsy).
 
     Raises
     ------
     LinAlgError
-        `a` is rank deficient: the triangular factor T has a diagonal entry with
-        |T(i, i)| <= tol max_j |T(j, j)| (the message names i; `b` is not touched).
+        A device `a` is rank deficient: the triangular factor T has a diagonal entry with
+        |T(i, i)| <= tol max_j |T(j, j)| (the message names i; `b` is not touched); the
+        rank-revealing solve on the GPU is not implemented yet.
+    NotImplementedError
+        lapack_driver="gelsy" with device arrays (not implemented yet).
     ValueError
-        lapack_driver is not None; cond is not None or a real number >= 0; overwrite_a or
-        overwrite_b is not True or False; one of `a` and `b` is a device array and the other
-        not; `a` is not 2-D, `b` not 1-D or 2-D with M rows; infs or NaNs (check_finite); a bad
+        lapack_driver is not None or "gelsy"; cond is not None or a real number >= 0;
+        overwrite_a or overwrite_b is not True or False; one of `a` and `b` is a device array
+        and the other not; `a` is not 2-D, `b` not 1-D or 2-D with M rows; infs or NaNs (check_finite); a bad
         engine option (named), as lu_factor's.
     TypeError
         `a` or `b` does not hold numbers or is a scipy.sparse matrix; a device `b` whose dtype
@@ -89,9 +103,12 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
 
     Notes
     -----
-    The rank test sees what QR without pivoting sees: a numerically rank-deficient `a` whose
-    |T(i, i)| all stay large passes it; for rank-deficient problems use scipy.linalg.lstsq
-    (SVD). As LAPACK's gels, `a` and `b` whose largest entry lies outside the safe range
+    The rank test sees what QR without pivoting sees: T has a diagonal entry with
+    |T(i, i)| <= tol max_j |T(j, j)|. A numerically rank-deficient `a` whose |T(i, i)| all stay
+    large passes it (and is solved as of full rank); one that fails it is, on the host, solved
+    by gelsy from the original `a` (rebuilt from its factors, to rounding, where overwrite_a
+    let the factorization write over it). As LAPACK's gels, `a` and `b` whose largest entry
+    lies outside the safe range
     [safmin / eps, eps / safmin] (entries near overflow, or tiny ones) are scaled into it
     first, by powers of two, and x scaled back (lapack/gels.py). An empty `a` (M or N zero)
     gives scipy's results: x = 0, residues the squared norms of b's columns when N == 0 (else
@@ -109,11 +126,18 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
     >>> x, residues, rank, s = hybridla.lstsq(a.T, [1., 2.], backend="host")  # minimum norm
     >>> np.allclose(x, [1 / 3, 1 / 3, 1 / 3]), residues.shape
     (True, (0,))
+
+    A rank-deficient `a` (host arrays) gets the minimum-norm solution and its rank:
+
+    >>> a = np.array([[1., 2.], [2., 4.], [3., 6.]])  # rank 1
+    >>> x, residues, rank, s = hybridla.lstsq(a, [1., 2., 3.], backend="host")
+    >>> np.allclose(x, [0.2, 0.4]), rank, residues.shape, s
+    (True, 1, (0,), None)
     """
     overwrite_a, overwrite_b = _flag("overwrite_a", overwrite_a), _flag("overwrite_b", overwrite_b)
-    if lapack_driver is not None:
-        raise ValueError(f"lapack_driver must be None (hybridla.lstsq solves by QR or LQ, LAPACK "
-                         f"gels); got lapack_driver={lapack_driver!r}")
+    if lapack_driver not in (None, "gelsy"):
+        raise ValueError(f"lapack_driver must be None (QR or LQ, LAPACK gels, and gelsy for a "
+                         f"rank-deficient a) or 'gelsy'; got lapack_driver={lapack_driver!r}")
     if cond is not None and not (isinstance(cond, numbers.Real) and
                                  not isinstance(cond, (bool, np.bool_)) and cond >= 0):
         raise ValueError(f"cond must be a real number >= 0 or None; got cond={cond!r}")
@@ -141,16 +165,24 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
     nrhs = 1 if len(b_shape) == 1 else b_shape[1]
     # the stages after the factorization run where the factors are
     ops = _backends.get_backend("cuda" if device else "host")
+    if device and lapack_driver == "gelsy":
+        raise NotImplementedError("lapack_driver='gelsy' with device arrays: the GPU version of "
+                                  "the rank-revealing solve is not implemented yet; pass host "
+                                  "arrays, or lapack_driver=None")
     if m == 0 or n == 0:
         return _empty(ops, b, b_array, m, n, nrhs, b_shape, dtype)
+    # gelsy's rcond: scipy passes cond as it is (None: eps); ours defaults to the rank test's
+    rank_tol = max(m, n) * np.finfo(dtype).eps if cond is None else float(cond)
+    if lapack_driver == "gelsy":
+        return _gelsy(array, array, b_array, dtype, rank_tol, overwrite_a)
 
+    may_overwrite_a = overwrite_a  # the user's word, for gelsy
     a_work, overwrite_a, scale_a = _scaled_matrix(ops, a, array, dtype, overwrite_a)
     rhs = b if device else np.asfortranarray(b_array.reshape(m, nrhs), dtype=dtype)
     form, solve = (QR, geqrs) if m >= n else (LQ, gelqs)
     options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace)
     factors, _, tau = _householder_factor(a_work, form, overwrite_a, False, backend, options)
     plan = make_plan(ops, m, n, dtype, routine="qr", nb=nb, lookahead=lookahead)
-    rank_tol = max(m, n) * np.finfo(dtype).eps if cond is None else float(cond)
     # the right-hand side goes into the max(m, n) x nrhs array the solve overwrites; x is its
     # first n rows, copied out when there are more (m > n: the rest holds the residuals)
     work = ops.empty((max(m, n), nrhs), dtype, like=b)
@@ -182,10 +214,16 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
             store.close()
     if info > 0:
         name = "R" if form is QR else "L"
+        if not device:  # rank-revealing: QR with column pivoting, LAPACK gelsy
+            intact = not (np.may_share_memory(factors, array) or
+                          (a_work is array and scale_a != 1))
+            original = array if intact else _rebuilt(factors, tau, form, scale_a)
+            return _gelsy(original, array, b_array, dtype, rank_tol, may_overwrite_a)
         raise LinAlgError(
             f"a is rank deficient, or too close to it for a solve by {form.storage}: "
             f"|{name}({info}, {info})| <= {rank_tol:.3g} * max_j |{name}(j, j)| "
-            f"(a has shape {(m, n)}); use scipy.linalg.lstsq (SVD) for rank-deficient problems")
+            f"(a has shape {(m, n)}); the rank-revealing solve (pivoted QR, gelsy) of device "
+            f"arrays is not implemented yet: pass host arrays, or use scipy.linalg.lstsq")
     if residues is None:
         residues = np.empty(0, dtype=dtype)  # scipy's: x's dtype
     else:
@@ -193,6 +231,48 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
         residues = residues[0] if len(b_shape) == 1 else residues
     rank = min(m, n)
     return (x.reshape(n) if len(b_shape) == 1 else x), residues, rank, None
+
+
+def _gelsy(matrix, array, b_array, dtype, rcond, overwrite_a):
+    """lstsq's results by LAPACK gelsy (pivoted QR, rank-revealing) for the host matrix
+    `matrix` (the user's a, `array`, or a copy rebuilt from its factors): x the minimum-norm
+    solution, residues the squared norms of b - a x when rank == N < M (else empty), the
+    effective rank, s None. `matrix` may be overwritten when it is not the user's array or
+    overwrite_a allows."""
+    (m, n), b_shape = matrix.shape, b_array.shape
+    nrhs = 1 if len(b_shape) == 1 else b_shape[1]
+    work = np.asarray(matrix, dtype=dtype)  # a copy only for another dtype
+    may_overwrite = work.flags.writeable and (work is not array or overwrite_a)
+    rhs = b_array.reshape(m, nrhs).astype(dtype, copy=False)
+    x, rank, tail, info = _lapack.gelsy(work, rhs, rcond, overwrite_a=may_overwrite)
+    if info < 0:  # cannot happen with the arguments given here
+        raise ValueError(f"illegal value in argument {-info} of the internal gelsy")
+    if rank == n and m > n:
+        residues = (np.abs(tail) ** 2).sum(axis=0)
+        residues = residues[0] if len(b_shape) == 1 else residues
+    else:
+        residues = np.empty(0, dtype=dtype)
+    return (x.reshape(n) if len(b_shape) == 1 else x), residues, rank, None
+
+
+def _rebuilt(factors, tau, form, scale_a):
+    """a from the factors of a * scale_a (QR for M >= N, LQ for M < N, LAPACK's storage) that
+    were written over it: Q [R; 0] or [L 0] Q, with scipy's ormqr / unmqr (the LQ factors'
+    conjugate transpose is the QR storage of a^H, with the same tau). Backward stable: the
+    result is a + E, ||E|| of the order of eps ||a||."""
+    m, n = factors.shape
+    if form is LQ:
+        factors = factors.conj().T
+        m, n = n, m
+    c = np.zeros((m, n), factors.dtype, order="F")
+    c[:n] = np.triu(factors[:n])
+    v = np.asfortranarray(factors)
+    (ormqr,) = get_lapack_funcs(("ormqr",), (v,))
+    c, _, info = ormqr("L", "N", v, tau, c, max(n, 1) * 64, overwrite_c=True)
+    if info < 0:  # cannot happen with the arguments given here
+        raise ValueError(f"illegal value in argument {-info} of the internal ormqr / unmqr")
+    c = c if scale_a == 1 else c / scale_a  # a power of two: exact
+    return np.asfortranarray(c.conj().T) if form is LQ else c
 
 
 def _scaled_matrix(ops, a, array, dtype, overwrite_a):

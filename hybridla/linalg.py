@@ -13,13 +13,20 @@ from __future__ import annotations
 
 from scipy.linalg import LinAlgError, LinAlgWarning
 
-from . import _basic, _decomp_cholesky, _decomp_hessenberg, _decomp_lu, _decomp_qr, _lstsq
-from . import _solve_mixed
+from . import (
+           _basic,
+           _decomp_cholesky,
+           _decomp_hessenberg,
+           _decomp_lu,
+           _decomp_qr,
+           _lstsq,
+           _solve_mixed,
+)
 from ._common import public
 
 __all__ = ["lu_factor", "lu_solve", "solve", "cho_factor", "cho_solve", "cholesky", "qr", "ql",
-           "lq", "lstsq", "hessenberg", "geqrf", "geqlf", "gelqf", "gehrd", "solve_mixed",
-           "lstsq_mixed", "LinAlgError", "LinAlgWarning"]
+           "lq", "lstsq", "hessenberg", "geqrf", "geqlf", "gelqf", "geqp3", "gehrd",
+           "solve_mixed", "lstsq_mixed", "LinAlgError", "LinAlgWarning"]
 
 # each family's functions, as the user calls them (`public`: a call that touches the GPU holds the
 # device, with its context current in the calling thread, until it returns)
@@ -30,6 +37,7 @@ cho_factor, cho_solve, cholesky = (public(_decomp_cholesky.cho_factor),
                                    public(_decomp_cholesky.cholesky))
 qr, ql, lq = public(_decomp_qr.qr), public(_decomp_qr.ql), public(_decomp_qr.lq)
 geqrf, geqlf, gelqf = public(_decomp_qr.geqrf), public(_decomp_qr.geqlf), public(_decomp_qr.gelqf)
+geqp3 = public(_decomp_qr.geqp3)
 hessenberg, gehrd = public(_decomp_hessenberg.hessenberg), public(_decomp_hessenberg.gehrd)
 lstsq = public(_lstsq.lstsq)
 solve_mixed, lstsq_mixed = public(_solve_mixed.solve_mixed), public(_solve_mixed.lstsq_mixed)

@@ -18,7 +18,7 @@ MODULES = ["hybridla._decomp_lu", "hybridla._decomp_cholesky", "hybridla._basic"
            "hybridla._solve_mixed", "hybridla.info"]
 
 PUBLIC = ["lu_factor", "lu_solve", "solve", "cho_factor", "cho_solve", "cholesky", "qr", "ql",
-          "lq", "geqrf", "geqlf", "gelqf", "hessenberg", "gehrd", "lstsq", "solve_mixed",
+          "lq", "geqrf", "geqlf", "gelqf", "geqp3", "hessenberg", "gehrd", "lstsq", "solve_mixed",
           "lstsq_mixed", "show_config"]
 
 FLAGS = doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS

@@ -5,6 +5,7 @@ from .gehrd import gehrd
 from .gels import gels, gelqs, geqrs
 from .gels_mixed import gels_mixed
 from .geqlf import geqlf
+from .geqp3 import gelsy, geqp3  # host arrays only, through scipy.linalg.lapack
 from .geqrf import geqrf
 from .getrf import getrf
 from .getrs import getrs
