@@ -87,8 +87,8 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
     ValueError
         lapack_driver is not None or "gelsy"; cond is not None or a real number >= 0;
         overwrite_a or overwrite_b is not True or False; one of `a` and `b` is a device array
-        and the other not; `a` is not 2-D, `b` not 1-D or 2-D with M rows; infs or NaNs (check_finite); a bad
-        engine option (named), as lu_factor's.
+        and the other not; `a` is not 2-D, `b` not 1-D or 2-D with M rows; infs or NaNs
+        (check_finite); a bad engine option (named), as lu_factor's.
     TypeError
         `a` or `b` does not hold numbers or is a scipy.sparse matrix; a device `b` whose dtype
         is not `a`'s, or an unsupported device dtype.
