@@ -330,3 +330,17 @@ def _to_device(ops, x, like):
     finally:
         X.close()
     return out.reshape(shape) if x.ndim == 1 else out
+
+
+# the modes of qr, ql and lq (pivoted or not), as scipy.linalg.qr's
+_MODES = ("full", "r", "economic", "raw")
+
+
+def _check_mode_and_lwork(mode, lwork):
+    if mode not in _MODES:
+        raise ValueError(f"mode must be one of {_MODES}; got mode={mode!r}")
+    if lwork is not None:
+        try:
+            operator.index(lwork)
+        except TypeError:
+            raise ValueError(f"lwork must be an integer or None; got lwork={lwork!r}") from None

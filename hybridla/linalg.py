@@ -19,6 +19,7 @@ from . import (
            _decomp_hessenberg,
            _decomp_lu,
            _decomp_qr,
+           _decomp_qr_pivoted,
            _lstsq,
            _solve_mixed,
 )
@@ -37,7 +38,7 @@ cho_factor, cho_solve, cholesky = (public(_decomp_cholesky.cho_factor),
                                    public(_decomp_cholesky.cholesky))
 qr, ql, lq = public(_decomp_qr.qr), public(_decomp_qr.ql), public(_decomp_qr.lq)
 geqrf, geqlf, gelqf = public(_decomp_qr.geqrf), public(_decomp_qr.geqlf), public(_decomp_qr.gelqf)
-geqp3 = public(_decomp_qr.geqp3)
+geqp3 = public(_decomp_qr_pivoted.geqp3)
 hessenberg, gehrd = public(_decomp_hessenberg.hessenberg), public(_decomp_hessenberg.gehrd)
 lstsq = public(_lstsq.lstsq)
 solve_mixed, lstsq_mixed = public(_solve_mixed.solve_mixed), public(_solve_mixed.lstsq_mixed)
