@@ -32,7 +32,7 @@ from .linalg import (
                      solve_mixed,
 )
 
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: F401  (the package's version)
 __all__ = ["lu_factor", "lu_solve", "solve", "cho_factor", "cho_solve", "cholesky", "qr", "ql",
            "lq", "lstsq", "hessenberg", "geqrf", "geqlf", "gelqf", "geqp3", "gehrd", "solve_mixed",
            "lstsq_mixed", "LinAlgError",

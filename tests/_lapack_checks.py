@@ -554,7 +554,9 @@ class StreamedStoreStub:
     streamed, staged, pin, transfer = True, False, False, "pageable"
 
     def __init__(self, m, n):
+        from hybridla.backend.residency import HOST, Residency
         self.m, self.n, self.dtype = m, n, np.dtype(np.float64)
+        self.residency = Residency(m, n, 1, home=HOST)  # tiles of one element: exact
 
     def workspace(self, name, rows, cols):
         return None
@@ -566,6 +568,12 @@ class StreamedStoreStub:
         pass
 
     def download_block(self, lane, r0, r1, c0, c1):
+        pass
+
+    def panel_to_host(self, lane, step, r0, c0, c1, r1=None):
+        pass
+
+    def panel_to_device(self, lane, step, r0, c0, c1, r1=None):
         pass
 
 
@@ -609,9 +617,12 @@ def unload_perf_script(module):
     sys.modules.pop(module.__name__, None)
 
 
-def assert_downloads_cover_once(graph, m, n):
+def assert_downloads_cover_once(graph, m, n, store=None):
     """A streamed factorization's recorded graph sends every element of the m x n matrix home
-    exactly once, and nothing writes a block after its download was recorded."""
+    exactly once, and nothing writes a block after its download was recorded; the store's
+    residency (when given) agrees: its home holds every tile at the end."""
+    if store is not None:
+        assert store.residency.home_is_current(), store.residency
     covered = np.zeros((m, n), int)
     for task in graph.tasks:
         if task.name != "download":

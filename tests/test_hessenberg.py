@@ -249,8 +249,9 @@ def test_streamed_downloads_cover_each_element_once_after_its_last_write(n, lo, 
     from hybridla.scheduler.plan import make_plan
     plan = make_plan(hybridla.backend.get_backend("host"), n, n, np.float64, routine="hrd",
                      nb=8, lookahead=0, panel="cpu")
-    graph = record_gehrd(StreamedStoreStub(n, n), plan, lo, hi, np.zeros(n - 1), HessenbergStats())
-    assert_downloads_cover_once(graph, n, n)
+    A = StreamedStoreStub(n, n)
+    graph = record_gehrd(A, plan, lo, hi, np.zeros(n - 1), HessenbergStats())
+    assert_downloads_cover_once(graph, n, n, A)
 
 
 # -- the GPU interface ---------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """hybridla info / show_config, configuration sources and unknown keys, the warning of a GPU
 that cannot be used, the library's logger, and the packaging's declared floors."""
 import ast
+import importlib.metadata
 import logging
 import re
 import subprocess
@@ -256,4 +257,8 @@ def test_typed_marker_and_license_ship():
     license_text = (ROOT / "LICENSE").read_text()
     assert "Copyright (c) 2026, the hybridla developers" in license_text
     assert "Redistribution and use in source and binary forms" in license_text
-    assert pyproject["project"]["version"] == hybridla.__version__
+    # one source for the version: hybridla/_version.py, which the package metadata reads
+    assert "version" in pyproject["project"]["dynamic"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {
+        "attr": "hybridla._version.__version__"}
+    assert importlib.metadata.version("hybridla") == hybridla.__version__

@@ -668,9 +668,10 @@ def test_cluster_leaves_zero_column(backend, monkeypatch, rng):
 
 
 # -- tournament pivoting for the leaves of recursive panels (lu.panel_pivoting) -----------------
-# cuda/tslu.cu and panel/lu.factor_panel_tournament walk the same tree (chunks of 256 rows, fan
-# 8), so on matrices without near-ties they choose the same pivots: the host's is the reference
-# for the kernel's. The heights below give one node (partial pivoting), two levels and three.
+# cuda/tslu.cu and backend/tournament.factor_panel_tournament walk the same tree (chunks of 256
+# rows, fan 8), so on matrices without near-ties they choose the same pivots: the host's is the
+# reference for the kernel's. The heights below give one node (partial pivoting), two levels and
+# three.
 
 TOURNAMENT = {"lu.panel_leaf": 32, "lu.panel_pivoting": "tournament"}
 
@@ -678,7 +679,7 @@ TOURNAMENT = {"lu.panel_leaf": 32, "lu.panel_pivoting": "tournament"}
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("m", [200, 2049, 20000])
 def test_tournament_panel_ratio(dtype, m, rng):
-    from hybridla.panel.lu import factor_panel_tournament
+    from hybridla.backend.tournament import factor_panel_tournament
     a = fortran_random(m, 32, dtype, rng)
     lu = a.copy(order="F")
     piv = factor_panel_tournament(lu)
@@ -690,7 +691,7 @@ def test_tournament_panel_ratio(dtype, m, rng):
 
 
 def test_tournament_interchanges_bring_the_chosen_rows_up():
-    from hybridla.panel.lu import interchanges_bringing_to_top
+    from hybridla.backend.tournament import interchanges_bringing_to_top
     chosen = [5, 0, 9, 1, 7]  # a row from the top moved down, then chosen from there
     order = np.arange(12)
     for j, p in enumerate(interchanges_bringing_to_top(chosen)):

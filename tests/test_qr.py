@@ -439,7 +439,7 @@ def test_streamed_downloads_cover_each_element_once_after_its_last_write(kind, s
     graph = TaskGraph()
     for _ in record_geqrf(graph, A, plan, {"QR": QR, "QL": QL, "LQ": LQ}[kind]):
         pass
-    assert_downloads_cover_once(graph, m, n)
+    assert_downloads_cover_once(graph, m, n, A)
 
 
 # -- the backend operations the QR family added (host) ----------------------------------------

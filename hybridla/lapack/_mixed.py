@@ -28,7 +28,7 @@ from scipy.linalg import lapack
 
 from ..backend.reduced import COMPUTE, LARGEST, REAL_ONLY, ReducedPrecisionOps
 from ..scheduler import TaskGraph, run
-from ._blocked import record_uploads
+from ._blocked import upload_all
 from ._refine import refine
 from ._scaling import balanced_scales, column_scales
 
@@ -471,7 +471,7 @@ def _runs(columns):
     return [tuple(run) for run in runs]
 
 
-def run_refinement(operator, preconditioner, B, anorm, options, n) -> tuple:
+def run_refinement(operator, preconditioner, B, anorm, options, n):
     """refine() with the stopping test's tol defaulting to sqrt(n) eps (MAGMA, cuSOLVER), and
     GMRES's Krylov space where A lives (DeviceSpace)."""
     eps = float(np.finfo(B.dtype).eps)
@@ -499,10 +499,7 @@ class ArrivingMatrix:
         """The host matrix rounded to `dtype`, uploaded (a tile store of its own)."""
         low = self.ops.host_matrix(self.A.host_source, None, self.plan.nb, dtype=dtype)
         try:
-            graph = TaskGraph()
-            record_uploads(graph, low, self.plan)
-            run(graph, self.ops, workers=self.plan.workers)
-            self.ops.synchronize()
+            upload_all(low, self.plan)
             low.end_staging()
         except BaseException:
             low.close()

@@ -83,7 +83,8 @@ def _rcond(backend, F, anorm, estimate, solves, lapack, name) -> float:
     if quick is not None:
         return quick
     if not _estimates(backend, estimate):
-        return _checked(*lapack(), name)
+        rcond, info = lapack()
+        return _checked(rcond, info, name)
     return _reciprocal(anorm, _estimate(_products(backend, F, solves), F.n, F.dtype))
 
 

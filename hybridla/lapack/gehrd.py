@@ -61,7 +61,8 @@ import numpy as np
 from ..scheduler import Region, TaskGraph, run
 from ..scheduler.plan import progress_bar
 from ..update.qr import apply_block_reflector, larfb_flops
-from ._blocked import record_download, record_uploads, trailing_chunks
+from ..scheduler.transfers import TransferPlan
+from ._blocked import trailing_chunks
 
 # the reduction's workspaces in the tile store, and the graph Regions that order their reuse:
 # V, Y, T of the current panel, and a short vector and the scalars tau of the panel loop
@@ -127,8 +128,9 @@ def record_gehrd(A, plan, lo, hi, tau, stats) -> TaskGraph:
     ops, nb = plan.backend, plan.nb
     n, e = A.n, hi + 1
     graph = TaskGraph()
+    transfers = TransferPlan(graph, A, plan)
     if A.streamed:
-        record_uploads(graph, A, plan)
+        transfers.bring_up()
     panels = list(range(lo, e - 1, nb))  # each panel's first reflector
     if panels:  # the workspaces at their largest, now: allocating in a run could synchronize
         width = min(nb, e - 1 - lo)
@@ -169,11 +171,11 @@ def record_gehrd(A, plan, lo, hi, tau, stats) -> TaskGraph:
 
         # the panel columns are final: send them home
         if A.streamed:
-            record_download(graph, A, plan, step, 0, n, k0, k1)
+            transfers.send_home(step, 0, n, k0, k1)
     if A.streamed:  # what no panel sent: the columns left of lo, and from the last panel's end
         for c0, c1 in ((0, lo), (k1, n)):
             if c1 > c0:
-                record_download(graph, A, plan, len(panels), 0, n, c0, c1)
+                transfers.send_home(len(panels), 0, n, c0, c1)
     return graph
 
 

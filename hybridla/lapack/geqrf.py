@@ -29,8 +29,7 @@ from ..panel.qr import householder_panel_cpu
 from ..scheduler import Region, TaskGraph
 from ..scheduler.plan import PANEL_FLOPS
 from ..update.qr import larfb_flops
-from ._blocked import (first_failure, record_cpu_panel, record_download, record_uploads,
-                       run_recording, steps_hidden_by_upload, trailing_chunks)
+from ._blocked import BlockedSteps, first_failure, run_recording
 from ._householder import QR, record_block_update, record_reflectors, reserve_reflector_slots
 
 
@@ -62,47 +61,34 @@ def record_geqrf(graph, A, plan, form=QR):
     # the matrix goes up in the order of the canonical block columns: QR's left to right, QL's
     # (J A J) right to left, LQ's (A^H) A's block rows top to bottom, so that every form's
     # first panel starts once its own block is up
-    upload_group = record_uploads(graph, A, plan, blocks=[
-        rect(0, m, c0, min(c0 + nb, n)) for c0 in range(0, n, nb)]) if A.streamed else None
-    split_steps = steps_hidden_by_upload(
-        A, plan, lambda k0, k1: larfb_flops(m - k0, k1 - k0, n - k1)) if A.streamed else 0
-
-    previous_update_flops = 0.0
-    for step, k0 in enumerate(range(0, k_end, nb)):
-        k1 = min(k0 + nb, k_end)
+    steps = BlockedSteps(graph, A, plan, k_end,
+                         lambda k0, k1: larfb_flops(m - k0, k1 - k0, n - k1),
+                         blocks=[rect(0, m, c0, min(c0 + nb, n)) for c0 in range(0, n, nb)])
+    for step, k0, k1 in steps:
         taus = form.taus(k_end, k0, k1)
 
         # [A11; A21] = Q1 [R11; 0]
-        where = plan.panel_placement(m - k0, k1 - k0, previous_update_flops, kind="geqrf")
-        record_panel(graph, A, plan, form, step, rect(k0, m, k0, k1), taus, where)
+        where = plan.panel_placement(m - k0, k1 - k0, steps.previous_update_flops,
+                                     kind="geqrf")
+        record_panel(graph, steps, A, plan, form, step, rect(k0, m, k0, k1), taus, where)
 
         # Q1 = I - V1 T1 V1^H
         reflectors = record_reflectors(graph, ops, A, "A", form, step, step % slots,
                                        rect(k0, m, k0, k1), m - k0, k1 - k0, taus)
 
-        # [A12; A22] := Q1^H [A12; A22]: the look-ahead block columns, one task each, then the rest
-        right = list(range(k1, n, nb))
-        lookahead_columns, rest = right[:plan.lookahead], right[plan.lookahead:]
-        chunks = [(c0, min(c0 + nb, n), "gpu:panel") for c0 in lookahead_columns]
-        chunks += [(c0, c1, "gpu:update") for c0, c1 in trailing_chunks(
-            rest, n, nb, ops, plan, upload_group, uploading=step < split_steps)]
-        previous_update_flops = 0.0
-        for c0, c1, lane in chunks:
-            task = record_block_update(graph, ops, A, reflectors, side, trans, form.direction,
-                                       A, "A", rect(k0, m, c0, c1), lane, step,
-                                       larfb_flops(m - k0, k1 - k0, c1 - c0))
-            if lane == "gpu:update":
-                previous_update_flops += task.flops
+        # [A12; A22] := Q1^H [A12; A22]
+        steps.update_trailing(step, k1, n, lambda c0, c1, lane: record_block_update(
+            graph, ops, A, reflectors, side, trans, form.direction, A, "A", rect(k0, m, c0, c1),
+            lane, step, larfb_flops(m - k0, k1 - k0, c1 - c0)))
 
-        # the panel column block and the row block right of it are final: send them home
-        if A.streamed:
-            record_download(graph, A, plan, step, *rect(k0, m, k0, k1))
-            if k1 < n:
-                record_download(graph, A, plan, step, *rect(k0, k1, k1, n))
+        # the panel column block and the row block right of it are final
+        steps.send_home(step, *rect(k0, m, k0, k1))
+        if k1 < n:
+            steps.send_home(step, *rect(k0, k1, k1, n))
         yield step
 
 
-def record_panel(graph, A, plan, form, step, panel, taus, where):
+def record_panel(graph, steps, A, plan, form, step, panel, taus, where):
     """The panel `panel` (r0, r1, c0, c1 on the matrix) factored on the GPU (cuSOLVER geqrf, on
     a reversed or conjugate-transposed copy for QL and LQ) or the CPU; its scalars go to
     tau[taus]."""
@@ -118,7 +104,7 @@ def record_panel(graph, A, plan, form, step, panel, taus, where):
         return
     factor = functools.partial(_cpu_panel, A=A, step=step, storage=form.storage,
                                rows=(r0, r1), cols=(c0, c1), taus=taus)
-    record_cpu_panel(graph, A, plan, step, c0, c1, factor, writes[0], writes[1:], flops)
+    steps.cpu_panel(step, factor, writes[0], writes[1:], flops)
 
 
 def _cpu_panel(lane, A, step, storage, rows, cols, taus):

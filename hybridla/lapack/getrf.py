@@ -6,15 +6,12 @@ For each step k (panel columns k0:k1, kb = k1 - k0 <= nb):
     [A10; A20] := P_k^T [A10; A20]         interchanges in the finished columns on the left
     for the next `lookahead` block columns, then all the others in one task:
         [A12; A22] := P_k^T [A12; A22];  A12 := L11^-1 A12;  A22 := A22 - A21 A12
+    the row block k is final: it goes home (a host-resident matrix)
 
-The look-ahead columns go on the high-priority lane with the panels, so panel k+1 can start as
-soon as its own column is updated, while the GPU is still busy with the rest of step k.
-
-CPU interface on a device backend (a host-resident matrix): block columns are uploaded in order,
-each just before the first task that touches it, and the row block k, final once step k is done
-(later steps touch only rows below it), goes back to the host while the factorization goes on.
-The algorithm records tasks, step by step; `scheduler.run` executes them (the first steps while
-the rest are being recorded).
+The skeleton (steps, look-ahead columns on the panel lane, the rest, the transfers of a
+host-resident matrix) is _blocked.BlockedSteps'; this file is the math. The algorithm records
+tasks, step by step; `scheduler.run` executes them (the first steps while the rest are being
+recorded).
 """
 from __future__ import annotations
 
@@ -24,8 +21,7 @@ from ..panel.lu import getrf_panel_cpu, getrf_panel_recursive, getrf_panel_windo
 from ..scheduler import Region, TaskGraph
 from ..scheduler.plan import panel_flops
 from ..update import lu as lu_update
-from ._blocked import (first_failure, record_cpu_panel, record_download, record_uploads,
-                       run_recording, steps_hidden_by_upload, trailing_chunks)
+from ._blocked import BlockedSteps, first_failure, run_recording
 
 
 def getrf(A, plan, trace=None):
@@ -39,50 +35,33 @@ def getrf(A, plan, trace=None):
 
 def record_getrf(graph, A, plan):
     """Record the factorization's tasks into `graph`, yielding after each step."""
-    ops, m, n, nb = plan.backend, A.m, A.n, plan.nb
+    ops, m, n = plan.backend, A.m, A.n
     k_end = min(m, n)
-    streamed = A.streamed
-
-    def region(r0, r1, c0, c1):
-        return Region("A", r0, r1, c0, c1)
-
-    upload_group = record_uploads(graph, A, plan) if streamed else None
-    split_steps = steps_hidden_by_upload(
-        A, plan, lambda k0, k1: lu_update.update_flops(m, k0, k1, k1, n)) if streamed else 0
-
-    previous_update_flops = 0.0
-    for step, k0 in enumerate(range(0, k_end, nb)):
-        k1 = min(k0 + nb, k_end)
-        panel, pivots = region(k0, m, k0, k1), Region("piv", k0, k1)
+    steps = BlockedSteps(graph, A, plan, k_end,
+                         lambda k0, k1: lu_update.update_flops(m, k0, k1, k1, n))
+    for step, k0, k1 in steps:
+        panel, pivots = Region("A", k0, m, k0, k1), Region("piv", k0, k1)
 
         # [A11; A21] = P [L11; L21] U11
-        where = plan.panel_placement(m - k0, k1 - k0, previous_update_flops)
-        record_panel(graph, A, plan, step, k0, k1, where, panel, pivots)
+        where = plan.panel_placement(m - k0, k1 - k0, steps.previous_update_flops)
+        record_panel(graph, steps, A, plan, step, k0, k1, where, panel, pivots)
 
         # [A10; A20] := P^T [A10; A20]
         if k0 > 0:
             graph.add("swap_left", step, "gpu:update",
                       functools.partial(lu_update.swap_left, ops, A=A, k0=k0, k1=k1),
-                      reads=[pivots], writes=[region(k0, m, 0, k0)])
+                      reads=[pivots], writes=[Region("A", k0, m, 0, k0)])
 
-        # the look-ahead block columns, one task each, then the rest of the trailing matrix
-        right = list(range(k1, n, nb))
-        lookahead_columns, rest = right[:plan.lookahead], right[plan.lookahead:]
-        for c0 in lookahead_columns:
-            record_update(graph, ops, A, step, k0, k1, c0, min(c0 + nb, n), "gpu:panel")
-        previous_update_flops = 0.0
-        for c0, c1 in trailing_chunks(rest, n, nb, ops, plan, upload_group,
-                                      uploading=step < split_steps):
-            task = record_update(graph, ops, A, step, k0, k1, c0, c1, "gpu:update")
-            previous_update_flops += task.flops
+        # [A12; A22] := P^T [A12; A22];  A12 := L11^-1 A12;  A22 := A22 - A21 A12
+        steps.update_trailing(step, k1, n, lambda c0, c1, lane: record_update(
+            graph, ops, A, step, k0, k1, c0, c1, lane))
 
-        # rows k0:k1 are final now (all rows that remain, after the last step): send them home
-        if streamed:
-            record_download(graph, A, plan, step, k0, k1 if k1 < k_end else m, 0, n)
+        # rows k0:k1 are final now (all rows that remain, after the last step)
+        steps.send_home(step, k0, k1 if k1 < k_end else m, 0, n)
         yield step
 
 
-def record_panel(graph, A, plan, step, k0, k1, where, panel, pivots):
+def record_panel(graph, steps, A, plan, step, k0, k1, where, panel, pivots):
     flops = panel_flops(A.m - k0, k1 - k0)
     # a reduced-precision backend (mixed solvers) keeps its panels in float32
     panel_ops = getattr(plan.backend, "panel_ops", plan.backend)
@@ -103,7 +82,7 @@ def record_panel(graph, A, plan, step, k0, k1, where, panel, pivots):
         lane = "gpu:panel" if where == "gpu" else "cpu"
     else:
         factor = functools.partial(_cpu_panel, A=A, step=step, r0=k0, c0=k0, c1=k1)
-        record_cpu_panel(graph, A, plan, step, k0, k1, factor, panel, [pivots], flops)
+        steps.cpu_panel(step, factor, panel, [pivots], flops)
         return
     graph.add("panel", step, lane,
               functools.partial(_factor_then_prepare, factor=factor, ops=plan.backend, A=A,

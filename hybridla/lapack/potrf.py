@@ -24,8 +24,7 @@ import functools
 from ..panel.chol import potrf_panel_cpu
 from ..scheduler import Region, TaskGraph
 from ..update import chol as chol_update
-from ._blocked import (first_failure, record_cpu_panel, record_download, record_uploads,
-                       run_recording, steps_hidden_by_upload, trailing_chunks)
+from ._blocked import BlockedSteps, first_failure, run_recording
 
 
 def potrf(A, plan, uplo="L", trace=None):
@@ -38,26 +37,20 @@ def potrf(A, plan, uplo="L", trace=None):
 
 def record_potrf(graph, A, plan, uplo):
     """Record the factorization's tasks into `graph`, yielding after each step."""
-    ops, n, nb = plan.backend, A.n, plan.nb
-
-    def region(r0, r1, c0, c1):
-        return Region("A", r0, r1, c0, c1)
-
-    upload_group = record_uploads(graph, A, plan) if A.streamed else None
-    split_steps = steps_hidden_by_upload(
-        A, plan, lambda k0, k1: chol_update.herk_flops(n, k0, k1, k1, n)) if A.streamed else 0
-
-    previous_update_flops = 0.0
-    for step, k0 in enumerate(range(0, n, nb)):
+    ops, n = plan.backend, A.n
+    steps = BlockedSteps(graph, A, plan, n,
+                         lambda k0, k1: chol_update.herk_flops(n, k0, k1, k1, n))
+    for step, k0, k1 in steps:
         if n - k0 <= _tail(plan, A):
             record_tail(graph, A, plan, uplo, step, k0)
             yield step
             return
-        k1 = min(k0 + nb, n)
-        diagonal, panel = region(k0, k1, k0, k1), region(*chol_update.finished_region(uplo, n,
-                                                                                     k0, k1))
+        diagonal = Region("A", k0, k1, k0, k1)
+        panel = Region("A", *chol_update.finished_region(uplo, n, k0, k1))
+
         # A11 = L11 L11^H
-        where = plan.panel_placement(k1 - k0, k1 - k0, previous_update_flops, kind="potrf")
+        where = plan.panel_placement(k1 - k0, k1 - k0, steps.previous_update_flops,
+                                     kind="potrf")
         flops = (k1 - k0) ** 3 / 3
         if where == "gpu":
             graph.add("panel", step, "gpu:panel",
@@ -65,7 +58,7 @@ def record_potrf(graph, A, plan, uplo):
                       writes=[diagonal], flops=flops)
         else:
             factor = functools.partial(_cpu_panel, A=A, step=step, k0=k0, k1=k1, uplo=uplo)
-            record_cpu_panel(graph, A, plan, step, k0, k1, factor, diagonal, [], flops)
+            steps.cpu_panel(step, factor, diagonal, [], flops)
 
         # A21 := A21 L11^-H
         graph.add("trsm", step, "gpu:panel",
@@ -84,21 +77,12 @@ def record_potrf(graph, A, plan, uplo):
                                         k1=k1, slot=rounded_slot),
                       reads=[panel], writes=[_rounded_region(rounded_slot)])
 
-        # the look-ahead block columns, one task each, then the rest of the trailing matrix
-        right = list(range(k1, n, nb))
-        lookahead_columns, rest = right[:plan.lookahead], right[plan.lookahead:]
-        for c0 in lookahead_columns:
-            record_update(graph, ops, A, uplo, step, k0, k1, c0, min(c0 + nb, n), "gpu:panel",
-                          rounded_slot)
-        previous_update_flops = 0.0
-        for c0, c1 in trailing_chunks(rest, n, nb, ops, plan, upload_group,
-                                      uploading=step < split_steps):
-            previous_update_flops += record_update(graph, ops, A, uplo, step, k0, k1, c0, c1,
-                                                   "gpu:update", rounded_slot).flops
+        # A22 := A22 - A21 A21^H
+        steps.update_trailing(step, k1, n, lambda c0, c1, lane: record_update(
+            graph, ops, A, uplo, step, k0, k1, c0, c1, lane, rounded_slot))
 
-        # this step's block column (row) of the factor is final: send it home
-        if A.streamed:
-            record_download(graph, A, plan, step, *chol_update.finished_region(uplo, n, k0, k1))
+        # this step's block column (row) of the factor is final
+        steps.send_home(step, *chol_update.finished_region(uplo, n, k0, k1))
         yield step
 
 
@@ -130,7 +114,7 @@ def _rounded_region(slot):
 def record_update(graph, ops, A, uplo, step, k0, k1, c0, c1, lane, rounded_slot=None):
     """A22 -= A21 A21^H on block columns (rows) c0:c1, from the finished panel k0:k1 (or its
     rounded copy in `rounded_slot`)."""
-    n = A.n
+    n, nb = A.n, k1 - k0  # a step with a trailing matrix has a full block
     reads = [Region("A", c0, n, k0, k1) if uplo == "L" else Region("A", k0, k1, c0, n)]
     if rounded_slot is not None:
         reads.append(_rounded_region(rounded_slot))
@@ -138,7 +122,10 @@ def record_update(graph, ops, A, uplo, step, k0, k1, c0, c1, lane, rounded_slot=
         "update", step, lane,
         functools.partial(_update, ops=ops, A=A, uplo=uplo, k0=k0, k1=k1, c0=c0, c1=c1,
                           rounded_slot=rounded_slot),
-        reads=reads, writes=[Region("A", *chol_update.update_region(uplo, n, k0, c0, c1))],
+        # the triangle, block column (row) by block column: the other triangle is not written
+        reads=reads,
+        writes=[Region("A", *chol_update.update_region(uplo, n, k0, c, min(c + nb, c1)))
+                for c in range(c0, c1, nb)],
         flops=chol_update.herk_flops(n, k0, k1, c0, c1))
 
 

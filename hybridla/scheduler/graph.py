@@ -5,6 +5,10 @@ reads and writes ("A" rows r0:r1, columns c0:c1; "piv" entries k0:k1), and `Task
 it after every earlier task it conflicts with (read after write, write after read, write after
 write). Rectangles rather than whole block columns keep a download of finished rows from waiting
 for, or holding up, the updates of the rows below them.
+
+Ordering that is not about memory is declared as such: a task may be the next link of a named
+chain (`chain=`: the copies of one stream, one after the other) or follow a chain's latest link
+(`after=`), without pretending to read or write a region.
 """
 from __future__ import annotations
 
@@ -56,13 +60,19 @@ class TaskGraph:
         # flat list made recording quadratic in the tasks: buckets keep each scan local.
         self._live: dict[str, dict[int, list[tuple]]] = {}
         self._counters: dict[str, int] = {}
+        self._chains: dict[str, int] = {}  # chain name -> index of its latest link
+        self._write_observers: dict[str, list[Callable]] = {}
 
-    def add(self, name, step, lane, fn, *, reads=(), writes=(), flops=0.0, bytes=0.0) -> Task:
+    def add(self, name, step, lane, fn, *, reads=(), writes=(), flops=0.0, bytes=0.0,
+            chain=None, after=()) -> Task:
+        """Record a task; its dependencies are every earlier task it conflicts with, the
+        previous link of `chain` (it becomes the chain's latest) and the latest link of each
+        chain named in `after`."""
         reads = tuple(r for r in reads if not r.empty)
         writes = tuple(w for w in writes if not w.empty)
         task = Task(len(self.tasks), name, step, lane, fn, reads, writes, flops, bytes)
         accesses = [(r, False) for r in reads] + [(w, True) for w in writes]
-        deps = set()
+        deps = {self._chains[c] for c in (*after, *([chain] if chain else [])) if c in self._chains}
         for region, is_write in accesses:
             r0, r1, c0, c1 = region.r0, region.r1, region.c0, region.c1
             buckets = self._live.get(region.resource)
@@ -93,8 +103,18 @@ class TaskGraph:
                     live[:] = [e for e in live if not (r0 <= e[0] and e[1] <= r1 and c0 <= e[2]
                                                        and e[3] <= c1)]
                 live.append(entry)
+        if chain:
+            self._chains[chain] = task.index
         self.tasks.append(task)
+        for region in writes:
+            for observer in self._write_observers.get(region.resource, ()):
+                observer(task, region)
         return task
+
+    def on_write(self, resource: str, observer: Callable) -> None:
+        """Call observer(task, region) for every region of `resource` a task recorded from now
+        on writes (the transfer plan keeps the tiles' residency with it)."""
+        self._write_observers.setdefault(resource, []).append(observer)
 
     def counter(self, name) -> int:
         """0, 1, 2, ... on successive calls with the same name: e.g. which of a few buffers the

@@ -10,7 +10,13 @@ import numpy as np
 
 from .. import config as _config
 from .._logging import get_logger
-from ..panel.lu import PIVOTING, RANDOMIZED_ONLY, TOURNAMENT_WIDTH
+from ..backend.tournament import TOURNAMENT_WIDTH
+
+# lu.panel_pivoting / mixed.panel_pivoting: partial pivoting, a tournament for the leaves of
+# recursive panels (panel/lu.py), or pivots within a window of block rows from the diagonal
+PIVOTING = ("partial", "tournament", "window")
+# where "window" may be asked for: the solvers that randomize A first (hybridla/butterfly.py)
+RANDOMIZED_ONLY = ("window",)
 
 _log = get_logger("plan")
 

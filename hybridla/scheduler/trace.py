@@ -183,7 +183,7 @@ class Trace:
 
     def panel_places(self) -> dict:
         """How many "panel" tasks ran on the CPU and on the GPU: {"cpu": 12, "gpu": 3}."""
-        places = {}
+        places: dict[str, int] = {}
         for r in self.records:
             if r["name"] == "panel":
                 group = r["lane"].partition(":")[0]
@@ -193,7 +193,7 @@ class Trace:
     def full_metadata(self, metadata=None) -> dict:
         """self.metadata with `metadata` over it, and what the records and the process say:
         where the panels ran, hybridla's version, the date (each unless already given)."""
-        from .. import __version__
+        from .._version import __version__
         md = {**self.metadata, **(metadata or {})}
         places = self.panel_places()
         if places:
@@ -260,7 +260,7 @@ class Trace:
     def summary(self) -> dict:
         """Wall time, per-lane busy time, GPU idle, CPU/GPU overlap, copy time, TFLOP/s."""
         records = self.records
-        by_lane = {}
+        by_lane: dict[str, list] = {}
         for r in records:
             by_lane.setdefault(r["lane"], []).append((r["start"], r["end"]))
 

@@ -1,0 +1,136 @@
+"""The host tile store: the working matrix of one factorization in host memory, and the ways a
+run gets one (a matrix of its own, the user's array factored in place, existing factors wrapped)."""
+from __future__ import annotations
+
+import numpy as np
+from scipy.linalg import get_lapack_funcs
+
+
+class HostMatrix:
+    """The working matrix of one factorization in host memory (an F-ordered NumPy array), with
+    what its panels produce (LU's pivots, the Householder scalars tau of QR, QL and LQ, per-step
+    info) and the workspaces its tasks share."""
+
+    def __init__(self, a: np.ndarray, nb: int):
+        self.a, self.nb = a, nb
+        self.streamed = False  # the matrix is where the work happens: nothing to transfer
+        self.pin = False
+        self.staged = False
+        self.transfer = None
+        self.m, self.n = a.shape
+        self.dtype = a.dtype
+        self.pivots = np.zeros(min(self.m, self.n), dtype=np.int32)  # global, 0-based
+        self.tau = np.zeros(min(self.m, self.n), dtype=self.dtype)  # QR, QL, LQ: reflector i's
+        self.nsteps = -(-min(self.m, self.n) // nb)
+        self.info = np.zeros(max(self.nsteps, 1), dtype=np.int32)  # per step, panel-local
+        self._workspaces = {}
+
+    def track_one_norm(self):
+        """||A||_1 of the matrix as it is now, before the factorization overwrites it (LAPACK
+        lange's "1"; `one_norm` returns it)."""
+        self._one_norm = float(get_lapack_funcs("lange", (self.a,))("1", self.a)) \
+            if self.a.size else 0.0
+
+    def one_norm(self) -> float:
+        return self._one_norm
+
+    def set_pivots(self, pivots):
+        """Pivots of existing factors (0-based global), for getrs."""
+        self.pivots[:] = pivots
+
+    def host_panel(self, step, r0, c0, c1, r1=None):
+        """Where a CPU panel is factored: here, the matrix itself (rows r0:r1, r1 None for the
+        last row; columns c0:c1)."""
+        return self.a[r0:r1, c0:c1]
+
+    def set_panel_result(self, step, c0, c1, pivots, info, tau=None):
+        """A panel's results: the pivots (global rows) of entries c0:c1, or the Householder
+        scalars of reflectors c0:c1 (`tau`), and the panel's info."""
+        if pivots is not None:
+            self.pivots[c0:c1] = pivots
+        if tau is not None:
+            self.tau[c0:c1] = tau
+        self.info[step] = info
+
+    def finish(self):
+        """Pivots and per-step info, final once every task has run."""
+        return self.pivots, self.info
+
+    def finish_tau(self):
+        """The Householder scalars (length min(m, n)) and per-step info, final once every task
+        has run: what `finish` is to LU, for QR, QL and LQ."""
+        return self.tau, self.info
+
+    def set_tau(self, tau):
+        """The Householder scalars of existing factors (to apply or form their Q)."""
+        self.tau = np.asarray(tau, dtype=self.dtype)
+
+    def tau_block(self, t0, t1):
+        """The scalars of reflectors t0:t1, as `triangular_factor` takes them."""
+        return self.tau[t0:t1]
+
+    def diagonal(self):
+        """The main diagonal (min(m, n) entries), as a host array."""
+        return np.diagonal(self.a).copy()
+
+    def read_block(self, r0, r1, c0, c1):
+        """A host copy of a block (small results the caller needs on the host: residuals)."""
+        return self.a[r0:r1, c0:c1].copy()
+
+    def block(self, r0, r1, c0, c1):
+        return self.a[r0:r1, c0:c1]
+
+    def workspace(self, name, rows, cols, dtype=None):
+        """A rows x cols block of the workspace `name`, which lives as long as the store: the
+        first use allocates it (ask for the largest size first, while recording: allocating
+        during a run would synchronize a device), later uses share it. Algorithms order the
+        reuse of a workspace through a graph Region of the same name. Its elements are the
+        store's dtype, or `dtype` (a name keeps the dtype it was first given)."""
+        buffer = self._workspaces.get(name)
+        if buffer is None or buffer.shape[0] < rows or buffer.shape[1] < cols:
+            # a larger request gets a new buffer; blocks handed out earlier keep the old one
+            buffer = np.empty((rows, cols), dtype=self.dtype if dtype is None else dtype,
+                              order="F")
+            self._workspaces[name] = buffer
+        return buffer[:rows, :cols]
+
+    def scratch(self, lane, rows, cols):
+        """A temporary rows x cols block for one operation of a task on `lane` (the W of a block
+        reflector). Fresh each call here: host tasks of one lane run concurrently in worker
+        threads."""
+        return np.empty((rows, cols), dtype=self.dtype, order="F")
+
+    def close(self):
+        pass
+
+
+def matrix(m, n, dtype, nb) -> HostMatrix:
+    """A new m x n working matrix of its own (the low-precision copy of a mixed solve)."""
+    return HostMatrix(np.zeros((m, n), dtype=dtype, order="F"), nb)
+
+
+def host_matrix(source: np.ndarray, result: np.ndarray, nb: int) -> HostMatrix:
+    """The working matrix for a host-resident input: the result array itself (the host
+    backend factors in place), filled from `source` unless they are the same array."""
+    if source is not result:
+        result[...] = source
+    return HostMatrix(result, nb)
+
+
+def wrap(a: np.ndarray, pivots: np.ndarray | None = None,
+         tau: np.ndarray | None = None) -> HostMatrix:
+    """An F-ordered host array as a tile store, in place, for the stages after a
+    factorization: factors (with their pivots, for getrs; with their Householder scalars,
+    for applying or forming Q) or the right-hand side / result they overwrite."""
+    A = HostMatrix(a, max(1, min(a.shape)))
+    if pivots is not None:
+        A.pivots = pivots.astype(np.int32, copy=False)
+    if tau is not None:
+        A.set_tau(tau)
+    return A
+
+
+def empty(shape, dtype, like=None) -> np.ndarray:
+    """A new F-ordered array for a result, where the interface's data lives: host memory
+    (`like`, the user's input, says where on a device backend)."""
+    return np.empty(shape, dtype=dtype, order="F")

@@ -1,0 +1,155 @@
+"""The tile store's transfer plan: every movement of a host-resident matrix through the device.
+
+An algorithm says which tiles it needs and when they are final; the transfer plan records the
+copies as tasks, in one place, and keeps the store's residency (backend/residency.py) with
+them: a bring-up makes the device copy valid, a task that writes "A" on the device makes that
+copy the only valid one (dirty), a send-home makes the home current again. At the end of a run
+the home holds every tile (`A.residency.home_is_current()`).
+
+Two ways up and down (`A.staged`, chosen by the store from the run's DeviceSettings):
+- staged: a CPU task copies a block into a pinned slot and the DMA follows (down: DMA into a
+  slot, then a CPU task copies it out). The host copies form one chain each way, each copy
+  on several threads of its own, so that the engine's workers stay free to enqueue GPU work.
+- pinned in place: the host array is pinned in pieces, one after the other on a CPU worker;
+  each upload waits only for the pieces it lies in.
+A CPU panel on a device backend travels down to a pinned buffer and back on copy lanes of its
+own (`panel_round_trip`), so that it never queues behind the bulk transfers.
+
+Out-of-core (a matrix larger than the device budget) adds a policy here: before a bring-up
+that would exceed the budget, drop clean device tiles and send dirty ones home first; the
+algorithms do not change.
+"""
+from __future__ import annotations
+
+import functools
+
+from ..backend.pinning import pieces_touched
+from ..backend.residency import DEVICE
+from .graph import Region
+
+# the chains that order the copies (not memory: declared as ordering, graph.py)
+_UPLOADS, _DOWNLOADS = "copy:h2d", "copy:d2h"
+_STAGING, _UNSTAGING, _PINNING = "stage", "unstage", "pin"
+
+
+class TransferPlan:
+    """The copies of a streamed store A for one recorded graph, with the plan's settings."""
+
+    def __init__(self, graph, A, plan):
+        self.graph, self.A, self.plan = graph, A, plan
+        self.piece_starts = [0]
+        if A.streamed:
+            graph.on_write("A", self._written)
+
+    def _written(self, task, region):
+        # every write of the matrix but an upload's (a copy of home: bring_up counts it) leaves
+        # the device the only valid copy: the updates, and a CPU panel's way back up
+        if task.lane != "copy:h2d":
+            self.A.residency.written(DEVICE, region.r0, region.r1, region.c0, region.c1)
+
+    def bring_up(self, blocks=None) -> int:
+        """Upload the matrix block by block in the order the algorithm first needs them:
+        `blocks`, rectangles (r0, r1, c0, c1); the block columns left to right by default (QL
+        takes them right to left, LQ takes block rows). Returns how many blocks the trailing
+        update takes at once while the matrix arrives: plan.upload_group when staged (the
+        blocks arrive one by one), a piece's when pinned (they arrive as their piece is)."""
+        graph, A, plan = self.graph, self.A, self.plan
+        m, n, nb = A.m, A.n, plan.nb
+        if blocks is None:
+            blocks = [(0, m, c0, min(c0 + nb, n)) for c0 in range(0, n, nb)]
+        if A.staged:
+            for index, (r0, r1, c0, c1) in enumerate(blocks):
+                slot = index % A.up_slots
+                buffer = Region("stage-up", slot, slot + 1)  # the pinned slot's memory
+                nbytes = (r1 - r0) * (c1 - c0) * A.dtype.itemsize
+                rectangle = dict(slot=slot, r0=r0, r1=r1, c0=c0, c1=c1)
+                graph.add("stage", -1, "cpu", functools.partial(A.stage_block, **rectangle),
+                          writes=[buffer], chain=_STAGING, bytes=nbytes)
+                graph.add("upload", -1, "copy:h2d", functools.partial(A.upload_staged, **rectangle),
+                          reads=[buffer], writes=[Region("A", r0, r1, c0, c1)], chain=_UPLOADS,
+                          bytes=nbytes)
+                A.residency.arrived(DEVICE, r0, r1, c0, c1)
+            return plan.upload_group
+        self.piece_starts = A.plan_pin_pieces(plan.pin_pieces) if A.pin else [0]
+        for piece in range(len(self.piece_starts) if A.pin else 0):
+            graph.add("pin", -1, "cpu", lambda lane, piece=piece: A.pin_piece(piece),
+                      writes=[Region("pinned", piece, piece + 1)], chain=_PINNING)
+        for r0, r1, c0, c1 in blocks:
+            first = pieces_touched(c0 // nb, self.piece_starts)[0]
+            last = pieces_touched((c1 - 1) // nb, self.piece_starts)[1]
+            graph.add("upload", -1, "copy:h2d",
+                      functools.partial(A.upload_block, r0=r0, r1=r1, c0=c0, c1=c1),
+                      reads=[Region("pinned", first, last + 1)],
+                      writes=[Region("A", r0, r1, c0, c1)], chain=_UPLOADS,
+                      bytes=(r1 - r0) * (c1 - c0) * A.dtype.itemsize)
+            A.residency.arrived(DEVICE, r0, r1, c0, c1)
+        return max(1, len(blocks) // len(self.piece_starts))
+
+    def send_home(self, step, r0, r1, c0, c1):
+        """A block that is final now goes back to the host matrix while the factorization goes
+        on. Staged, it goes in pieces that fit a slot: DMA into the slot, then a CPU task
+        copies it out (one chain of those, on several threads each: run side by side they
+        took every engine worker and held up the GPU work, measured)."""
+        graph, A = self.graph, self.A
+        if not A.staged:
+            graph.add("download", step, "copy:d2h",
+                      functools.partial(A.download_block, r0=r0, r1=r1, c0=c0, c1=c1),
+                      reads=[Region("A", r0, r1, c0, c1)], chain=_DOWNLOADS, after=[_PINNING],
+                      bytes=(r1 - r0) * (c1 - c0) * A.dtype.itemsize)
+        else:
+            width = max(1, A.slot_elements // max(r1 - r0, 1))
+            for j0 in range(c0, c1, width):
+                j1 = min(j0 + width, c1)
+                slot = graph.counter("stage-down") % A.down_slots
+                buffer = Region("stage-down", slot, slot + 1)  # the pinned slot's memory
+                nbytes = (r1 - r0) * (j1 - j0) * A.dtype.itemsize
+                graph.add("download", step, "copy:d2h",
+                          functools.partial(A.download_staged, slot=slot, r0=r0, r1=r1, c0=j0,
+                                            c1=j1),
+                          reads=[Region("A", r0, r1, j0, j1)], writes=[buffer],
+                          chain=_DOWNLOADS, bytes=nbytes)
+                graph.add("unstage", step, "cpu",
+                          functools.partial(A.unstage_block, slot=slot, r0=r0, r1=r1, c0=j0,
+                                            c1=j1),
+                          reads=[buffer], writes=[buffer], chain=_UNSTAGING, bytes=nbytes)
+        A.residency.arrived(A.residency.home, r0, r1, c0, c1)
+
+    def steps_hidden_by_upload(self, step_update_flops) -> int:
+        """How many steps' trailing updates to cut into upload-sized column groups, so that the
+        GPU updates the block columns that have arrived while the rest are still on their way:
+        the steps whose updates (`step_update_flops(k0, k1)`) fit in the time the upload
+        takes, by the cost model."""
+        A, plan = self.A, self.plan
+        upload = plan.cost.upload_seconds(A.m * A.n * A.dtype.itemsize, A.transfer)
+        elapsed, steps = 0.0, 0
+        for k0 in range(0, min(A.m, A.n), plan.nb):
+            if elapsed >= upload:
+                break
+            k1 = min(k0 + plan.nb, min(A.m, A.n))
+            elapsed += plan.cost.gpu_update(step_update_flops(k0, k1))
+            steps += 1
+        return steps
+
+
+def panel_round_trip(graph, A, plan, step, factor, panel, results, flops):
+    """A panel factored on the CPU by `factor(lane)`: in place on the host backend; on a device
+    backend it travels down to a pinned buffer and back up, on its own copy lanes. What travels
+    is the rectangle of the region `panel`: rows k0:m of the step's columns for LU and
+    Cholesky, another rectangle for the QL and LQ panels (which end above the last row: their
+    `r1` is passed on). `results` are the other regions it writes (pivots, tau: the store
+    sends them up with the panel)."""
+    if not plan.backend.has_device:
+        graph.add("panel", step, "cpu", factor, writes=[panel, *results], flops=flops)
+        return
+    buffer = Region(f"pinned-panel-{step % 2}", 0, 1)  # the step's pinned buffer (two, in turn)
+    rectangle = dict(step=step, r0=panel.r0, c0=panel.c0, c1=panel.c1)
+    if panel.r1 != A.m:
+        rectangle["r1"] = panel.r1
+    nbytes = (panel.r1 - panel.r0) * (panel.c1 - panel.c0) * A.dtype.itemsize
+    graph.add("panel_d2h", step, "copy:panel-d2h", functools.partial(A.panel_to_host, **rectangle),
+              reads=[panel], writes=[buffer], bytes=nbytes)
+    graph.add("panel", step, "cpu", factor, reads=[buffer], writes=[buffer, *results],
+              flops=flops)
+    graph.add("panel_h2d", step, "copy:panel-h2d",
+              functools.partial(A.panel_to_device, **rectangle),
+              reads=[buffer], writes=[panel, *results], bytes=nbytes)

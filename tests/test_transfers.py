@@ -1,0 +1,92 @@
+"""The tile store's transfer plan and residency (scheduler/transfers.py, backend/residency.py),
+and ordering declared as chains (scheduler/graph.py): recorded graphs, nothing runs."""
+import dataclasses
+
+import numpy as np
+import pytest
+from _lapack_checks import StagedStoreStub, StreamedStoreStub, assert_downloads_cover_once
+
+import hybridla
+from hybridla.backend.residency import DEVICE, HOST, Residency
+from hybridla.scheduler import Region, TaskGraph
+from hybridla.scheduler.plan import make_plan
+
+SHAPES = [(37, 37), (45, 29), (29, 45)]
+
+
+def _plan(m, n, routine, **kw):
+    plan = make_plan(hybridla.backend.get_backend("host"), m, n, np.float64, routine=routine,
+                     nb=8, lookahead=1)
+    return dataclasses.replace(plan, **kw)
+
+
+def _record(recorder, graph):
+    for _ in recorder:
+        pass
+    return graph
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["pageable", "staged"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_streamed_getrf_sends_every_tile_home_after_its_last_write(shape, staged):
+    from hybridla.lapack.getrf import record_getrf
+    m, n = shape
+    A = StagedStoreStub(m, n, 8) if staged else StreamedStoreStub(m, n)
+    graph = TaskGraph()
+    _record(record_getrf(graph, A, _plan(m, n, "lu", panel="gpu")), graph)
+    assert_downloads_cover_once(graph, m, n, A)
+
+
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_streamed_potrf_sends_the_triangle_home(uplo):
+    """Only the uplo triangle's block columns (rows) are written and sent home; the residency
+    of the other triangle's tiles stays at home."""
+    from hybridla.lapack.potrf import record_potrf
+    n = 37
+    A = StreamedStoreStub(n, n)
+    graph = TaskGraph()
+    _record(record_potrf(graph, A, _plan(n, n, "cho", panel="gpu"), uplo), graph)
+    assert A.residency.home_is_current(), A.residency
+
+
+def test_an_upload_is_not_a_write_and_a_cpu_panel_coming_back_is():
+    """The device copy is valid after a bring-up and the home too (nothing dirty); a panel
+    factored on the CPU and sent back up leaves the device copy the only valid one."""
+    from hybridla.scheduler.transfers import TransferPlan, panel_round_trip
+    A = StreamedStoreStub(16, 16)
+    plan = _plan(16, 16, "lu")
+    graph = TaskGraph()
+    TransferPlan(graph, A, plan).bring_up()
+    assert A.residency.valid(DEVICE, 0, 16, 0, 16) and not A.residency.dirty(DEVICE)
+    device_plan = dataclasses.replace(plan, backend=_DeviceLike())
+    panel_round_trip(graph, A, device_plan, 0, lambda lane: None, Region("A", 0, 16, 0, 8), [],
+                     0.0)
+    assert A.residency.dirty(DEVICE, 0, 16, 0, 8)
+    assert not A.residency.dirty(DEVICE, 0, 16, 8, 16)
+
+
+class _DeviceLike:
+    has_device = True
+
+
+def test_residency_refuses_to_drop_a_dirty_tile():
+    r = Residency(10, 10, 4, home=HOST)
+    r.arrived(DEVICE, 0, 10, 0, 10)
+    r.written(DEVICE, 0, 4, 0, 4)
+    assert r.dirty(DEVICE) and not r.valid(HOST, 0, 4, 0, 4) and not r.home_is_current()
+    r.dropped(DEVICE, 4, 10, 0, 10)  # clean tiles: fine
+    with pytest.raises(RuntimeError, match="dropped from device before"):
+        r.dropped(DEVICE, 0, 4, 0, 4)
+    r.arrived(HOST, 0, 4, 0, 4)
+    r.dropped(DEVICE, 0, 4, 0, 4)
+    assert r.home_is_current() and r.tiles_at(DEVICE) == 2  # row 0, columns 4:10
+
+
+def test_chains_order_tasks_without_regions():
+    g = TaskGraph()
+    a = g.add("a", 0, "cpu", None, chain="copy")
+    b = g.add("b", 0, "cpu", None)
+    c = g.add("c", 0, "cpu", None, chain="copy")
+    d = g.add("d", 0, "cpu", None, after=["copy"])
+    e = g.add("e", 0, "cpu", None, after=["other"])
+    assert b.deps == [] and c.deps == [a.index] and d.deps == [c.index] and e.deps == []
