@@ -10,6 +10,7 @@ same files as the cuda backend's: runtime, memory, store, transfers, blas, lu, q
 """
 from __future__ import annotations
 
+from ..ops import BackendDefaults
 from . import blas, chol, lu, memory, mixed, qr, runtime, store, transfers
 from .runtime import HostLane
 from .store import HostMatrix
@@ -17,10 +18,11 @@ from .store import HostMatrix
 __all__ = ["HostBackend", "HostLane", "HostMatrix"]
 
 
-class HostBackend:
+class HostBackend(BackendDefaults):
+    """The host backend's operations (backend/ops.Backend), bound from its family files."""
+
     name = "host"
     device_name = "host"
-    has_device = False
 
     def __init__(self):
         self.lanes = {}

@@ -35,11 +35,11 @@ def host_wait(events):
     pass
 
 
-def begin_run(workers: int):
+def begin_run(workers: int, settings=None):
     """Task parallelism instead of BLAS threading: each worker's BLAS runs one thread
-    (several multithreaded BLAS calls at once only fight over the cores: LU, QR and
-    Cholesky at n = 3000 took 2x, 9x and 3x as long on two cores), and the trailing update
-    is cut into one task per worker (`update_tasks`)."""
+    (several multithreaded BLAS calls at once only fight over the cores: perf/RESULTS.md),
+    and the trailing update is cut into one task per worker (`update_tasks`). The host has no
+    device settings."""
     single_threaded_blas.enter()
 
 

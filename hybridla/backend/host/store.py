@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.linalg import get_lapack_funcs
 
+from ..residency import HOST, Residency
+
 
 class HostMatrix:
     """The working matrix of one factorization in host memory (an F-ordered NumPy array), with
@@ -23,7 +25,9 @@ class HostMatrix:
         self.tau = np.zeros(min(self.m, self.n), dtype=self.dtype)  # QR, QL, LQ: reflector i's
         self.nsteps = -(-min(self.m, self.n) // nb)
         self.info = np.zeros(max(self.nsteps, 1), dtype=np.int32)  # per step, panel-local
-        self._workspaces = {}
+        self._workspaces: dict = {}
+        # home and workplace at once: every tile is always valid here
+        self.residency = Residency(self.m, self.n, nb, home=HOST)
 
     def track_one_norm(self):
         """||A||_1 of the matrix as it is now, before the factorization overwrites it (LAPACK
