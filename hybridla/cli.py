@@ -4,7 +4,7 @@
     hybridla factor A.npy         LU of a matrix from a .npy file (--nb --lookahead --panel --trace)
     hybridla trace RUN.json       render a trace: Gantt PNG next to it, and the overlap summary
     hybridla info                 versions, backends, device, configuration and its sources
-    hybridla bench ...            the benchmarks in a source checkout's perf/ (arguments passed on)
+    hybridla bench ...            benchmarks against cuSOLVER, MAGMA (PyTorch) and scipy
     hybridla tune                 measure this machine's rates for the cost model into a tuning file
 
 Exit status: 0 done; 1 the work failed (a singular matrix is only a warning, as in scipy);
@@ -21,7 +21,6 @@ import datetime
 import logging
 import os
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -283,20 +282,13 @@ def cmd_info(args):
         print(format_text(info))
 
 
-def _bench_candidates() -> list:
-    """Where perf/bench.py may be: next to the package (a source checkout, or an editable
-    install of one), then under the current directory."""
-    return [Path(__file__).resolve().parents[1] / "perf" / "bench.py",
-            Path.cwd() / "perf" / "bench.py"]
-
-
 def cmd_bench(args):
-    bench = next((p for p in _bench_candidates() if p.is_file()), None)
-    if bench is None:
-        raise CommandError("the benchmarks live in perf/ of hybridla's source tree, which the "
-                           "installed package does not include: run `hybridla bench` (or python3 "
-                           "perf/bench.py --help) in a checkout of the repository", FAILED)
-    raise SystemExit(subprocess.call([sys.executable, str(bench), *args.rest]))
+    """The factorization benchmark of hybridla.bench (perf/bench.py in a source checkout runs
+    the same), its options in args.rest; without a GPU its sizes default to a small one."""
+    from .bench import runner
+    status = runner.main(args.rest, prog="hybridla bench", small_without_gpu=True)
+    if status:
+        raise SystemExit(status)
 
 
 def cmd_tune(args):
@@ -418,8 +410,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("bench", add_help=False,
-                       help="run a source checkout's perf/bench.py (its options: hybridla bench "
-                            "--help)")
+                       help="benchmark the factorizations against cuSOLVER, MAGMA (PyTorch) and "
+                            "scipy (its options: hybridla bench --help)")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("tune", help="measure this machine's rates into the tuning file",

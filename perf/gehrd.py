@@ -33,13 +33,9 @@ SciPy at n = 16384 takes minutes on 16 cores: run that size in a command of its 
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import platform
-import shlex
-import statistics
 import sys
-import time
 
 import numpy as np
 import scipy.linalg
@@ -50,24 +46,18 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)  # the working tree's hybridla, before any installed one
 
 import hybridla  # noqa: E402
+from hybridla.bench import harness  # noqa: E402  (CuPy, clocks, the copy bandwidth, tables)
 from hybridla.lapack.gehrd import HessenbergStats  # noqa: E402
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
 COLUMNS = ("n", "implementation", "time (s)", "GFLOP/s", "vs SciPy", "matvec (s)",
            "matvec share", "matvec GB/s", "of copy BW", "check", "note")
 
-
-def log(msg):
-    print(f"[gehrd] {msg}", file=sys.stderr, flush=True)
+log = harness.logger("gehrd")
 
 
 def cupy_or_none():
-    try:
-        import cupy
-        cupy.cuda.runtime.getDeviceCount()
-        return cupy
-    except Exception:
-        return None
+    return harness.cupy() if harness.cupy_has_gpu() else None
 
 
 def device_name(cp) -> str:
@@ -76,23 +66,6 @@ def device_name(cp) -> str:
         return f"{platform.processor() or platform.machine()} (no GPU), {cores}"
     name = cp.cuda.runtime.getDeviceProperties(0)["name"]
     return f"{name.decode() if isinstance(name, bytes) else name}, {cores}"
-
-
-def copy_bandwidth(cp, mib) -> float:
-    """Device-to-device copy: (bytes read + bytes written) / time, best of 10, in bytes/s."""
-    nbytes = mib * 2 ** 20
-    src, dst = cp.ones(nbytes, cp.uint8), cp.empty(nbytes, cp.uint8)
-    start, end = cp.cuda.Event(), cp.cuda.Event()
-    best = float("inf")
-    for _ in range(11):
-        start.record()
-        dst.data.copy_from_device(src.data, nbytes)
-        end.record()
-        end.synchronize()
-        best = min(best, cp.cuda.get_elapsed_time(start, end) / 1e3)
-    del src, dst
-    cp.get_default_memory_pool().free_all_blocks()
-    return 2 * nbytes / best
 
 
 def flop_count(n, dtype) -> float:
@@ -122,19 +95,12 @@ def check_ratio(a, factors, tau) -> float:
 def timed(fn, setup, repeat, sync):
     """Median wall time of fn(setup()) over `repeat` runs (setup untimed); returns
     (median seconds, the last result)."""
-    times, result = [], None
-    for _ in range(repeat):
-        arg = setup()
-        sync()
-        t = time.perf_counter()
-        result = fn(arg)
-        sync()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), result
+    m = harness.measure(lambda arg, last: fn(arg), setup, repeat, sync=sync)
+    return m.seconds, m.result
 
 
 def row(cells):
-    return "| " + " | ".join(str(c) for c in cells) + " |"
+    return harness.MarkdownTable.format_row(cells)
 
 
 def parse_args(argv=None):
@@ -161,11 +127,10 @@ def main(argv=None) -> int:
     if "gpu" in interfaces and (cp is None or backend != "cuda"):
         log("no CuPy with a GPU and hybridla's cuda backend: the GPU interface is left out")
         interfaces.remove("gpu")
-    copy_bw = copy_bandwidth(cp, opts.copy_mib) if cp is not None else None
+    copy_bw = harness.copy_bandwidth(opts.copy_mib) if cp is not None else None
     sync = (lambda: cp.cuda.Device().synchronize()) if cp is not None else (lambda: None)
-    command = shlex.join(getattr(sys, "orig_argv", [sys.executable] + sys.argv)
-                         if argv is None else ["perf/gehrd.py", *argv])
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    command = harness.command_line(argv, "perf/gehrd.py")
+    now = harness.utc_now()
     lines = [
         "", f"### gehrd {dtype} on {device_name(cp)}, {now}", "", f"`{command}`", "",
         f"hybridla {hybridla.__file__} (backend {backend}, nb "

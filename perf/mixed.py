@@ -92,35 +92,46 @@ times, not yet measured); trim with --baselines / --interfaces / --matrices / --
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import platform
-import shlex
-import shutil
-import statistics
-import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from functools import partial
+from operator import itemgetter
 from typing import Any, Callable, Optional
 
 import numpy as np
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
-_ROOT = os.path.dirname(_HERE)
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
     sys.path.append(_ROOT)   # the working tree's hybridla when it is not installed
 
-import bench as _bench  # noqa: E402  (lazy imports, device memory, cuSOLVER handle, table cells)
+import hybridla  # noqa: E402
+# The shared harness (lazy CUDA imports, clocks, device memory, tables), the cuSOLVER baselines,
+# the test matrices and the solves' checks live in the package (hybridla/bench/).
+from hybridla.bench import baselines, harness  # noqa: E402
+from hybridla.bench.checks import (  # noqa: E402,F401
+    EPS, backward_error, forward_error, inf_norm, passes_stopping_test)
+from hybridla.bench.matrices import (  # noqa: E402,F401
+    MatrixFactory, MatrixSpec, download, general_with_singular_values, haar_orthogonal, normal,
+    parse_matrix, randn_matrix, singular_values, spd_gram, spd_with_eigenvalues)
+from hybridla.bench.runner import positive_int  # noqa: E402
+
+
+class _LastRun:
+    """The optional modules (CuPy, nvmath-python, PyTorch, ...) that the last main() asked the
+    harness for: name -> module, or None where the import failed. A --dry run asks for none
+    (tests/test_mixed_bench.py reads _bench._MODULES)."""
+    _MODULES: dict = {}
+
+
+_bench = _LastRun()
 
 LOWEST = ("half-x3", "half", "bfloat16", "tf32", "single")
 REFINEMENTS = ("classical-gmres", "gmres", "classical", "none")
 ASSUME = ("gen", "pos")
 INTERFACES = ("gpu", "cpu")
-IRS_PREFIXES = {"dd": "FP64", "ds": "FP32", "dx": "TF32", "dh": "FP16", "db": "BF16"}
+IRS_PREFIXES = baselines.IRS_PRECISIONS
 BASELINES = tuple(f"cusolver-{p}" for p in IRS_PREFIXES) + (
     "cusolver-getrf", "cusolver-potrf", "hybridla-fp64", "scipy")
 DEFAULT_BASELINES = tuple(b for b in BASELINES if b != "scipy")
@@ -128,194 +139,12 @@ DEFAULT_COMBOS = (("half-x3", "classical-gmres"), ("half", "classical-gmres"),
                   ("tf32", "classical-gmres"))
 DEFAULT_MATRICES = "randn,kappa=1e6,spd-kappa=1e4,spd-kappa=1e6"
 DRY_SIZES = (64, 100)
-EPS = float(np.finfo(np.float64).eps)
-CUBLAS_OP_N = 0
 
 ITERATION_CODES = {-1: "stopped early", -2: "overflow on narrowing",
                    -3: "low-precision factorization failed"}
 
 
-def log(msg: str) -> None:
-    print(f"[mixed] {msg}", file=sys.stderr, flush=True)
-
-
-# ----------------------------------------------------------------------------------------
-# Test matrices
-# ----------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class MatrixSpec:
-    """One --matrices word: kind randn | kappa | spd | spd-kappa, with its condition number."""
-    name: str
-    kind: str
-    kappa: Optional[float] = None
-
-    @property
-    def spd(self) -> bool:
-        return self.kind.startswith("spd")
-
-    @property
-    def needs_orthogonal(self) -> bool:
-        return self.kappa is not None
-
-
-def parse_matrix(word: str) -> MatrixSpec:
-    word = word.strip()
-    if word in ("randn", "spd"):
-        return MatrixSpec(word, word)
-    for kind in ("spd-kappa", "kappa"):
-        if word.startswith(kind + "="):
-            try:
-                kappa = float(word[len(kind) + 1:])
-            except ValueError:
-                break
-            if not kappa >= 1 or not np.isfinite(kappa):
-                raise argparse.ArgumentTypeError(f"{word}: the condition number must be >= 1")
-            return MatrixSpec(word, kind, kappa)
-    raise argparse.ArgumentTypeError(
-        f"unknown matrix {word!r}; choose from randn, spd, kappa=K, spd-kappa=K (K >= 1)")
-
-
-def _normal(shape, xp, seed: int, *words: int):
-    """float64 standard normals, from CuPy's generator on the device or NumPy's on the host."""
-    if xp is np:
-        return np.random.default_rng([seed, *words]).standard_normal(shape)
-    return xp.random.default_rng(_bench._seed_int(seed, *words)).standard_normal(
-        shape, dtype=np.float64)
-
-
-def singular_values(n: int, kappa: float, xp=np):
-    """s_i = kappa^(-i/(n-1)), i = 0..n-1: geometric from 1 down to 1/kappa."""
-    if n == 1:
-        return xp.ones(1)
-    return xp.asarray(kappa ** (-np.arange(n) / (n - 1)))
-
-
-def haar_orthogonal(n: int, seed: int, xp=np):
-    """A Haar-distributed n x n orthogonal matrix: Q of the QR of a Gaussian, times the signs
-    of R's diagonal (O(n^3); about 2 s with cupy.linalg.qr at n = 32768)."""
-    g = _normal((n, n), xp, seed, n, 3)
-    q, r = xp.linalg.qr(g)
-    del g
-    signs = xp.sign(xp.diagonal(r)).copy()
-    del r
-    signs[signs == 0] = 1
-    q *= signs[None, :]
-    return q
-
-
-def general_with_singular_values(u, s, seed: int, xp=np):
-    """A = U diag(s) V^T with V = P U Q (P, Q random permutations of rows and columns of the
-    orthogonal U, so V is orthogonal): F-ordered, singular values s.  u is consumed."""
-    n = len(s)
-    rng = np.random.default_rng([seed, n, 4])
-    p, q = (xp.asarray(rng.permutation(n)) for _ in range(2))
-    v = u[p]                    # P U
-    v = v[:, q]                 # P U Q
-    u *= s[None, :]             # U diag(s), in place
-    at = v @ u.T                # A^T = V diag(s) U^T, C order
-    del v
-    return at.T                 # A, F order
-
-
-def spd_with_eigenvalues(u, s, xp=np):
-    """A = U diag(s) U^T, exactly symmetric, F-ordered.  u is consumed."""
-    a = (u * s[None, :]) @ u.T
-    del u
-    a = a + a.T                 # a[i,j] + a[j,i] == a[j,i] + a[i,j]: exactly symmetric
-    a *= 0.5
-    return a.T                  # the same values, F order
-
-
-def spd_gram(n: int, seed: int, xp=np):
-    """A = G G^T / n + I, G standard normal: eigenvalues in about [1, 5]."""
-    g = _normal((n, n), xp, seed, n, 2)
-    a = g @ g.T
-    del g
-    a = a + a.T
-    a *= 0.5 / n
-    diag = xp.arange(n)
-    a[diag, diag] += 1
-    return a.T
-
-
-def randn_matrix(n: int, seed: int, xp=np):
-    return _normal((n, n), xp, seed, n, 1).T     # iid entries: the transpose is F order
-
-
-def download(d) -> np.ndarray:
-    """A host copy of a CuPy array in its own layout (CuPy's get() defaults to C order, which
-    for an F-ordered array would cost a transposed device copy first)."""
-    out = np.empty(d.shape, dtype=d.dtype, order="F" if d.flags.f_contiguous else "C")
-    d.get(out=out)
-    return out
-
-
-class MatrixFactory:
-    """Builds the test matrices of one size; keeps its one orthogonal U in host memory."""
-
-    def __init__(self, n: int, seed: int, xp):
-        self.n, self.seed, self.xp = n, seed, xp
-        self._u: Optional[np.ndarray] = None
-
-    def orthogonal(self):
-        """A fresh copy of U where the matrices are built (computed on the first call)."""
-        if self._u is None:
-            log(f"n={self.n}: QR of a Gaussian for the orthogonal factor")
-            q = haar_orthogonal(self.n, self.seed, self.xp)
-            self._u = q if self.xp is np else download(q)
-            del q
-            _bench.release_device_memory()
-        return self.xp.array(self._u)
-
-    def make(self, spec: MatrixSpec):
-        n, xp = self.n, self.xp
-        if spec.kind == "randn":
-            return xp.asfortranarray(randn_matrix(n, self.seed, xp))
-        if spec.kind == "spd":
-            return xp.asfortranarray(spd_gram(n, self.seed, xp))
-        s = singular_values(n, spec.kappa, xp)
-        if spec.kind == "kappa":
-            return general_with_singular_values(self.orthogonal(), s, self.seed, xp)
-        return spd_with_eigenvalues(self.orthogonal(), s, xp)
-
-
-# ----------------------------------------------------------------------------------------
-# Errors
-# ----------------------------------------------------------------------------------------
-
-def inf_norm(a, xp=np) -> float:
-    """||A||_inf (largest row sum of |A|), one column block at a time (no |A| copy)."""
-    n, m = a.shape
-    rows = xp.zeros(n)
-    for j0, j1 in _bench._column_blocks(m, n):
-        rows += xp.abs(a[:, j0:j1]).sum(axis=1)
-    return float(rows.max()) if n else 0.0
-
-
-def _columns_max_abs(v, xp):
-    return xp.abs(v).max(axis=0) if v.ndim == 2 else xp.abs(v).max(keepdims=True)
-
-
-def backward_error(a, x, b, anorm: Optional[float] = None, xp=np) -> float:
-    """max over right-hand sides of ||b - A x||_inf / (||A||_inf ||x||_inf), in float64."""
-    anorm = inf_norm(a, xp) if anorm is None else anorm
-    x = x.astype(np.float64, copy=False)
-    r = b - a @ x
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = _columns_max_abs(r, xp) / (anorm * _columns_max_abs(x, xp))
-    return float(ratio.max())
-
-
-def forward_error(x, x_true, xp=np) -> float:
-    """max over right-hand sides of ||x - x_true||_inf / ||x_true||_inf."""
-    diff = x.astype(np.float64, copy=False) - x_true
-    return float((_columns_max_abs(diff, xp) / _columns_max_abs(x_true, xp)).max())
-
-
-def passes_stopping_test(berr: float, n: int) -> bool:
-    """||r||_inf < sqrt(n) ||x||_inf ||A||_inf eps, i.e. backward error < sqrt(n) eps."""
-    return bool(berr < np.sqrt(n) * EPS)
+log = harness.logger("mixed")
 
 
 # ----------------------------------------------------------------------------------------
@@ -331,7 +160,7 @@ class Problem:
         self.spec, self.n, self.nrhs = spec, n, nrhs
         self.a = factory.make(spec)
         shape = (n,) if nrhs == 1 else (n, nrhs)
-        self.x_true = xp.asfortranarray(_normal(shape, xp, seed, n, 5))
+        self.x_true = xp.asfortranarray(normal(shape, xp, seed, n, 5))
         self.b = xp.asfortranarray(self.a @ self.x_true)
         self.anorm = inf_norm(self.a, xp)
         self._host: Optional[tuple] = None
@@ -373,7 +202,7 @@ class Problem:
 
     def check(self, x) -> tuple[float, float]:
         """(backward error, forward error) of x, computed where A lives."""
-        x = self.xp.asarray(x) if self.on_device else _bench.to_host(x)
+        x = self.xp.asarray(x) if self.on_device else harness.to_host(x)
         if x.shape != self.b.shape:
             x = x.reshape(self.b.shape)
         return (backward_error(self.a, x, self.b, self.anorm, self.xp),
@@ -398,23 +227,10 @@ class Timing:
 def measure(fn: Callable[[Any], tuple], setup: Callable[[], Any], repeat: int, *,
             warmup: int = 0, sync: Optional[Callable[[], None]] = None) -> Timing:
     """Time fn(setup()) -> (x, meta) ``warmup + repeat`` times, setup() untimed; sync (if given)
-    before starting and before stopping the clock."""
-    times, metas, x = [], [], None
-    for i in range(warmup + repeat):
-        state = x = None
-        state = setup()
-        if sync is not None:
-            sync()
-        t0 = time.perf_counter()
-        x, meta = fn(state)
-        if sync is not None:
-            sync()
-        t1 = time.perf_counter()
-        if i >= warmup:
-            times.append(t1 - t0)
-            metas.append(meta)
-    median = sorted(range(len(times)), key=times.__getitem__)[(len(times) - 1) // 2]
-    return Timing(statistics.median(times), x, metas[median])
+    before starting and before stopping the clock (harness.measure)."""
+    m = harness.measure(lambda state, last: fn(state), setup, repeat, warmup=warmup, sync=sync,
+                        meta=itemgetter(1))
+    return Timing(m.seconds, m.result[0], m.meta)
 
 
 @dataclass
@@ -436,54 +252,34 @@ class Env:
 
     @property
     def sync(self) -> Optional[Callable[[], None]]:
-        return _bench.cupy_sync if self.cp is not None else None
+        return harness.cupy_sync if self.cp is not None else None
 
     def engine(self) -> dict:
         return {"nb": self.opts.nb} if self.opts.nb is not None else {}
 
 
 # ----------------------------------------------------------------------------------------
-# cuSOLVER through nvmath.bindings.cusolverDn
+# cuSOLVER (hybridla/bench/baselines.py: nvmath.bindings.cusolverDn)
 # ----------------------------------------------------------------------------------------
 
-def _info_notes(d_info, meaning: str, notes: list) -> None:
-    info = int(np.asarray(_bench.to_host(d_info)).ravel()[0])
-    if info < 0:
-        raise RuntimeError(f"argument {-info} is illegal")
-    if info > 0:
-        notes.append(f"info={info} ({meaning.format(i=info)})")
-
-
-def _nrhs(b) -> int:
-    return 1 if b.ndim == 1 else b.shape[1]
-
-
 def run_cusolver_irs(prefix: str, prob: Problem, env: Env, warmup: int) -> Outcome:
-    """cusolverDn<XY>gesv: (handle, n, nrhs, dA, ldda, dipiv, dB, lddb, dX, lddx, dWork,
-    lwork_bytes, d_info) -> niters; its _buffer_size takes the same up to dWork, in bytes."""
-    from nvmath.bindings import cusolverDn
+    """cusolverDn<XY>gesv on fresh device copies of A and b; its workspace, pivots and info
+    allocated once, outside the timed region."""
     cp = env.cp
-    gesv = getattr(cusolverDn, f"{prefix}_gesv")
-    buffer_size = getattr(cusolverDn, f"{prefix}_gesv_buffer_size")
-    handle = _bench._cusolver_handle()
-    n, nrhs = prob.n, _nrhs(prob.b)
     d_a, d_b = prob.device_copies()
     d_x = cp.empty_like(d_b, order="F")
-    d_ipiv = cp.empty(n, dtype=cp.int32)
+    d_ipiv = cp.empty(prob.n, dtype=cp.int32)
     d_info = cp.zeros(1, dtype=cp.int32)
-    lwork = int(buffer_size(handle, n, nrhs, d_a.data.ptr, n, d_ipiv.data.ptr, d_b.data.ptr, n,
-                            d_x.data.ptr, n, 0))
+    lwork = baselines.irs_workspace(prefix, d_a, d_b, d_x, d_ipiv)
     d_work = cp.empty(max(1, lwork), dtype=cp.uint8)
 
     def fn(state):
         a, b = state
-        niters = gesv(handle, n, nrhs, a.data.ptr, n, d_ipiv.data.ptr, b.data.ptr, n,
-                      d_x.data.ptr, n, d_work.data.ptr, lwork, d_info.data.ptr)
-        return d_x, int(niters)
+        return d_x, baselines.irs_gesv(prefix, a, b, d_x, d_ipiv, d_work, lwork, d_info)
 
     t = measure(fn, prob.device_copies, env.opts.repeat, warmup=warmup, sync=env.sync)
     notes: list = [f"workspace {lwork / 2**30:.2f} GiB"]
-    _info_notes(d_info, "U({i},{i}) = 0", notes)
+    baselines.info_note(d_info, "U({i},{i}) = 0", notes)
     niters = t.meta
     if niters < 0:
         notes.append(f"niters={niters}: refinement failed, FP64 fallback")
@@ -492,91 +288,72 @@ def run_cusolver_irs(prefix: str, prob: Problem, env: Env, warmup: int) -> Outco
 
 def run_cusolver_irs_transfers(prob: Problem, env: Env, warmup: int) -> Outcome:
     """CPU interface baseline: upload A and b (pageable NumPy), dd_gesv, download x; all timed."""
-    from nvmath.bindings import cusolverDn
     cp = env.cp
-    handle = _bench._cusolver_handle()
     a_host, b_host = prob.host_inputs()
-    n, nrhs = prob.n, _nrhs(b_host)
     x_host = np.empty_like(b_host, order="F")
     d_x = cp.empty(b_host.shape, dtype=np.float64, order="F")
-    d_ipiv = cp.empty(n, dtype=cp.int32)
+    d_ipiv = cp.empty(prob.n, dtype=cp.int32)
     d_info = cp.zeros(1, dtype=cp.int32)
     d_a, d_b = prob.device_copies()                 # only their addresses, for the query
-    lwork = int(cusolverDn.dd_gesv_buffer_size(handle, n, nrhs, d_a.data.ptr, n,
-                                               d_ipiv.data.ptr, d_b.data.ptr, n, d_x.data.ptr,
-                                               n, 0))
+    lwork = baselines.irs_workspace("dd", d_a, d_b, d_x, d_ipiv)
     del d_a, d_b
     d_work = cp.empty(max(1, lwork), dtype=cp.uint8)
-    _bench._prime_pinned_pool(prob.nbytes)
+    harness.prime_pinned_pool(prob.nbytes, log)
 
     def fn(_):
         d_a = cp.asarray(a_host, order="F")          # H2D from the pageable arrays
         d_b = cp.asarray(b_host, order="F")
-        niters = cusolverDn.dd_gesv(handle, n, nrhs, d_a.data.ptr, n, d_ipiv.data.ptr,
-                                    d_b.data.ptr, n, d_x.data.ptr, n, d_work.data.ptr, lwork,
-                                    d_info.data.ptr)
+        niters = baselines.irs_gesv("dd", d_a, d_b, d_x, d_ipiv, d_work, lwork, d_info)
         d_x.get(out=x_host)                          # D2H (blocking)
-        return x_host, int(niters)
+        return x_host, niters
 
     t = measure(fn, lambda: None, env.opts.repeat, warmup=warmup, sync=env.sync)
     notes: list = []
-    _info_notes(d_info, "U({i},{i}) = 0", notes)
+    baselines.info_note(d_info, "U({i},{i}) = 0", notes)
     return Outcome(t.seconds, t.x, str(t.meta), "yes" if t.meta < 0 else "no", notes=notes)
 
 
 def run_cusolver_getrf(prob: Problem, env: Env, warmup: int) -> Outcome:
-    """dgetrf(handle, m, n, A, lda, work, ipiv, info) + dgetrs(handle, trans, n, nrhs, A, lda,
-    ipiv, B, ldb, info), B overwritten by x."""
-    from nvmath.bindings import cusolverDn
+    """dgetrf + dgetrs on fresh device copies, b overwritten by x."""
     cp = env.cp
-    handle = _bench._cusolver_handle()
-    n, nrhs = prob.n, _nrhs(prob.b)
     d_a, _ = prob.device_copies()
-    lwork = int(cusolverDn.dgetrf_buffer_size(handle, n, n, d_a.data.ptr, n))
-    d_work = cp.empty(max(1, lwork), dtype=np.float64)
-    d_ipiv = cp.empty(n, dtype=cp.int32)
+    d_work = baselines.getrf_workspace(d_a)
+    d_ipiv = cp.empty(prob.n, dtype=cp.int32)
     d_info = cp.zeros(2, dtype=cp.int32)
+    factor_info, solve_info = d_info[:1], d_info[1:]
 
     def fn(state):
         a, b = state
-        cusolverDn.dgetrf(handle, n, n, a.data.ptr, n, d_work.data.ptr, d_ipiv.data.ptr,
-                          d_info.data.ptr)
-        cusolverDn.dgetrs(handle, CUBLAS_OP_N, n, nrhs, a.data.ptr, n, d_ipiv.data.ptr,
-                          b.data.ptr, n, d_info.data.ptr + 4)
+        baselines.getrf(a, work=d_work, ipiv=d_ipiv, info=factor_info)
+        baselines.getrs(a, d_ipiv, b, solve_info)
         return b, None
 
     t = measure(fn, prob.device_copies, env.opts.repeat, warmup=warmup, sync=env.sync)
     notes: list = []
-    _info_notes(d_info[:1], "U({i},{i}) = 0", notes)
-    _info_notes(d_info[1:], "getrs: unexpected", notes)
+    baselines.info_note(d_info[:1], "U({i},{i}) = 0", notes)
+    baselines.info_note(d_info[1:], "getrs: unexpected", notes)
     return Outcome(t.seconds, t.x, notes=notes)
 
 
 def run_cusolver_potrf(prob: Problem, env: Env, warmup: int) -> Outcome:
-    """dpotrf(handle, uplo, n, A, lda, work, lwork, info) + dpotrs(handle, uplo, n, nrhs, A,
-    lda, B, ldb, info), lower triangle, B overwritten by x."""
-    from nvmath.bindings import cusolverDn
+    """dpotrf + dpotrs (lower triangle) on fresh device copies, b overwritten by x."""
     cp = env.cp
-    handle = _bench._cusolver_handle()
-    n, nrhs = prob.n, _nrhs(prob.b)
-    lower = _bench.CUBLAS_FILL_MODE_LOWER
     d_a, _ = prob.device_copies()
-    lwork = int(cusolverDn.dpotrf_buffer_size(handle, lower, n, d_a.data.ptr, n))
-    d_work = cp.empty(max(1, lwork), dtype=np.float64)
+    d_work = baselines.potrf_workspace(d_a)
     d_info = cp.zeros(2, dtype=cp.int32)
+    factor_info, solve_info = d_info[:1], d_info[1:]
 
     def fn(state):
         a, b = state
-        cusolverDn.dpotrf(handle, lower, n, a.data.ptr, n, d_work.data.ptr, lwork,
-                          d_info.data.ptr)
-        cusolverDn.dpotrs(handle, lower, n, nrhs, a.data.ptr, n, b.data.ptr, n,
-                          d_info.data.ptr + 4)
+        baselines.potrf(a, work=d_work, info=factor_info)
+        baselines.potrs(a, b, solve_info)
         return b, None
 
     t = measure(fn, prob.device_copies, env.opts.repeat, warmup=warmup, sync=env.sync)
     notes: list = []
-    _info_notes(d_info[:1], "the leading minor of order {i} is not positive definite", notes)
-    _info_notes(d_info[1:], "potrs: unexpected", notes)
+    baselines.info_note(d_info[:1], "the leading minor of order {i} is not positive definite",
+                        notes)
+    baselines.info_note(d_info[1:], "potrs: unexpected", notes)
     return Outcome(t.seconds, t.x, notes=notes)
 
 
@@ -596,7 +373,6 @@ def _kind_note(x, iface: str) -> list:
 
 
 def run_hybridla_fp64(assume: str, iface: str, prob: Problem, env: Env, warmup: int) -> Outcome:
-    import hybridla
     kw = dict(check_finite=False, backend="cuda" if iface == "gpu" else env.backend,
               **_assume_kwargs(assume), **env.engine())
     # The host copy: hybridla.solve's CPU interface factors into host memory, in place with
@@ -619,7 +395,6 @@ def _seconds(info, key: str) -> Optional[float]:
 
 def run_hybridla_mixed(lowest: str, refinement: str, assume: str, iface: str, prob: Problem,
                        env: Env, warmup: int) -> Outcome:
-    import hybridla
     kw = dict(lowest=lowest, refinement=refinement, check_finite=False,
               backend="cuda" if iface == "gpu" else env.backend, **_assume_kwargs(assume),
               **env.engine())
@@ -697,8 +472,8 @@ def combinations(opts: argparse.Namespace) -> list[tuple[str, str]]:
 def _cusolver_reason(env: Env) -> Optional[str]:
     if env.cp is None:
         return "no CuPy with a CUDA device" + (" (--dry)" if env.opts.dry else "")
-    if _bench._import("nvmath.bindings.cusolverDn") is None:
-        return _bench._import_error("nvmath.bindings.cusolverDn")
+    if baselines.cusolver() is None:
+        return harness.import_error("nvmath.bindings.cusolverDn")
     return None
 
 
@@ -719,7 +494,7 @@ def select_implementations(env: Env) -> list[Impl]:
         else:
             impls.append(impl)
 
-    cusolverDn = _bench._MODULES.get("nvmath.bindings.cusolverDn")
+    cusolverDn = harness.loaded("nvmath.bindings.cusolverDn")
     for prefix, precision in IRS_PREFIXES.items():
         if f"cusolver-{prefix}" not in baselines:
             continue
@@ -737,10 +512,7 @@ def select_implementations(env: Env) -> list[Impl]:
             impls.append(Impl(f"scipy-{assume}", f"SciPy solve {assume} (host)",
                               partial(run_scipy, assume), iface="cpu", assume=assume))
 
-    has_mixed = getattr(_bench._hybridla(), "solve_mixed", None) is not None
-    if _bench._hybridla() is None:
-        log(f"leaving out hybridla: {_bench._import_error('hybridla')}")
-        return impls
+    has_mixed = getattr(hybridla, "solve_mixed", None) is not None
     combos = combinations(opts)
     for iface in INTERFACES:
         if iface not in ifaces:
@@ -787,50 +559,29 @@ def device_name(env: Env) -> str:
     cores = f"{os.cpu_count()} host cores"
     if env.cp is None:
         return f"no GPU ({platform.machine()}, {cores})"
-    if shutil.which("nvidia-smi"):
-        try:
-            out = subprocess.run(
-                ["nvidia-smi", f"--id={env.cp.cuda.Device().id}",
-                 "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=20, check=True).stdout.strip()
-            if out:
-                return f"{out} (nvidia-smi), {cores}"
-        except Exception:
-            pass
-    return f"{_bench.device_name()}, {cores}"
+    smi = harness.nvidia_smi_name(env.cp.cuda.Device().id)
+    if smi:
+        return f"{smi} (nvidia-smi), {cores}"
+    return f"{harness.device_name()}, {cores}"
 
 
-class Table:
+class Table(harness.MarkdownTable):
     """Prints markdown rows as they come; with a path also appends them to that file."""
 
     def __init__(self, path: Optional[str]):
-        self.path = path
+        super().__init__(path, COLUMNS, _RIGHT)
 
-    def emit(self, line: str) -> None:
-        print(line, flush=True)
-        if self.path:
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write(line + "\n")
-
-    def start(self, env: Env, command: str) -> None:
+    def begin(self, env: Env, command: str) -> None:
         opts = env.opts
-        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        hl = _bench._MODULES.get("hybridla")
-        where = getattr(hl, "__file__", None) if hl is not None else None
         versions = f"numpy {np.__version__}"
         if env.cp is not None:
             versions += f", cupy {env.cp.__version__}"
-            nvmath = _bench._MODULES.get("nvmath")
+            nvmath = harness.loaded("nvmath")
             if nvmath is not None:
                 versions += f", nvmath-python {getattr(nvmath, '__version__', '?')}"
         combos = ", ".join(f"{lo}/{r}" for lo, r in combinations(opts))
-        lines = [
-            "",
-            f"### solve_mixed float64, nrhs {opts.nrhs}, on {device_name(env)}, {now}",
-            "",
-            f"`{command}`",
-            "",
-            f"hybridla: {where or 'not importable'} (backend {env.backend}); {versions}; "
+        notes = [
+            f"hybridla: {hybridla.__file__} (backend {env.backend}); {versions}; "
             f"repeat {opts.repeat} (median), warm-up once per implementation at its first "
             f"size and matrix; solve_mixed lowest/refinement: {combos}; assume_a: "
             f"{','.join(opts.assume)} (pos on SPD matrices only).",
@@ -849,12 +600,9 @@ class Table:
             "dd_gesv on the device (CPU-interface rows: dd_gesv+transfers, upload of A and b "
             "and download of x timed); vs dh / dx for solve_mixed's device rows; vs our FP64 "
             "= hybridla.solve (FP64) through the same interface, same assume_a.",
-            "",
-            "| " + " | ".join(COLUMNS) + " |",
-            "|" + "|".join("---:" if c in _RIGHT else "---" for c in COLUMNS) + "|",
         ]
-        for line in lines:
-            self.emit(line)
+        self.start(f"solve_mixed float64, nrhs {opts.nrhs}, on {device_name(env)}, "
+                   f"{harness.utc_now()}", command, notes)
 
     @staticmethod
     def row(n: int, matrix: str, impl: Impl, outcome: Optional[Outcome] = None,
@@ -862,12 +610,12 @@ class Table:
             note: str = "") -> str:
         measured = measured or {}
         t = outcome.time if outcome is not None else None
-        cells = [str(n), matrix, impl.label, _bench._fmt(t, ".4g")]
+        cells = [str(n), matrix, impl.label, harness.fmt(t, ".4g")]
         if outcome is None:
             cells += ["–"] * 2 + ["n/a"] * 3
         else:
             cells += [outcome.iterations, outcome.fell_back,
-                      *(_bench._fmt(s, ".3g", "–") for s in outcome.split)]
+                      *(harness.fmt(s, ".3g", "–") for s in outcome.split)]
         if errors is None:
             cells += ["n/a"] * 3
         else:
@@ -876,11 +624,11 @@ class Table:
                       f"{ferr:.2e}"]
         dd = measured.get("cusolver-dd" if impl.iface == "gpu" else "cusolver-dd+transfers")
         device_mixed = impl.mixed and impl.iface == "gpu"
-        cells += [_bench._ratio(dd if impl.key not in ("cusolver-dd", "cusolver-dd+transfers")
+        cells += [harness.ratio(dd if impl.key not in ("cusolver-dd", "cusolver-dd+transfers")
                                 else None, t),
-                  _bench._ratio(measured.get("cusolver-dh") if device_mixed else None, t),
-                  _bench._ratio(measured.get("cusolver-dx") if device_mixed else None, t),
-                  _bench._ratio(measured.get(f"fp64-{impl.iface}-{impl.assume}")
+                  harness.ratio(measured.get("cusolver-dh") if device_mixed else None, t),
+                  harness.ratio(measured.get("cusolver-dx") if device_mixed else None, t),
+                  harness.ratio(measured.get(f"fp64-{impl.iface}-{impl.assume}")
                                 if impl.mixed else None, t),
                   note.replace("|", "/")]
         return "| " + " | ".join(cells) + " |"
@@ -891,7 +639,7 @@ class Table:
 # ----------------------------------------------------------------------------------------
 
 def _sizes(value: str) -> list[int]:
-    return [_bench._positive_int(w) for w in value.split(",") if w.strip()]
+    return [positive_int(w) for w in value.split(",") if w.strip()]
 
 
 def _matrices(value: str) -> list[MatrixSpec]:
@@ -939,10 +687,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--baselines", type=_choices(BASELINES, True),
                    default=list(DEFAULT_BASELINES),
                    help=f"comma list of {', '.join(BASELINES)} (or none; default all but scipy)")
-    p.add_argument("--repeat", type=_bench._positive_int, default=None,
+    p.add_argument("--repeat", type=positive_int, default=None,
                    help="timed runs per row (median; default 3, with --dry 1)")
-    p.add_argument("--nrhs", type=_bench._positive_int, default=1, help="right-hand sides")
-    p.add_argument("--nb", type=_bench._positive_int, default=None, help="hybridla block size")
+    p.add_argument("--nrhs", type=positive_int, default=1, help="right-hand sides")
+    p.add_argument("--nb", type=positive_int, default=None, help="hybridla block size")
     p.add_argument("--backend", choices=("cuda", "host"), default=None,
                    help="hybridla's backend (default cuda where available, else host)")
     p.add_argument("--seed", type=int, default=0, help="random matrix seed")
@@ -969,14 +717,14 @@ def make_env(opts: argparse.Namespace) -> Env:
     """CuPy (with a GPU) and hybridla's backend; with --dry neither CuPy nor CUDA is touched."""
     if opts.dry:
         return Env(None, "host", opts)
-    cp = _bench._cupy() if _bench._cupy_has_gpu() else None
+    cp = harness.cupy() if harness.cupy_has_gpu() else None
     backend = opts.backend
     if backend is None:
-        backend = "cuda" if "cuda" in _bench._hybridla_backends() else "host"
-    elif backend == "cuda" and "cuda" not in _bench._hybridla_backends():
+        backend = "cuda" if "cuda" in harness.hybridla_backends() else "host"
+    elif backend == "cuda" and "cuda" not in harness.hybridla_backends():
         raise SystemExit("--backend cuda: hybridla's cuda backend is not available here")
     if cp is not None:
-        _bench._import("nvmath")
+        harness.optional_import("nvmath")
     return Env(cp, backend, opts)
 
 
@@ -1003,28 +751,33 @@ def run_row(impl: Impl, prob: Problem, env: Env, warmup: int, measured: dict) ->
     finally:
         if outcome is not None:
             outcome.x = None
-        _bench.release_device_memory()
+        harness.release_device_memory()
     return Table.row(n, matrix, impl, outcome, errors, measured, note)
 
 
 def main(argv=None) -> int:
+    with harness.recording_imports() as asked:
+        try:
+            return _run(argv)
+        finally:
+            _bench._MODULES = dict(asked)
+
+
+def _run(argv) -> int:
     opts = parse_args(argv)
-    command = shlex.join(getattr(sys, "orig_argv", [sys.executable] + sys.argv)
-                         if argv is None else ["perf/mixed.py", *argv])
-    if _bench._hybridla() is None:
-        log(f"hybridla is not importable: {_bench._import_error('hybridla')}")
+    command = harness.command_line(argv, "perf/mixed.py")
     env = make_env(opts)
     impls = select_implementations(env)
     if not impls:
         log("nothing to run")
         return 1
     table = Table(opts.out)
-    table.start(env, command)
+    table.begin(env, command)
     xp = env.cp if env.cp is not None else np
     warmed: set = set()
     try:
         for n in opts.sizes:
-            factory = MatrixFactory(n, opts.seed, xp)
+            factory = MatrixFactory(n, opts.seed, xp, log)
             for spec in opts.matrices:
                 log(f"n={n}: building {spec.name} ({n * n * 8 / 2**30:.2f} GiB) "
                     f"{'on the GPU' if xp is not np else 'on the host'}")
@@ -1038,12 +791,12 @@ def main(argv=None) -> int:
                     table.emit(run_row(impl, prob, env, warmup, measured))
                 prob.close()
                 prob = None
-                _bench.release_device_memory()
+                harness.release_device_memory()
             factory = None
     finally:
         if env.cp is not None:
             try:
-                _bench.destroy_cusolver_handle()
+                baselines.destroy_handle()
             except Exception:
                 pass
     return 0

@@ -26,11 +26,12 @@ import argparse
 import cProfile
 import itertools
 import pstats
-import time
 
 import cupy as cp
 
 import hybridla
+from hybridla.bench import harness
+from hybridla.bench.matrices import MatrixFactory, parse_matrix  # perf/mixed.py's matrices
 
 
 def matrix(n, assume, seed=0):
@@ -91,10 +92,9 @@ def main():
                    help="profile one more solve of the last setting; print N functions")
     args = p.parse_args()
     if args.matrix:
-        import mixed as tables  # perf/mixed.py, beside this file
-        spec = tables.parse_matrix(args.matrix)
+        spec = parse_matrix(args.matrix)
         args.assume = "pos" if spec.spd else "gen"
-        a = cp.asfortranarray(tables.MatrixFactory(args.n, 0, cp).make(spec))
+        a = cp.asfortranarray(MatrixFactory(args.n, 0, cp).make(spec))
     else:
         a = matrix(args.n, args.assume)
     b = cp.asarray(cp.random.default_rng(1).standard_normal((args.n, 1)), order="F")
@@ -128,13 +128,11 @@ def main():
                                                   ("mixed.tail", tail), *others)
                     if value is not None}
         with hybridla.config.set(settings):
-            seconds = float("inf")
-            for _ in range(args.repeat):
-                cp.cuda.Device().synchronize()
-                started = time.perf_counter()
-                x, info = hybridla.solve_mixed(solve_a, solve_b, lowest=lowest, nb=nb, **options)
-                cp.cuda.Device().synchronize()
-                seconds = min(seconds, time.perf_counter() - started)
+            best = harness.measure(
+                lambda _, last: hybridla.solve_mixed(solve_a, solve_b, lowest=lowest, nb=nb,
+                                                     **options),
+                harness.no_setup, args.repeat, sync=harness.cupy_sync, statistic=min)
+            seconds, (x, info) = best.seconds, best.result
             x = cp.asarray(x)
             error = float(cp.abs(b - a @ x).max() / (norm_a * cp.abs(x).max()))
             phases = ", ".join(f"{k} {v:.3f}" for k, v in info.seconds.items())

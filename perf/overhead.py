@@ -30,11 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
-import bench  # noqa: E402  (CuPy helpers, cuSOLVER baselines)
 import hybridla  # noqa: E402
+from hybridla.bench import harness  # noqa: E402  (CuPy, the device clock)
 from hybridla.scheduler import engine  # noqa: E402
 
 
@@ -56,7 +55,7 @@ def main():
     p.add_argument("--profile", action="store_true",
                    help="profile one more call per size (calling thread, wall time)")
     a = p.parse_args()
-    cp = bench._cupy()
+    cp = harness.cupy()
 
     captured = {}
     inner_run = engine._run
@@ -92,10 +91,10 @@ def main():
         rows = []
         for i in range(a.repeat + 1):  # the first is a warm-up
             d_a[...] = source
-            bench.cupy_sync()
+            harness.cupy_sync()
             t0 = time.perf_counter()
             call()
-            bench.cupy_sync()
+            harness.cupy_sync()
             t1 = time.perf_counter()
             records = [r for r in captured["trace"].records if r["lane"].startswith("gpu")]
             origin = captured["origin"]
@@ -112,10 +111,10 @@ def main():
               f"| {ms[7]} |", flush=True)
         if a.profile:
             d_a[...] = source
-            bench.cupy_sync()
+            harness.cupy_sync()
             profiler = cProfile.Profile(time.perf_counter)
             profiler.runcall(call)
-            bench.cupy_sync()
+            harness.cupy_sync()
             print(f"profile of one call at n = {n}, calling thread, cumulative seconds:")
             stats = pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative")
             stats.print_stats(r"hybridla|pycuda", 60)  # ours and the driver calls

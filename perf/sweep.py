@@ -7,31 +7,20 @@ panel, host-memory pinning) against cuSOLVER, in one process, one row per varian
 import argparse
 import itertools
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
-import bench  # noqa: E402  (cuSOLVER baseline and helpers)
 import hybridla  # noqa: E402
-from flops import getrf_flops  # noqa: E402
+from hybridla.bench import baselines, harness  # noqa: E402  (cuSOLVER baseline, clocks)
+from hybridla.bench.flops import getrf_flops  # noqa: E402
 
-
-def median_time(fn, setup, repeat):
-    times = []
-    for _ in range(repeat):
-        arg = setup()
-        bench.cupy_sync()
-        t0 = time.perf_counter()
-        fn(arg)
-        bench.cupy_sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+# median of `repeat` runs, CuPy's device synchronized around each (perf/sweep_potrf.py uses it)
+median_time = harness.median_time
 
 
 def idle_share(run, setup, path):
@@ -40,10 +29,10 @@ def idle_share(run, setup, path):
     hidden behind GPU work shows up here: that is our measure of scheduler + Python overhead."""
     from hybridla.scheduler.trace import Trace
     arg = setup()
-    bench.cupy_sync()
+    harness.cupy_sync()
     t0 = time.perf_counter()
     run(arg, path)
-    bench.cupy_sync()
+    harness.cupy_sync()
     wall = time.perf_counter() - t0
     busy = Trace.load(path).summary()["gpu_busy"]
     return wall, (wall - busy) / wall
@@ -65,7 +54,7 @@ def main():
     a = p.parse_args()
     if a.trace_dir:
         os.makedirs(a.trace_dir, exist_ok=True)
-    cp = bench._cupy()
+    cp = harness.cupy()
     print("| n | interface | nb | look-ahead | panel SMs | host transfer | time s | TFLOP/s | vs cuSOLVER "
           "| GPU idle share of wall (traced run) |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -74,8 +63,8 @@ def main():
         d_a = cp.empty((n, n), order="F")
         flops = getrf_flops(n, n, np.float64)
         setup = lambda: d_a.set(host) or d_a  # noqa: E731
-        bench.cusolver_getrf(setup())  # warm-up
-        base = median_time(bench.cusolver_getrf, setup, a.repeat)
+        baselines.getrf(setup())  # warm-up
+        base = median_time(baselines.getrf, setup, a.repeat)
         print(f"| {n} | cuSOLVER | | | | | {base:.4f} | {flops / base / 1e12:.1f} | 1.00 |", flush=True)
         for nb, la, sms, reg in itertools.product(a.nb, a.lookahead, a.panel_sms, a.transfer):
             with hybridla.config.set({"device.panel_sms": sms, "device.host_transfer": reg}):
@@ -104,7 +93,7 @@ def main():
                           f"{flops / t / 1e12:.1f} | {base / t:.2f} | {traced(host_setup, 'cpu')} |",
                           flush=True)
         del d_a
-        bench.release_device_memory()
+        harness.release_device_memory()
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ device's clock drifts over a long sweep).
     python3 perf/sweep_potrf.py --n 32768 --nb 1024 --tail 12288 16384 --leaf 128 256 \
         --solve-block 128 256 [--repeat 5]
 
---leaf sets backend/cuda._DIAGONAL_LEAF (the diagonal blocks' halving) and --solve-block sets
+--leaf sets the cuda backend's _DIAGONAL_LEAF (the diagonal blocks' halving) and --solve-block sets
 update/chol.SOLVE_BLOCK (the off-diagonal solve's column blocks) for the variant's calls.
 """
 import argparse
@@ -16,14 +16,19 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
-import bench  # noqa: E402  (SPD matrix, cuSOLVER baseline, CuPy helpers)
 import hybridla  # noqa: E402
 import hybridla.backend.cuda as cuda_backend  # noqa: E402
 import hybridla.update.chol as chol_update  # noqa: E402
-from sweep import median_time  # noqa: E402
+from hybridla.bench import baselines, harness  # noqa: E402  (cuSOLVER baseline, clocks)
+from hybridla.bench.harness import median_time  # noqa: E402
+from hybridla.bench.matrices import spd_matrix  # noqa: E402
+
+try:  # the diagonal blocks' halving reads _DIAGONAL_LEAF from its own module: set it there
+    from hybridla.backend.cuda import chol as leaf_owner  # noqa: E402 - the backend as a package
+except ImportError:
+    leaf_owner = cuda_backend                             # backend/cuda.py, one module
 
 
 def main():
@@ -35,14 +40,14 @@ def main():
     p.add_argument("--solve-block", type=int, nargs="+", default=[chol_update.SOLVE_BLOCK])
     p.add_argument("--repeat", type=int, default=5)
     a = p.parse_args()
-    cp = bench._cupy()
-    original = cp.asarray(bench.spd_matrix(a.n, "float64", 0), order="F")
+    cp = harness.cupy()
+    original = cp.asarray(spd_matrix(a.n, "float64", 0), order="F")
 
     def copy():
         return original.copy(order="F")
 
     def cusolver(x):
-        bench.cusolver_potrf(x)
+        baselines.potrf(x)
 
     def variant(nb, tail):
         def call(x):
@@ -51,12 +56,12 @@ def main():
         return call
 
     now = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    print(f"potrf n = {a.n}, GPU interface, {bench.device_name()}, {now}, median of {a.repeat}")
+    print(f"potrf n = {a.n}, GPU interface, {harness.device_name()}, {now}, median of {a.repeat}")
     print("| nb | tail | leaf | solve block | hybridla (s) | cuSOLVER (s) | vs cuSOLVER |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     before = median_time(cusolver, copy, a.repeat)
     for nb, tail, leaf, block in itertools.product(a.nb, a.tail, a.leaf, a.solve_block):
-        cuda_backend._DIAGONAL_LEAF, chol_update.SOLVE_BLOCK = leaf, block
+        leaf_owner._DIAGONAL_LEAF, chol_update.SOLVE_BLOCK = leaf, block
         ours = median_time(variant(nb, tail), copy, a.repeat)
         after = median_time(cusolver, copy, a.repeat)
         reference = (before + after) / 2

@@ -23,10 +23,9 @@ import cupy as cp
 
 import hybridla
 from hybridla.backend import cuda as cuda_backend
+from hybridla.bench.matrices import MatrixFactory, parse_matrix  # perf/mixed.py's matrices
 from hybridla.lapack import _mixed, _refine
 from hybridla.scheduler import engine
-
-import mixed as tables  # perf/mixed.py, beside this file
 
 # the modules (hybridla.lapack's names gesv_mixed and posv_mixed are their functions)
 gesv_mixed = importlib.import_module("hybridla.lapack.gesv_mixed")
@@ -71,8 +70,8 @@ def main():
     p.add_argument("--refinement", default="classical-gmres")
     p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args()
-    spec = tables.parse_matrix(args.matrix)
-    a = cp.asfortranarray(tables.MatrixFactory(args.n, 0, cp).make(spec))
+    spec = parse_matrix(args.matrix)
+    a = cp.asfortranarray(MatrixFactory(args.n, 0, cp).make(spec))
     b = cp.asarray(cp.random.default_rng(1).standard_normal((args.n, 1)), order="F")
     events, origin = [], [0.0]
     for owner, name in TIMED:

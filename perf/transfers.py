@@ -8,28 +8,23 @@ slot by T threads, as is (float64) and rounded to float32 (the mixed solvers' lo
     python3 perf/transfers.py [--n 32768] [--nb 512] [--threads 1 4 8 16]
 """
 import argparse
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-
-import numpy as np
-import sys
 from pathlib import Path
 
+import numpy as np
 import pycuda.autoprimaryctx  # noqa: F401
 import pycuda.driver as drv
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hybridla.backend import _driver
+from hybridla.backend import _driver  # noqa: E402
+from hybridla.bench import harness  # noqa: E402
 
 
 def timed(fn, repeat=3):
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        drv.Context.synchronize()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    """Best of `repeat` calls of fn(), the context synchronized around each."""
+    return harness.best_of(repeat, fn, sync=drv.Context.synchronize)
 
 
 def copy2d(dev, host, m, ld, r0, r1, n, to_device, stream):

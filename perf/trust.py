@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import numpy as np
 
 import hybridla
 from hybridla import _decomp_cholesky, _decomp_lu
 from hybridla.backend import get_backend
+from hybridla.bench import harness
 
 GIB = 1 << 30
 
@@ -63,18 +63,16 @@ def memory_table(n, hessenberg_n):
 
 
 def seconds(call):
-    start = time.perf_counter()
-    call()
-    get_backend("cuda").synchronize()
-    return time.perf_counter() - start
+    """One call's seconds, the device synchronized before the clock stops."""
+    return harness.seconds(call, sync=get_backend("cuda").synchronize)
 
 
 def condition_cost(n, repeat):
     import cupy
     rng = np.random.default_rng(1)
     # F-ordered, LAPACK's layout: a C-ordered host matrix costs the CPU interface a transposing
-    # copy first (6.3 s at n = 16384 on the H100 machine, perf/probes/cpu_interface_time.py),
-    # which would hide what is measured here
+    # copy first (6.3 s at n = 16384 on the H100 machine, RESULTS.md "Issue 28 (trust)"), which
+    # would hide what is measured here
     a = np.asfortranarray(rng.standard_normal((n, n)))
     spd = np.asfortranarray(a @ a.T + n * np.eye(n))
     b = rng.standard_normal(n)

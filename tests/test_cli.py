@@ -198,25 +198,80 @@ def test_verbose_logs_the_plan_to_stderr_and_leaves_the_logger_as_it_was(tmp_pat
 
 # -- bench and info ------------------------------------------------------------------------------
 
-def test_bench_without_perf_says_where_the_benchmarks_are(tmp_path, monkeypatch, capsys):
-    import hybridla.cli as cli
-    monkeypatch.setattr(cli, "_bench_candidates", lambda: [tmp_path / "perf" / "bench.py"])
-    with pytest.raises(SystemExit) as exit_:
-        main(["bench", "--sizes", "64"])
-    assert exit_.value.code == 1
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "perf/" in err and "source tree" in err
-
-
-def test_bench_help_shows_the_benchmark_options(capfd):
-    import hybridla.cli as cli
-    if not any(p.is_file() for p in cli._bench_candidates()):
-        pytest.skip("no perf/bench.py here (an installed package)")
+def test_bench_help_shows_the_benchmark_options(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["bench", "--help"])
     assert exit_.value.code == 0
-    out = capfd.readouterr().out
-    assert "--routine" in out and "--sizes" in out
+    out = capsys.readouterr().out
+    assert out.startswith("usage: hybridla bench")
+    assert "--routine" in out and "--sizes" in out and "--baselines" in out
+
+
+def test_bench_runs_the_host_comparison_from_the_package(capsys):
+    """hybridla bench is hybridla.bench's runner (no perf/ needed): the table of perf/bench.py,
+    named by the command that made it."""
+    from _lapack_checks import markdown_rows
+    main(["bench", "--sizes", "48", "--repeat", "1", "--interfaces", "cpu",
+          "--baselines", "scipy"])
+    out = capsys.readouterr().out
+    assert "`hybridla bench --sizes 48 --repeat 1 --interfaces cpu --baselines scipy`" in out
+    header, rows = markdown_rows(out)
+    assert header[:5] == ["n", "implementation", "time (s)", "TFLOP/s", "backward error"]
+    assert {r["implementation"] for r in rows} == {"hybridla CPU iface (host)",
+                                                   "SciPy lu_factor (host)"}
+    assert all(r["n"] == "48" and float(r["backward error"]) < 30 for r in rows)
+
+
+def test_bench_without_a_gpu_runs_small_and_says_why_in_one_line(capsys, monkeypatch):
+    if "cuda" in hybridla.available_backends():
+        pytest.skip("the cuda backend is available here")
+    from hybridla.bench import harness, runner
+    if harness.no_gpu_reason() is None:
+        pytest.skip("CuPy sees a GPU here")
+    monkeypatch.setattr(runner, "SMALL_SIZES", (40,))      # the default without a GPU
+    main(["bench", "--repeat", "1"])
+    captured = capsys.readouterr()
+    assert "| 40 | hybridla CPU iface (host) |" in captured.out
+    assert "| 40 | SciPy lu_factor (host) |" in captured.out
+    said = [line for line in captured.err.splitlines() if "cuSOLVER" in line]
+    assert len(said) == 1 and "the cuSOLVER baseline needs the cuda backend" in said[0]
+
+
+def test_bench_harness_clock_keeps_the_median_repetitions_meta(monkeypatch):
+    """harness.measure on a fake clock: setup untimed, the median's meta, best_of the least."""
+    from types import SimpleNamespace
+
+    from hybridla.bench import harness
+    now = [0.0]
+    monkeypatch.setattr(harness, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    durations = iter([5.0, 3.0, 1.0, 2.0])    # a warm-up, then three timed repetitions
+    calls = []
+
+    def fn(state, last):
+        now[0] += next(durations)
+        calls.append((state, last))
+        return len(calls), f"meta {len(calls)}"
+
+    def setup():
+        now[0] += 100.0                        # outside the clock
+        return "fresh"
+    m = harness.measure(fn, setup, 3, warmup=1, meta=lambda r: r[1])
+    assert calls == [("fresh", False)] * 3 + [("fresh", True)]
+    assert m.times == [3.0, 1.0, 2.0] and m.seconds == 2.0 and m.meta == "meta 4"
+    assert m.result == (4, "meta 4")
+    steps = iter([4.0, 0.5, 2.0])
+
+    def call():
+        now[0] += next(steps)
+    assert harness.best_of(3, call, sync=None) == 0.5
+
+
+def test_bench_usage_error_is_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "--sizes", "0"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("hybridla bench: error: argument --sizes")
 
 
 def test_info_prints_show_config(capsys):

@@ -6,7 +6,7 @@ stream (as the LU's trailing update runs beside its panels). CUDA events around 
 on its own high-priority stream (the matrix restored by a device copy before each, outside
 the events), best of --repeat.
 
-    python3 perf/probe_getrf_alg.py --shapes 4096x2048 2048x1024 32768x2048 --repeat 5
+    python3 perf/probes/probe_getrf_alg.py --shapes 4096x2048 2048x1024 32768x2048 --repeat 5
 """
 from __future__ import annotations
 

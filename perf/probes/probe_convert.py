@@ -2,7 +2,7 @@
 """The mixed solvers' convert kernels (cuda/convert.cu) and the refinement's products with A
 (hemv.cu, cuBLAS gemv), each alone on an n x n float64 matrix on the device.
 
-    python3 perf/probe_convert.py [--n 32768] [--repeat 5]
+    python3 perf/probes/probe_convert.py [--n 32768] [--repeat 5]
 
 Rows: the median of --repeat calls after one untimed call, host wall clock around each call
 (each ends with a device synchronization: the stats kernels bring their sums to the host).
@@ -15,13 +15,12 @@ copies.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import cupy as cp
 import numpy as np
 
 import hybridla.backend
+from hybridla.bench import harness
 
 
 def main():
@@ -52,15 +51,9 @@ def main():
         print(f"| kernel (n = {n}, {ops.device_name}) | ms |")
         print("|---|---:|")
         for name, call in calls:
-            call()
-            ops.synchronize()
-            times = []
-            for _ in range(args.repeat):
-                started = time.perf_counter()
-                call()
-                ops.synchronize()
-                times.append(time.perf_counter() - started)
-            print(f"| {name} | {statistics.median(times) * 1e3:.3f} |", flush=True)
+            seconds = harness.measure(lambda state, last: call(), harness.no_setup, args.repeat,
+                                      warmup=1, sync=ops.synchronize).seconds
+            print(f"| {name} | {seconds * 1e3:.3f} |", flush=True)
     finally:
         low.close()
         A.close()

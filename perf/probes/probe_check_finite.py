@@ -3,7 +3,7 @@
 2026-11-25) against hybridla's own (linalg._all_finite: a sum in pieces by a thread per core),
 alone and inside lu_factor of a host matrix, with and without a trace.
 
-    python3 perf/probe_check_finite.py --sizes 16384 32768 --repeat 3
+    python3 perf/probes/probe_check_finite.py --sizes 16384 32768 --repeat 3
 
 Times: best of --repeat, wall clock; lu_factor on an F-ordered float64 standard normal matrix
 with overwrite_a=True (the copy made before the clock starts), the backend's default.
@@ -13,22 +13,18 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
 
 import numpy as np
 
 import hybridla
 from hybridla import _common as linalg
+from hybridla.bench import harness
 
 
 def best(fn, repeat, setup=lambda: None):
-    times = []
-    for _ in range(repeat):
-        args = setup()
-        t0 = time.perf_counter()
-        fn(*(args or ()))
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    """Seconds of the fastest of `repeat` calls fn(*setup()), setup untimed (host clock)."""
+    return harness.measure(lambda args, last: fn(*(args or ())), setup, repeat,
+                           statistic=min).seconds
 
 
 def main():

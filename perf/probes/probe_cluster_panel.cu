@@ -5,7 +5,7 @@
 // update. Rows never move (a chosen row is frozen); the chosen order is checked against getf2 on
 // the host. A probe for the LU panel's leaves (perf/RESULTS.md), not library code.
 //
-//   nvcc -arch=sm_90a -O3 -o /tmp/probe_cluster_panel perf/probe_cluster_panel.cu
+//   nvcc -arch=sm_90a -O3 -o /tmp/probe_cluster_panel perf/probes/probe_cluster_panel.cu
 //   /tmp/probe_cluster_panel [m]        (default 32768)
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>

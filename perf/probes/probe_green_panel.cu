@@ -7,7 +7,7 @@
 // (cuDevSmResourceSplitByCount, CUDA 12.4+), and both are timed alone and together.
 // A probe, not library code.
 //
-//   nvcc -O3 -o /tmp/probe_green_panel perf/probe_green_panel.cu -lcuda -lcublas -lcusolver
+//   nvcc -O3 -o /tmp/probe_green_panel perf/probes/probe_green_panel.cu -lcuda -lcublas -lcusolver
 //   /tmp/probe_green_panel [m [width]]        (default 32768 1536)
 #include <cublas_v2.h>
 #include <cuda.h>

@@ -12,7 +12,7 @@
 // is left all SMs but the cluster's (cublasSetSmCountTarget), as the LU's update runs beside its
 // panels. A probe for the LU panel's leaves (perf/RESULTS.md), not library code.
 //
-//   nvcc -arch=sm_90a -O3 -o /tmp/probe_cluster_leaf perf/probe_cluster_leaf.cu -lcublas
+//   nvcc -arch=sm_90a -O3 -o /tmp/probe_cluster_leaf perf/probes/probe_cluster_leaf.cu -lcublas
 //   /tmp/probe_cluster_leaf [m [busy]]        (default 32768, idle)
 #include <cooperative_groups.h>
 #include <cuda/ptx>

@@ -3,7 +3,7 @@
 `tslu_panel` timed on its own by CUDA events, for leaves of several heights (one tree level,
 two, ...), next to cuBLAS trsm on the same A21 (the alternative to the finish kernel's solve).
 
-    python3 perf/probe_tslu.py --m 256 2048 32768 --width 32 --dtype float32 \
+    python3 perf/probes/probe_tslu.py --m 256 2048 32768 --width 32 --dtype float32 \
         [--tree 256,8 512,16] [--repeat 5]
 
 Times: medians over `repeat` calls after a warm-up, milliseconds of GPU time per kernel.
@@ -17,8 +17,20 @@ import statistics
 import cupy as cp
 
 import hybridla.backend
-from hybridla.backend import _driver
-from probe_lu_panel import add_tree_argument, use_tree
+from hybridla.backend import _driver, tournament
+
+
+def add_tree_argument(parser):
+    """--tree CHUNK,FAN ...: the tournament trees to try (backend/tournament.TOURNAMENT_CHUNK,
+    TOURNAMENT_FAN, which cuda/tslu.cu's launches read)."""
+    parser.add_argument("--tree", nargs="+", default=[f"{tournament.TOURNAMENT_CHUNK},"
+                                                      f"{tournament.TOURNAMENT_FAN}"])
+
+
+def use_tree(text):
+    """Set the tournament's tree from a --tree value; returns (chunk, fan)."""
+    tournament.TOURNAMENT_CHUNK, tournament.TOURNAMENT_FAN = map(int, text.split(","))
+    return tournament.tournament_tree()
 
 
 def main():

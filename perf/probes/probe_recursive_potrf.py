@@ -5,7 +5,7 @@
 
 The solve is cuBLAS dtrsm in one call, or recursive halving into gemms down to a `leaf` where
 cuBLAS dtrsm takes over. All on one stream; prints the time of each variant and its ratio.
-Usage: python3 perf/probe_recursive_potrf.py N [N ...]
+Usage: python3 perf/probes/probe_recursive_potrf.py N [N ...]
 """
 import ctypes
 import sys

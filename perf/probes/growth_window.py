@@ -6,7 +6,7 @@ block rows from the diagonal and solves the rows below by U11^-1, against partia
 the matrix itself (scipy.linalg.lu). Prints max |l_ij|, the growth max |u_ij| / max |a_ij| and
 the condition numbers of L and U.
 
-    python3 perf/growth_window.py --n 4096 --nb 512 --window 1 2 4
+    python3 perf/probes/growth_window.py --n 4096 --nb 512 --window 1 2 4
 """
 from __future__ import annotations
 

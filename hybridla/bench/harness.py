@@ -1,0 +1,375 @@
+"""What every benchmark and probe shares: optional GPU modules imported on first use, the clocks
+(host clock around synchronized calls, median or best of repeats; CUDA events), device and pinned
+host memory, the device's name, and markdown tables (time, TFLOP/s, backward error, ratios).
+
+Importing this needs no GPU: CuPy, PyTorch, PyCUDA and nvmath-python are imported when first
+asked for (``optional_import``), and a failure is remembered with its reason (``import_error``).
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import gc
+import os
+import platform
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+
+def logger(prefix: str) -> Callable[[str], None]:
+    """A function printing "[prefix] message" lines on stderr (the tables go to stdout)."""
+    def log(msg: str) -> None:
+        print(f"[{prefix}] {msg}", file=sys.stderr, flush=True)
+    return log
+
+
+# -- optional modules ------------------------------------------------------------------------
+
+_MODULES: dict[str, Any] = {}   # name -> module, or None and name + ":error" -> the reason
+_RECORDERS: list[dict] = []     # recording_imports' dicts, open now
+
+
+@contextlib.contextmanager
+def recording_imports():
+    """A dict of the optional modules asked for inside the block (name -> module or None), the
+    ones imported earlier in the process included (a --dry run asks for none)."""
+    asked: dict[str, Any] = {}
+    _RECORDERS.append(asked)
+    try:
+        yield asked
+    finally:
+        _RECORDERS.remove(asked)
+
+
+def optional_import(name: str):
+    """The module `name`, imported once; None (its reason kept for import_error) if that fails."""
+    if name not in _MODULES:
+        try:
+            _MODULES[name] = __import__(name, fromlist=["_"])
+        except Exception as exc:  # ImportError, or a CUDA library failing to load
+            _MODULES[name] = None
+            _MODULES[name + ":error"] = f"{type(exc).__name__}: {exc}"
+    for asked in _RECORDERS:
+        asked[name] = _MODULES[name]
+    return _MODULES[name]
+
+
+def import_error(name: str) -> str:
+    return _MODULES.get(name + ":error", f"cannot import {name}")
+
+
+def loaded(name: str):
+    """The module if optional_import already brought it in, else None (imports nothing)."""
+    return _MODULES.get(name)
+
+
+def cupy():
+    return optional_import("cupy")
+
+
+def cupy_has_gpu() -> bool:
+    """CuPy is importable and sees a CUDA device."""
+    cp = cupy()
+    if cp is None:
+        return False
+    try:
+        return cp.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def no_gpu_reason() -> Optional[str]:
+    """Why CuPy cannot run on a GPU here, or None if it can."""
+    if cupy() is None:
+        return import_error("cupy")
+    return None if cupy_has_gpu() else "no CUDA device"
+
+
+def hybridla_backends() -> list[str]:
+    import hybridla
+    return list(hybridla.available_backends())
+
+
+def cupy_sync() -> None:
+    cupy().cuda.Device().synchronize()
+
+
+def torch_sync() -> None:
+    optional_import("torch").cuda.synchronize()
+
+
+# -- memory ----------------------------------------------------------------------------------
+
+def release_device_memory() -> None:
+    """Give cached device (and pinned host) memory back between implementations."""
+    gc.collect()
+    cp = loaded("cupy")
+    if cp is not None:
+        try:
+            cp.cuda.Device().synchronize()
+            cp.get_default_memory_pool().free_all_blocks()
+            cp.get_default_pinned_memory_pool().free_all_blocks()
+        except Exception:
+            pass
+    torch = loaded("torch")
+    if torch is not None:
+        try:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+        except Exception:
+            pass
+
+
+def prime_pinned_pool(nbytes: int, log: Optional[Callable[[str], None]] = None) -> None:
+    """Put a pinned block of nbytes in CuPy's pinned pool, so that cupy.asarray's pinned staging
+    buffer (cudaHostAlloc, slow for GBs) is not allocated inside a timed region: the upload of
+    a pageable NumPy array then goes through pinned memory at the link's rate."""
+    try:
+        mem = cupy().cuda.alloc_pinned_memory(nbytes)
+        del mem
+    except Exception as exc:   # cupy.asarray then falls back to a synchronous copy
+        if log is not None:
+            log(f"could not pin {nbytes / 2**30:.1f} GiB ahead of a timed upload: {exc}")
+
+
+def to_host(arr) -> np.ndarray:
+    """A NumPy view/copy of a NumPy, CuPy or PyTorch array."""
+    if isinstance(arr, np.ndarray):
+        return arr
+    if hasattr(arr, "get"):                    # CuPy, PyCUDA GPUArray
+        return arr.get()
+    if hasattr(arr, "cpu"):                    # torch.Tensor
+        return arr.cpu().numpy()
+    return np.asarray(arr)
+
+
+def as_checkable(arr):
+    """NumPy arrays stay; device arrays (CuPy, torch, PyCUDA, ...) become CuPy arrays."""
+    if isinstance(arr, np.ndarray):
+        return arr
+    cp = cupy()
+    if cp is not None and (isinstance(arr, cp.ndarray) or hasattr(arr, "__cuda_array_interface__")):
+        return cp.asarray(arr)
+    return to_host(arr)
+
+
+def array_module(arr):
+    """CuPy for a CuPy array, else NumPy."""
+    cp = loaded("cupy")
+    if cp is not None and isinstance(arr, cp.ndarray):
+        return cp
+    return np
+
+
+# -- clocks ----------------------------------------------------------------------------------
+
+@dataclass
+class Measurement:
+    seconds: float      # the statistic (median by default) of the timed repetitions
+    result: Any         # what the last repetition returned
+    times: list = field(default_factory=list)   # every timed repetition, in order
+    meta: Any = None    # meta(result) of the repetition whose time is the median (or None)
+
+
+def no_setup():
+    return None
+
+
+def measure(fn: Callable[[Any, bool], Any], setup: Callable[[], Any], repeat: int, *,
+            warmup: int = 0, sync: Optional[Callable[[], None]] = None,
+            statistic: Callable[[list], float] = statistics.median,
+            meta: Optional[Callable[[Any], Any]] = None) -> Measurement:
+    """Time fn(setup(), last) ``warmup + repeat`` times on the host clock.
+
+    setup() runs outside the timed region (a fresh copy of the input, say); ``last`` is True
+    on the final repetition. sync, if given, is called before the clock starts and before it
+    stops, so that asynchronous device work is inside. The previous repetition's input and
+    result are dropped before the next setup: at most one of each is alive. meta, if given,
+    keeps meta(result) of each timed repetition, and the Measurement carries the one of the
+    repetition at the median (the lower middle one for an even count).
+    """
+    times, metas = [], []
+    result = None
+    total = warmup + repeat
+    for i in range(total):
+        state = result = None
+        state = setup()
+        if sync is not None:
+            sync()
+        t0 = time.perf_counter()
+        result = fn(state, i == total - 1)
+        if sync is not None:
+            sync()
+        t1 = time.perf_counter()
+        if i >= warmup:
+            times.append(t1 - t0)
+            if meta is not None:
+                metas.append(meta(result))
+    middle = sorted(range(len(times)), key=times.__getitem__)[(len(times) - 1) // 2]
+    return Measurement(statistic(times), result, times, metas[middle] if metas else None)
+
+
+def median_time(fn: Callable[[Any], Any], setup: Callable[[], Any], repeat: int,
+                sync: Optional[Callable[[], None]] = cupy_sync) -> float:
+    """Median seconds of fn(setup()) over `repeat` runs (setup untimed), the device synchronized
+    around each (CuPy's by default)."""
+    return measure(lambda state, last: fn(state), setup, repeat, sync=sync).seconds
+
+
+def best_of(repeat: int, call: Callable[[], Any],
+            sync: Optional[Callable[[], None]] = cupy_sync) -> float:
+    """The probes' device clock: seconds of the fastest of `repeat` calls of call(), the host's
+    clock around each with the device synchronized before and after (CuPy's by default)."""
+    return measure(lambda state, last: call(), no_setup, repeat, sync=sync,
+                   statistic=min).seconds
+
+
+def seconds(call: Callable[[], Any], sync: Optional[Callable[[], None]] = None) -> float:
+    """Seconds of one call of call(), sync() (if given) after it inside the clock."""
+    started = time.perf_counter()
+    call()
+    if sync is not None:
+        sync()
+    return time.perf_counter() - started
+
+
+def event_times(call: Callable[[], Any], repeat: int = 1, stream=None) -> list[float]:
+    """Device seconds of each of `repeat` calls of call() by CUDA events recorded around it on
+    `stream` (CuPy's current stream by default); the host waits for each end event."""
+    cp = cupy()
+    stream = stream or cp.cuda.get_current_stream()
+    out = []
+    for _ in range(repeat):
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record(stream)
+        call()
+        end.record(stream)
+        end.synchronize()
+        out.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
+    return out
+
+
+def copy_bandwidth(mib: int) -> float:
+    """Device-to-device copy of `mib` MiB: (bytes read + bytes written) / time, best of 10 after
+    one untimed copy (CUDA events), in bytes/s."""
+    cp = cupy()
+    nbytes = mib * 2 ** 20
+    buffers = [cp.ones(nbytes, cp.uint8), cp.empty(nbytes, cp.uint8)]
+
+    def copy():
+        buffers[1].data.copy_from_device(buffers[0].data, nbytes)
+    best = min(event_times(copy, 11)[1:])
+    buffers.clear()
+    cp.get_default_memory_pool().free_all_blocks()
+    return 2 * nbytes / best
+
+
+# -- where and when --------------------------------------------------------------------------
+
+def device_name() -> str:
+    """The GPU's name (through PyTorch, CuPy or PyCUDA, whichever is here), else the host's."""
+    torch = loaded("torch")
+    try:
+        if torch is not None and torch.cuda.is_available():
+            return torch.cuda.get_device_name()
+    except Exception:
+        pass
+    if cupy_has_gpu():
+        try:
+            cp = cupy()
+            name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"]
+            return name.decode() if isinstance(name, bytes) else str(name)
+        except Exception:
+            pass
+    try:
+        import pycuda.driver as drv     # does not create a context
+        drv.init()
+        if drv.Device.count() > 0:
+            return drv.Device(0).name()
+    except Exception:
+        pass
+    return f"no GPU (host {platform.machine()}, {os.cpu_count()} CPUs)"
+
+
+def nvidia_smi_name(device_id: int) -> Optional[str]:
+    """nvidia-smi's "name, memory.total, driver_version" of the device, or None."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--id={device_id}",
+             "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=True).stdout.strip()
+        return out or None
+    except Exception:
+        return None
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def command_line(argv, script: str) -> str:
+    """The command that made a table: the process's own (argv None), else `script` (a script's
+    path or a command's words) with argv."""
+    if argv is None:
+        return shlex.join(getattr(sys, "orig_argv", [sys.executable] + sys.argv))
+    return shlex.join([*script.split(), *argv])
+
+
+# -- markdown tables ---------------------------------------------------------------------------
+
+def fmt(x: Optional[float], spec: str, default: str = "n/a") -> str:
+    return default if x is None else format(x, spec)
+
+
+def ratio(base: Optional[float], t: Optional[float]) -> str:
+    """A baseline's time over this one's ("1.10x": this is faster), "–" without a baseline."""
+    return "n/a" if t is None else ("–" if base is None else f"{base / t:.2f}x")
+
+
+def rate(flop: Optional[float], t: Optional[float], unit: float = 1e12) -> str:
+    """flop / t in units of `unit` (TFLOP/s by default)."""
+    return "n/a" if t is None or flop is None else f"{flop / t / unit:.3g}"
+
+
+def error_cell(berr: Optional[float], estimated: bool = False) -> str:
+    """A backward error, marked ~ where it is a random-vector estimate."""
+    return "n/a" if berr is None else ("~" if estimated else "") + f"{berr:.2e}"
+
+
+class MarkdownTable:
+    """Prints markdown lines as they come; with a path also appends them to that file."""
+
+    def __init__(self, path: Optional[str], columns=(), right=()):
+        self.path = path
+        self.columns = tuple(columns)
+        self.right = tuple(right)     # right-aligned columns
+
+    def emit(self, line: str, stdout: bool = True) -> None:
+        if stdout:
+            print(line, flush=True)
+        if self.path:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+
+    def start(self, title: str, command: str, notes=()) -> None:
+        """The preamble (a ### title, the command in backquotes, the notes) and the header."""
+        for line in ["", f"### {title}", "", f"`{command}`", "", *notes, "",
+                     "| " + " | ".join(self.columns) + " |",
+                     "|" + "|".join("---:" if c in self.right else "---"
+                                    for c in self.columns) + "|"]:
+            self.emit(line)
+
+    @staticmethod
+    def format_row(cells) -> str:
+        return "| " + " | ".join(str(c) for c in cells) + " |"
