@@ -20,6 +20,7 @@ from ._common import (
 from ._decomp_cholesky import _potrf, cho_solve
 from ._decomp_lu import _getrf, lu_solve
 from ._logging import get_logger
+from ._solve_device import solve_form
 from .lapack import getrs, potrs
 
 _log = get_logger()
@@ -27,7 +28,10 @@ _ASSUME = {None: "gen", "gen": "gen", "general": "gen", "pos": "pos", "positive 
            "sym": "sym", "symmetric": "sym", "her": "her", "hermitian": "her",
            "diagonal": "diagonal", "tridiagonal": "tridiagonal", "banded": "banded",
            "upper triangular": "upper", "lower triangular": "lower"}
-_DEVICE_FORMS = ("gen", "pos")
+# every form takes device arrays: "gen" and "pos" through lu_factor's / cho_factor's engine, the
+# structured ones through _solve_device.py (host arrays: scipy's LAPACK paths, below)
+_DEVICE_FORMS = tuple(dict.fromkeys(_ASSUME.values()))
+_STRUCTURED = tuple(form for form in _DEVICE_FORMS if form not in ("gen", "pos"))
 
 
 def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=True,
@@ -36,19 +40,23 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=
     """Solve a x = b for a square a, as scipy.linalg.solve: by LU, Cholesky, LDL^T, ...
 
     assume_a "gen" (the default) factors by LU (getrf + getrs), "pos" by Cholesky (potrf +
-    potrs) on the `lower` (or upper) triangle; these two run on the GPU too. The other forms
-    are scipy's host paths (see assume_a). Every argument is checked before any work (a
-    bad b never costs a factorization, nor a's contents under overwrite_a).
+    potrs) on the `lower` (or upper) triangle. The other forms are scipy's LAPACK paths for
+    host arrays and their GPU counterparts for device arrays (see assume_a and Notes). Every
+    argument is checked before any work (a bad b never costs a factorization, nor a's
+    contents under overwrite_a).
 
     Parameters
     ----------
-    a : (N, N) array_like or device array
-        The matrix, host or device as for lu_factor; with assume_a="pos", "sym" or "her"
-        only its `lower` (or upper) triangle is read, with a triangular form only that
-        triangle, with "diagonal" only the diagonal, with "tridiagonal" only three diagonals.
-    b : (N,) or (N, K) array_like or device array
+    a : (..., N, N) array_like or device array
+        The matrix, host or device as for lu_factor (a stack: see Notes); with assume_a="pos",
+        "sym" or "her" only its `lower` (or upper) triangle is read, with a triangular form
+        only that triangle, with "diagonal" only the diagonal, with "tridiagonal" only three
+        diagonals.
+    b : (N,) or (..., N, K) array_like or device array
         The right-hand side(s), where `a` is (on a device of `a`'s dtype). A host `a` and `b`
-        meet in their common precision (float32 a with float64 b: float64, as scipy).
+        meet in their common precision (float32 a with float64 b: float64, as scipy). With
+        stacks, as scipy: a 1-D `b` is one vector for every member, and the batch axes of `a`
+        and `b` broadcast.
     lower : bool, optional
         With "pos", "sym" or "her", use the lower triangle of `a` (default False: the upper);
         ignored otherwise (the triangular forms name their triangle). True or False, or 0, 1.
@@ -57,7 +65,7 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=
     overwrite_b : bool, optional
         Whether x may be written over `b` (default False): a device `b` as lu_solve's; with
         "gen" or "pos" a host `b` is left as it is (x comes in a new array from the solve where
-        the factors are: see Notes); with the host-only forms, as scipy (x in `b` when it is
+        the factors are: see Notes); with the other forms, as scipy (x in `b` when it is
         F-contiguous of the common dtype).
     check_finite : bool, optional
         Check that `a` and `b` hold no infs or NaNs before any work (default True).
@@ -74,7 +82,7 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=
           gbsv, gbcon; "upper triangular" / "lower triangular": trtrs and trcon, no
           factorization.
 
-        Only "gen" and "pos" take device arrays; the others are host only, scipy's paths.
+        Every form takes device arrays (see Notes for how each runs there).
     transposed : bool, optional
         Solve a^T x = b instead (default False); with "pos" or "her", for a complex Hermitian
         `a`, that is conj(a) x = b; a "sym" or "diagonal" a^T is a. scipy refuses complex
@@ -105,7 +113,7 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=
         is not `a`'s, or an unsupported device dtype.
     NotImplementedError
         assume_a="pos" with transposed=True for a complex device array (solve a x = conj(b) and
-        conjugate x instead); a device array with a form other than "gen" and "pos".
+        conjugate x instead).
     RuntimeError
         backend="cuda" where the cuda backend is not available.
     MemoryError
@@ -132,6 +140,28 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=
 
     A host a is solved where it is factored: on a device backend b goes up and x comes down
     before the factors' device memory is freed (no host triangular solve on the factors).
+
+    A stack (..., N, N) is validated once, then solved member by member on the host (members
+    of order up to 256 by LAPACK through scipy.linalg.lapack, larger ones by the engine), its
+    singular members (an exactly zero pivot, a condition estimate of 0, with "pos" one that is
+    not positive definite) reported together in scipy's words, "A singular matrix detected:
+    slice(s) [i, ...] are singular." (flat indices into the broadcast batch), ill-conditioned
+    ones in one LinAlgWarning naming each. On the device "gen" and "pos" are one batched
+    computation (lu_factor's batched LU and cuBLAS getrsBatched; cuSOLVER potrfBatched and two
+    cuBLAS trsmBatched), without a condition estimate; the other forms are the 2-D solve of
+    each member in turn. x is a new array.
+
+    Device arrays of the other forms (hybridla/_solve_device.py), x left on the device: "sym"
+    by cuSOLVER's Bunch-Kaufman <t>sytrf and Xsytrs, the condition estimated with those
+    solves (sycon's ||a||_1, the triangle mirrored into the other, which overwrite_a allows);
+    a complex "her" as "gen" on the Hermitian matrix completed from its triangle (cuSOLVER has
+    no hetrf: its c/zsytrf are for complex symmetric matrices), LU at twice hetrf's flops;
+    the triangular forms by cuBLAS trsm, trcon's estimate on a zero-padded copy of the
+    triangle (n^2 more device memory for the call); "diagonal" by cuBLAS dgmm with the
+    diagonal's reciprocals. "tridiagonal" and "banded" have no GPU library routine that fits
+    (no gtsv in cuSOLVER; cuSPARSE's gtsv2 reports no singularity and solves no transposed
+    system): scipy's host path runs on what comes down, the three diagonals (O(n) bytes) or
+    all of a (O(n^2): the bandwidth is found on the host), and b; x goes up.
 
     Examples
     --------
@@ -165,16 +195,23 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=
         raise ValueError(f"assume_a must be one of {', '.join(map(repr, _ASSUME))}; got "
                          f"assume_a={assume_a!r}")
     form = _ASSUME[assume_a]
-    if form not in _DEVICE_FORMS and (is_device_array(a) or is_device_array(b)):
-        raise NotImplementedError(f"solve(assume_a={assume_a!r}) of device arrays: only "
-                                  f"'gen' and 'pos' run on the GPU; pass host arrays")
+    # stacks (..., N, N): validated once, then member by member or batched (_stacked.py)
+    from . import _stacked
+    if _stacked.is_stack((a, 2), (b, 2)):
+        return _stacked.solve(a, b, lower, check_finite, form, transposed, backend,
+                              dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace))
     a, b, overwrite_a = _system(a, b, check_finite, backend, overwrite_a)
-    if form not in _DEVICE_FORMS:
-        x, rcond, warn_below = _solve_structured(form, a, b, lower, transposed, overwrite_a,
-                                                 overwrite_b)
+    options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace)
+    if form in _STRUCTURED:
+        if is_device_array(a):  # x is None where rcond is 0 or NaN: the check raises
+            x, rcond, warn_below = solve_form(_device_backend("a", backend), form, a, b, lower,
+                                              transposed, overwrite_a, overwrite_b, backend,
+                                              options)
+        else:
+            x, rcond, warn_below = _solve_structured(form, a, b, lower, transposed, overwrite_a,
+                                                     overwrite_b)
         _check_condition(rcond, a, check_finite, warn_below)
         return x
-    options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace)
     host = not is_device_array(a)
     if form == "pos":
         # Hermitian A: A^T = conj(A), so A^T x = b is A conj(x) = conj(b)
@@ -323,8 +360,13 @@ def _diagonal(a, b, lower, transposed, overwrite_a, overwrite_b):
 
 def _tridiagonal(a, b, lower, transposed, overwrite_a, overwrite_b):
     """gttrf + gttrs (trans) + gtcon, on the three diagonals of a."""
-    trf, trs, con = get_lapack_funcs(("gttrf", "gttrs", "gtcon"), (a, b))
-    dl, d, du = np.diag(a, -1), np.diag(a), np.diag(a, 1)
+    return _gtsv(np.diag(a, -1), np.diag(a), np.diag(a, 1), b, transposed, overwrite_b)
+
+
+def _gtsv(dl, d, du, b, transposed, overwrite_b):
+    """_tridiagonal on the host vectors of a's sub-, main and superdiagonal (the device form
+    brings them down: _solve_device.py)."""
+    trf, trs, con = get_lapack_funcs(("gttrf", "gttrs", "gtcon"), (d, b))
     norm = "I" if transposed else "1"  # ||A^T||_1 = ||A||_inf
     sums = np.abs(d)
     sums[1:] += np.abs(dl if transposed else du)

@@ -50,7 +50,7 @@ def public(func):
             device = False  # the function itself reports the bad argument
         if not device:
             return func(*args, **kwargs)
-        with _backends.get_backend("cuda").call():
+        with _backends.get_backend("cuda").call(_config.get("device.pool_max_bytes")):
             return func(*args, **kwargs)
     return call
 
@@ -197,12 +197,16 @@ def _factor(a, overwrite_a, check_finite, backend, options, routine, driver, squ
     _check_memory(ops, m, n, dtype, plan.nb)
     write_back = None
     if device:
-        A, result, write_back = ops.device_matrix(a, plan.nb, overwrite_a)
+        A, result, write_back = ops.device_matrix(a, plan.nb, overwrite_a,
+                                                  settings=plan.device_settings)
     else:
         source, result = _host_source_and_result(
             array, dtype, overwrite_a and array is a,
             copy_needed=keep_other_triangle or not ops.has_device)
-        A = ops.host_matrix(source, result, plan.nb)
+        # how it travels and the device settings of its store: the plan's (the host backend
+        # computes in `result` and takes none)
+        A = ops.host_matrix(source, result, plan.nb, settings=plan.device_settings) \
+            if ops.has_device else ops.host_matrix(source, result, plan.nb)
     try:
         info, extra, run_trace = driver(A, plan)
     finally:

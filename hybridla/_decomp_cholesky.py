@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.linalg import LinAlgError
 
+from . import _stacked
 from . import backend as _backends
 from ._common import (
     _check_triangular_solve_shapes,
@@ -25,9 +26,11 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, backend=
 
     Parameters
     ----------
-    a : (M, M) array_like or device array
+    a : (..., M, M) array_like or device array
         The Hermitian positive definite matrix, host or device as for lu_factor. Only its
-        `lower` (or upper) triangle is read.
+        `lower` (or upper) triangle is read. A stack as lu_factor's (a new array; on the device
+        cuSOLVER potrfBatched); the first member, in C order, that is not positive definite
+        raises the LinAlgError below.
     lower : bool, optional
         Factor A = L L^H from the lower triangle (True) or A = U^H U from the upper one
         (False, the default). True or False, or 0, 1.
@@ -44,7 +47,7 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, backend=
 
     Returns
     -------
-    c : (M, M) ndarray or device array
+    c : (..., M, M) ndarray or device array
         The factor in the `lower` (or upper) triangle of c, where `a` lives, in `a`'s LAPACK
         dtype; the other triangle of c keeps what `a` held there (scipy documents it as
         arbitrary).
@@ -87,8 +90,10 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, backend=
     True
     """
     lower, overwrite_a = _flag("lower", lower), _flag("overwrite_a", overwrite_a)
-    c, _, _ = _potrf(a, lower, overwrite_a, check_finite, backend,
-                  dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace, progress=progress))
+    options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace, progress=progress)
+    if _stacked.is_stack((a, 2)):  # (..., M, M): _stacked.py
+        return _stacked.potrf(a, lower, check_finite, backend, options, clean=False), lower
+    c, _, _ = _potrf(a, lower, overwrite_a, check_finite, backend, options)
     return c, lower
 
 
@@ -98,9 +103,9 @@ def cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, backend=No
 
     Parameters
     ----------
-    a : (M, M) array_like or device array
+    a : (..., M, M) array_like or device array
         The Hermitian positive definite matrix, host or device as for lu_factor. Only its
-        `lower` (or upper) triangle is read.
+        `lower` (or upper) triangle is read. A stack as cho_factor's.
     lower : bool, optional
         Return L (A = L L^H) with True, U (A = U^H U) with False (the default). True or False,
         or 0, 1.
@@ -114,7 +119,7 @@ def cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, backend=No
 
     Returns
     -------
-    (M, M) ndarray or device array
+    (..., M, M) ndarray or device array
         U, or with lower=True L, where `a` lives, in `a`'s LAPACK dtype; the other triangle is
         zero (also when overwrite_a puts the factor in `a` itself).
 
@@ -153,8 +158,10 @@ def cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, backend=No
     numpy.linalg.LinAlgError: 2-th leading minor of the array is not positive definite
     """
     lower, overwrite_a = _flag("lower", lower), _flag("overwrite_a", overwrite_a)
-    c, _, _ = _potrf(a, lower, overwrite_a, check_finite, backend,
-                  dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace))
+    options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace)
+    if _stacked.is_stack((a, 2)):  # (..., M, M): _stacked.py
+        return _stacked.potrf(a, lower, check_finite, backend, options, clean=True)
+    c, _, _ = _potrf(a, lower, overwrite_a, check_finite, backend, options)
     if is_device_array(c):
         _backends.get_backend("cuda").zero_triangle(c, upper=lower)
     else:
@@ -208,11 +215,12 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True, *, backend=N
     Parameters
     ----------
     c_and_lower : tuple of (c, lower)
-        The result of cho_factor: the (N, N) factor `c` (only its `lower` or upper triangle is read)
-        and `lower` (True or False, or 0, 1).
-    b : (N,) or (N, K) array_like or device array
+        The result of cho_factor: the (..., N, N) factor `c` (only its `lower` or upper
+        triangle is read) and `lower` (True or False, or 0, 1; for a stack also scipy's batched
+        cho_factor's array of them, all equal).
+    b : (N,) or (..., N, K) array_like or device array
         The right-hand side(s); a host factor needs a host `b`, a device factor a device `b` of
-        its dtype.
+        its dtype. Stacks broadcast as lu_solve's (on the device: two cuBLAS trsmBatched).
     overwrite_b : bool, optional
         Whether x may be written over `b`, as lu_solve's (default False).
     check_finite : bool, optional
@@ -256,6 +264,9 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True, *, backend=N
     """
     c, lower = c_and_lower
     _backends.check_name(backend)
+    if _stacked.is_stack((c, 2), (b, 2)):  # stacks: _stacked.py (lower: one flag, or scipy's
+        _flag("overwrite_b", overwrite_b)  # batched cho_factor's array of them)
+        return _stacked.cho_solve(c, _stacked.lower_flag(lower), b, check_finite, backend)
     lower, overwrite_b = _flag("lower", lower), _flag("overwrite_b", overwrite_b)
     uplo = "L" if lower else "U"
     if is_device_array(c) != is_device_array(b):

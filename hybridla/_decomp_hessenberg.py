@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _stacked, _stacked_qr
 from . import backend as _backends
 from . import lapack as _lapack
 from ._common import (
@@ -143,9 +144,12 @@ def hessenberg(a, calc_q=False, overwrite_a=False, check_finite=True, *, backend
 
     Parameters
     ----------
-    a : (N, N) array_like or device array
+    a : (..., N, N) array_like or device array
         The square matrix, host or device as for lu_factor. A device array gives device arrays
-        (H reduced, Q formed and H's lower part cleared on the device).
+        (H reduced, Q formed and H's lower part cleared on the device). A stack, as scipy >=
+        1.15 takes it, gives stacks: on the host member by member (members of order up to 256
+        by scipy.linalg.hessenberg, without stats; larger ones by the engine), on the device
+        the 2-D device hessenberg of each member in turn (nothing batches gehrd).
     calc_q : bool, optional
         Also return Q (default False). True or False, or 0, 1.
     overwrite_a : bool, optional
@@ -160,9 +164,9 @@ def hessenberg(a, calc_q=False, overwrite_a=False, check_finite=True, *, backend
 
     Returns
     -------
-    H : (N, N) ndarray or device array
+    H : (..., N, N) ndarray or device array
         Upper Hessenberg: zero below the first subdiagonal.
-    Q : (N, N) ndarray or device array
+    Q : (..., N, N) ndarray or device array
         Unitary, A = Q H Q^H; only with calc_q=True, returned as (H, Q).
 
     Raises
@@ -199,6 +203,8 @@ def hessenberg(a, calc_q=False, overwrite_a=False, check_finite=True, *, backend
     """
     calc_q, overwrite_a = _flag("calc_q", calc_q), _flag("overwrite_a", overwrite_a)
     _check_stats(stats)
+    if _stacked.is_stack((a, 2)):  # (..., N, N): _stacked.py, _stacked_qr.py
+        return _stacked_qr.hessenberg(a, calc_q, check_finite, backend, nb, trace, stats)
     n, dtype = _check_hessenberg(a, check_finite, backend, nb, trace)
     if n <= 2 and not is_device_array(a):
         array = np.asarray(a)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _stacked
 from . import backend as _backends
 from ._common import (
     _TRANS,
@@ -26,13 +27,15 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None,
 
     Parameters
     ----------
-    a : (M, N) array_like or device array
+    a : (..., M, N) array_like or device array
         The matrix to factor, real or complex. A NumPy array (or anything array-like) is the CPU
         interface: the factors come back in host memory, in the LAPACK precision scipy would use
         (integers: float64, float16: float32). A device array (any ``__cuda_array_interface__``:
         CuPy, PyTorch, PyCUDA GPUArray) is the GPU interface: float32, float64, complex64 or
         complex128, factored on the cuda backend, the factors left on the device as the same
-        kind of array.
+        kind of array. A stack (..., M, N), as scipy >= 1.15 takes it, is validated once and
+        factored member by member on the host, in one batched computation on the device (see
+        Notes).
     overwrite_a : bool, optional
         Whether the factors may be written over `a` (default False: `a` is left as it is). A
         host `a` is factored in place, and returned as `lu`, when it is an F-ordered, writeable
@@ -70,12 +73,13 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None,
 
     Returns
     -------
-    lu : (M, N) ndarray or device array
+    lu : (..., M, N) ndarray or device array
         U on and above the diagonal, L (unit diagonal, not stored) below it, where `a` lives,
         in `a`'s LAPACK dtype.
-    piv : (K,) ndarray of int32
+    piv : (..., K) ndarray of int32
         The pivots, K = min(M, N), 0-based: row i was interchanged with row piv[i]. A host
-        array on either interface.
+        array on either interface, except for a stack on the device: there a device array of
+        `a`'s kind (as torch.linalg.lu_factor's, but 0-based).
 
     Raises
     ------
@@ -111,6 +115,15 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None,
     HYBRIDLA_* environment variables, ``hybridla.config.set``. Each family reads its own
     keys: "lu.*" here, "cho.*" for Cholesky, "qr.*" for QR, QL, LQ and lstsq.
 
+    A stack (..., M, N) is never factored in place (overwrite_a is checked and ignored; the
+    results are new arrays, laid out as scipy's on the host: C order) and each singular member
+    warns as above. On the host, members of order up to 256 go straight to LAPACK's getrf
+    through scipy.linalg.lapack, larger ones to the engine one at a time (its options apply). On
+    the device, one batched computation: members up to 32 x 32 by a warp each (our kernel),
+    other square ones up to 128 by cuBLAS getrfBatched, the rest by a blocked batched LU (our
+    panel kernel, cuBLAS trsmBatched and gemmStridedBatched; nb its panel width, default 32);
+    no trace is written. An empty batch gives empty results (scipy raises there).
+
     Examples
     --------
     >>> import numpy as np
@@ -129,9 +142,10 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None,
     dtype('float32')
     """
     overwrite_a = _flag("overwrite_a", overwrite_a)
-    lu, piv, info, _, _ = _getrf(a, overwrite_a, check_finite, backend,
-                                 dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace,
-                                   progress=progress))
+    options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace, progress=progress)
+    if _stacked.is_stack((a, 2)):  # (..., M, N): _stacked.py
+        return _stacked.lu_factor(a, check_finite, backend, options)
+    lu, piv, info, _, _ = _getrf(a, overwrite_a, check_finite, backend, options)
     _warn_singular(info)
     return lu, piv
 
@@ -172,10 +186,13 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, ba
     Parameters
     ----------
     lu_and_piv : tuple of (lu, piv)
-        The result of lu_factor: the (N, N) factors `lu` and the 0-based pivots `piv` (shape (N,)).
-    b : (N,) or (N, K) array_like or device array
+        The result of lu_factor: the (..., N, N) factors `lu` and the 0-based pivots `piv`
+        (shape (..., N); of a device stack on the host or the device).
+    b : (N,) or (..., N, K) array_like or device array
         The right-hand side(s); host factors need a host `b`, device factors a device `b` of
-        their dtype.
+        their dtype. With stacks, as scipy: a 1-D `b` is one vector for every member, and the
+        batch axes of `lu`, `piv` and `b` broadcast (x gets the broadcast batch); a device stack
+        is solved by cuBLAS getrsBatched, and `x` is a new array.
     trans : {0, 1, 2, "N", "T", "C"}, optional
         The system: 0 or "N" (the default) A x = b, 1 or "T" A^T x = b, 2 or "C" A^H x = b.
     overwrite_b : bool, optional
@@ -234,6 +251,8 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, ba
         raise ValueError(f"trans must be 0, 1 or 2 (or 'N', 'T', 'C'); got trans={trans!r}")
     if is_device_array(lu) != is_device_array(b):
         raise ValueError("lu and b must both be host arrays or both device arrays")
+    if _stacked.is_stack((lu, 2), (piv, 1), (b, 2)):  # stacks: _stacked.py
+        return _stacked.lu_solve(lu, piv, b, trans, check_finite, backend)
     piv = np.asarray(piv)
     if is_device_array(lu):
         return _device_solve("lu", lu, b, overwrite_b, check_finite, backend,

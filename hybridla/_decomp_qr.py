@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _stacked, _stacked_qr
 from . import backend as _backends
 from . import lapack as _lapack
 from ._common import _check_mode_and_lwork, _factor, _flag, _shape_and_dtype, is_device_array
@@ -226,9 +227,17 @@ def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_fini
 
     Parameters
     ----------
-    a : (M, N) array_like or device array
+    a : (..., M, N) array_like or device array
         The matrix, host or device as for lu_factor. A device array gives device arrays (Q
         formed on the device).
+        A stack (..., M, N), as scipy >= 1.15 takes it: each result stacked (Q (..., M, M),
+        ...). On the host member by member (members of order up to 256 by LAPACK geqrf and
+        orgqr / ungqr through scipy.linalg.lapack, larger ones by the engine; pivoting too). On
+        the device modes "r" and "raw" are one cuBLAS geqrfBatched (tau a device array of `a`'s
+        kind), "full" and "economic" the 2-D device qr of each member in turn (no batched
+        routine forms Q); pivoting raises NotImplementedError. As scipy's stacks, mode="r"
+        returns R itself, not the tuple (R,); mode="raw" returns ((factors, tau), R) stacked
+        (scipy's stacks fail there); an empty batch gives empty results.
     overwrite_a : bool, optional
         Whether the factors may be written over `a`, as lu_factor's (default False). True or
         False, or 0, 1, as scipy's LAPACK flags.
@@ -318,6 +327,9 @@ def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_fini
     (True, True)
     """
     options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace)
+    if _stacked.is_stack((a, 2)):  # (..., M, N): _stacked.py, _stacked_qr.py
+        return _stacked_qr.qr(a, overwrite_a, lwork, mode, _flag("pivoting", pivoting),
+                              check_finite, backend, options)
     if _flag("pivoting", pivoting):
         return _pivoted_qr(a, mode, overwrite_a, lwork, check_finite, backend, options)
     return _householder(a, QR, mode, overwrite_a, lwork, check_finite, backend, options)

@@ -7,6 +7,7 @@ import numpy as np
 from scipy.linalg import LinAlgError
 from scipy.linalg.lapack import get_lapack_funcs
 
+from . import _stacked, _stacked_qr
 from . import backend as _backends
 from . import lapack as _lapack
 from ._common import (
@@ -39,10 +40,15 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
 
     Parameters
     ----------
-    a : (M, N) array_like or device array
-        The matrix, host or device as for lu_factor; of full rank on a device.
-    b : (M,) or (M, K) array_like or device array
-        The right-hand side(s), where `a` is (on a device of `a`'s dtype).
+    a : (..., M, N) array_like or device array
+        The matrix, host or device as for lu_factor; of full rank on a device. A stack, as
+        scipy >= 1.15 takes it: on the host member by member (members of order up to 256 by
+        LAPACK gels through scipy.linalg.lapack, with the same rank test and gelsy), on the
+        device the 2-D device lstsq of each member in turn (no batched routine has the rank
+        test: cuBLAS gelsBatched solves full-rank tall members only).
+    b : (M,) or (..., M, K) array_like or device array
+        The right-hand side(s), where `a` is (on a device of `a`'s dtype). With stacks, as
+        scipy: a 1-D `b` is one vector for every member, and the batch axes broadcast.
     cond : float, optional
         The rank test's tolerance tol, a real number >= 0 (see Notes), which is also gelsy's
         rcond (as scipy passes cond to gelsy); None (the default): max(M, N) eps (scipy's
@@ -73,6 +79,10 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
         The effective rank: min(M, N) when `a` passes the rank test, else gelsy's (the order
         of the largest leading triangle of the pivoted R whose estimated condition number is
         below 1 / cond).
+
+        For a stack: x (..., N) or (..., N, K); residues stacked, (...) or (..., K), where
+        every member has them, else an empty (..., 0) array; rank an int64 array (...); s
+        None.
     s : None
         No SVD is computed (as scipy's gelsy).
 
@@ -141,6 +151,9 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
     if cond is not None and not (isinstance(cond, numbers.Real) and
                                  not isinstance(cond, (bool, np.bool_)) and cond >= 0):
         raise ValueError(f"cond must be a real number >= 0 or None; got cond={cond!r}")
+    if _stacked.is_stack((a, 2), (b, 2)):  # stacks: _stacked.py, _stacked_qr.py
+        return _stacked_qr.lstsq(a, b, cond, check_finite, lapack_driver, backend,
+                              dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace))
     device = is_device_array(a)
     if device != is_device_array(b):
         raise ValueError("a and b must both be host arrays or both device arrays")

@@ -2,6 +2,7 @@
 refined to the working precision)."""
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -386,16 +387,17 @@ def _host_working_matrix(ops, array, plan):
         return ops.wrap(array), None
     transfer = _config.get("mixed.host_transfer") or _config.get("device.host_transfer")
     if transfer == "staged" and array.nbytes >= int(_config.get("device.pin_min_bytes")):
-        A = ops.matrix(*array.shape, array.dtype, plan.nb, host_source=array)
+        A = ops.matrix(*array.shape, array.dtype, plan.nb, host_source=array,
+                       settings=plan.device_settings)
         return A, ArrivingMatrix(ops, A, plan)
     from .lapack._blocked import record_uploads
     from .scheduler import TaskGraph, run
-    with _config.set({"device.host_transfer": transfer}):
-        A = ops.host_matrix(array, None, plan.nb)
+    A = ops.host_matrix(array, None, plan.nb, settings=dataclasses.replace(
+        plan.device_settings, host_transfer=transfer))
     try:
         graph = TaskGraph()
         record_uploads(graph, A, plan)
-        run(graph, ops, workers=plan.workers)
+        run(graph, ops, workers=plan.workers, settings=plan.device_settings)
         ops.synchronize()
     except BaseException:
         A.close()

@@ -6,7 +6,7 @@ import time
 import numpy as np
 
 from .panel.lu import factor_panel
-from .scheduler.plan import panel_flops
+from .scheduler.plan import device_settings, panel_flops
 
 
 def _best_of(repeats, fn):
@@ -31,7 +31,7 @@ def measure_rates(backend, n: int, nb: int) -> dict:
     if not backend.has_device:
         return entry
     a = np.asfortranarray(rng.standard_normal((n, n)))
-    A = backend.host_matrix(a, np.empty_like(a, order="F"), nb)
+    A = backend.host_matrix(a, np.empty_like(a, order="F"), nb, settings=device_settings())
     try:
         h2d, d2h = backend.lane("copy:h2d"), backend.lane("copy:d2h")
         gpu = backend.lane("gpu:update")

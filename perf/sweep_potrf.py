@@ -19,16 +19,12 @@ from pathlib import Path
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
 import hybridla  # noqa: E402
-import hybridla.backend.cuda as cuda_backend  # noqa: E402
 import hybridla.update.chol as chol_update  # noqa: E402
 from hybridla.bench import baselines, harness  # noqa: E402  (cuSOLVER baseline, clocks)
 from hybridla.bench.harness import median_time  # noqa: E402
 from hybridla.bench.matrices import spd_matrix  # noqa: E402
 
-try:  # the diagonal blocks' halving reads _DIAGONAL_LEAF from its own module: set it there
-    from hybridla.backend.cuda import chol as leaf_owner  # noqa: E402 - the backend as a package
-except ImportError:
-    leaf_owner = cuda_backend                             # backend/cuda.py, one module
+from hybridla.backend.cuda import chol as leaf_owner  # noqa: E402 - owns _DIAGONAL_LEAF
 
 
 def main():
@@ -36,7 +32,7 @@ def main():
     p.add_argument("--n", type=int, default=32768)
     p.add_argument("--nb", type=int, nargs="+", default=[1024])
     p.add_argument("--tail", type=int, nargs="+", default=[16384])
-    p.add_argument("--leaf", type=int, nargs="+", default=[cuda_backend._DIAGONAL_LEAF])
+    p.add_argument("--leaf", type=int, nargs="+", default=[leaf_owner._DIAGONAL_LEAF])
     p.add_argument("--solve-block", type=int, nargs="+", default=[chol_update.SOLVE_BLOCK])
     p.add_argument("--repeat", type=int, default=5)
     a = p.parse_args()

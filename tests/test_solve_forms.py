@@ -15,7 +15,6 @@ import scipy.linalg
 from scipy.linalg import LinAlgError, LinAlgWarning
 
 import hybridla
-import hybridla._basic
 from _lapack_checks import DTYPES, forward_error_ratio, random_matrix, solve_backward_error, wide
 
 THRESH = 30.0
@@ -149,10 +148,3 @@ def test_arguments_checked():
         hybridla.solve(a, np.ones(4), assume_a="banded", **HOST)
     with pytest.raises(ValueError, match="infs or NaNs"):
         hybridla.solve(a, np.array([1.0, np.nan, 0.0]), assume_a="diagonal", **HOST)
-
-
-@pytest.mark.parametrize("form", FORMS)
-def test_device_arrays_not_implemented(form, monkeypatch):
-    monkeypatch.setattr(hybridla._basic, "is_device_array", lambda x: True)
-    with pytest.raises(NotImplementedError, match=f"assume_a={form!r}.*'gen' and 'pos'"):
-        hybridla._basic.solve(np.eye(2), np.ones(2), assume_a=form)

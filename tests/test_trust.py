@@ -205,8 +205,9 @@ def test_solve_checks_b_before_factoring(monkeypatch):
     def no_factorization(*args, **kwargs):
         raise AssertionError("factored before validating")
     monkeypatch.setattr(lu_module, "getrf", no_factorization)
+    # (a 3-D b is a stack of 2 x 1 right-hand sides, as scipy >= 1.15 reads it: 2 rows, not 50)
     for b, error in [(np.ones(49), "b must have 50 rows"), (np.full(50, np.nan), "b must not"),
-                     (np.ones((50, 2, 1)), "for b")]:
+                     (np.ones((50, 2, 1)), "b must have 50 rows")]:
         with pytest.raises(ValueError, match=error):
             hybridla.solve(a, b, overwrite_a=True, backend="host")
         np.testing.assert_array_equal(a, kept)

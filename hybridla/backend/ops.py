@@ -58,11 +58,15 @@ class BackendDefaults:
         in turn: lapack/potrf.py).
     gemm_copies_operands: gemm reads its operands into rounded copies first, so the output may
         overlap them (update/chol.py updates a diagonal block in place then).
+    batched, ldl: families that the device paths of stacks and of solve's structured forms
+        reach as modules (None: host arrays take scipy's paths).
     panel_ops: the operations panels run with (a reduced-precision backend keeps its panels in
         the working precision of the backend it wraps).
     """
 
     has_device: bool = False
+    batched: Any = None  # the stacks-of-matrices family of a device backend (cuda/batched.py)
+    ldl: Any = None  # its structured solves: sytrf/sytrs, triangular, diagonal (cuda/ldl.py)
     herk_is_gemm: bool = False
     herk_panel_slots: int = 0
     gemm_copies_operands: bool = False

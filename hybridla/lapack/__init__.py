@@ -11,6 +11,7 @@ from .getrf import getrf
 from .getrs import getrs
 from .gesv import gesv
 from .gesv_mixed import gesv_mixed
+from .larscl2 import larscl2
 from .orghr import orghr, ormhr
 from .orgqr import orglq, orgql, orgqr
 from .ormqr import ormlq, ormql, ormqr
@@ -18,8 +19,10 @@ from .posv import posv
 from .posv_mixed import posv_mixed
 from .potrf import potrf
 from .potrs import potrs
+from .sytrf import lansy, sycon, sytrf, sytrs  # device stores (cuSOLVER); host: scipy's
+from .trtrs import lantr, trcon, trtrs
 
 __all__ = ["getrf", "getrs", "gesv", "potrf", "potrs", "posv", "geqrf", "geqlf", "gelqf",
            "ormqr", "ormql", "ormlq", "orgqr", "orgql", "orglq", "gels", "geqrs", "gelqs",
            "gehrd", "orghr", "ormhr", "gesv_mixed", "posv_mixed", "gels_mixed", "gecon",
-           "pocon"]
+           "pocon", "sytrf", "sytrs", "sycon", "lansy", "trtrs", "trcon", "lantr", "larscl2"]

@@ -66,7 +66,7 @@ def upload_all(A, plan):
     reads again and again (the mixed solvers' A and its rounded copy), not streamed by steps."""
     graph = TaskGraph()
     TransferPlan(graph, A, plan).bring_up()
-    run(graph, plan.backend, workers=plan.workers)
+    run(graph, plan.backend, workers=plan.workers, settings=plan.device_settings)
     plan.backend.synchronize()  # the caller's next graph reads A from any lane
 
 
@@ -86,7 +86,7 @@ def run_recording(graph, steps, A, plan, trace, name):
             pass
     with progress_bar(plan, len(graph), name) as progress:
         return run(graph, plan.backend, workers=plan.workers, trace=trace, progress=progress,
-                   recording=steps, head_steps=head_steps)
+                   recording=steps, head_steps=head_steps, settings=plan.device_settings)
 
 
 def first_failure(step_info, nb) -> int:

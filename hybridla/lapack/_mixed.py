@@ -497,7 +497,8 @@ class ArrivingMatrix:
 
     def low_copy(self, dtype):
         """The host matrix rounded to `dtype`, uploaded (a tile store of its own)."""
-        low = self.ops.host_matrix(self.A.host_source, None, self.plan.nb, dtype=dtype)
+        low = self.ops.host_matrix(self.A.host_source, None, self.plan.nb, dtype=dtype,
+                                   settings=self.plan.device_settings)
         try:
             upload_all(low, self.plan)
             low.end_staging()
@@ -588,7 +589,10 @@ class MixedSolver:
         try:
             with phases("convert"):
                 if arriving is None:
-                    low = ops.matrix(A.m, A.n, LOW_DTYPE[A.dtype], self.plan.nb)
+                    # a device store follows the run's device settings (its memory pool)
+                    low = ops.matrix(A.m, A.n, LOW_DTYPE[A.dtype], self.plan.nb,
+                                     settings=self.plan.device_settings) if ops.has_device \
+                        else ops.matrix(A.m, A.n, LOW_DTYPE[A.dtype], self.plan.nb)
                     source = A
                 else:  # the norm from the rounded entries: 2^-24 relative, nothing to the test
                     with phases("convert: upload"):

@@ -120,7 +120,8 @@ def gehrd(A, plan, lo=0, hi=None, trace=None, stats=None):
     tau = np.zeros(max(A.n - 1, 0), dtype=A.dtype)
     graph = record_gehrd(A, plan, lo, hi, tau, HessenbergStats() if stats is None else stats)
     with progress_bar(plan, len(graph), "gehrd") as progress:
-        trace = run(graph, plan.backend, workers=plan.workers, trace=trace, progress=progress)
+        trace = run(graph, plan.backend, workers=plan.workers, trace=trace, progress=progress,
+                    settings=plan.device_settings)
     return tau, 0, trace
 
 

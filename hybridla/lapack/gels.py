@@ -37,7 +37,7 @@ def gels(A, B, plan, rank_tol=0.0, trace=None):
     not streamed from the host). A and B are scaled into the safe range first when they lie
     outside it (the module's docstring), and X (rows n:m too, the residuals) unscaled; A keeps
     the factors of s_a A. Returns (tau, info, trace)."""
-    if getattr(A, "streamed", False):
+    if A.streamed:
         raise ValueError("gels needs A where the work happens (not streamed from the host)")
     ops = plan.backend
     m, n, nrhs = A.m, A.n, B.n

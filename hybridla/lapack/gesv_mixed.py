@@ -57,9 +57,10 @@ class GesvMixed(MixedSolver):
         # the tensor-core update leaves SMs to the panels, the LU's critical path (config
         # mixed.lu_panel_sms; null: device.panel_sms as for everything else)
         reserved = config.get("mixed.lu_panel_sms")
-        with config.set({} if reserved is None else {"device.panel_sms": reserved}):
-            self.pivots, info, trace = getrf(low, dataclasses.replace(
-                plan, panel_pivoting=self.pivoting))
+        settings = plan.device_settings if reserved is None else \
+            dataclasses.replace(plan.device_settings, panel_sms=reserved)
+        self.pivots, info, trace = getrf(low, dataclasses.replace(
+            plan, panel_pivoting=self.pivoting, device_settings=settings))
         if plan.trace_path:
             trace.to_chrome(plan.trace_path)
         return info

@@ -64,7 +64,7 @@ def record_getrf(graph, A, plan):
 def record_panel(graph, steps, A, plan, step, k0, k1, where, panel, pivots):
     flops = panel_flops(A.m - k0, k1 - k0)
     # a reduced-precision backend (mixed solvers) keeps its panels in float32
-    panel_ops = getattr(plan.backend, "panel_ops", plan.backend)
+    panel_ops = plan.backend.panel_ops
     # where the matrix is (a GPU panel; any panel on the host backend), one wider than
     # plan.panel_leaf is factored by recursive halving
     recursive = plan.panel_leaf and k1 - k0 > plan.panel_leaf and \

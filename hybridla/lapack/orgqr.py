@@ -44,7 +44,7 @@ def form_q(F, Q, plan, form, trace=None):
               functools.partial(_identity, ops=ops, Q=Q, square=form.rect(Q.m, Q.n, 0, c, 0, c)),
               writes=[Region("C", 0, Q.m, 0, Q.n)])
     record_apply_q(graph, F, Q, plan, form, "R" if form.transpose else "L", "N")
-    return run(graph, ops, workers=plan.workers, trace=trace)
+    return run(graph, ops, workers=plan.workers, trace=trace, settings=plan.device_settings)
 
 
 def _identity(lane, ops, Q, square):

@@ -50,7 +50,8 @@ def apply_q(F, C, plan, form, side, trans, trace=None):
     F.tau's k reflectors. Returns the run's trace."""
     graph = TaskGraph()
     record_apply_q(graph, F, C, plan, form, side, trans)
-    return run(graph, plan.backend, workers=plan.workers, trace=trace)
+    return run(graph, plan.backend, workers=plan.workers, trace=trace,
+               settings=plan.device_settings)
 
 
 def record_apply_q(graph, F, C, plan, form, side, trans):

@@ -70,7 +70,7 @@ def record_potrf(graph, A, plan, uplo):
         # rounded once for all the step's herks, where they are gemms on rounded operands; the
         # slots in turn, so that this step's rounding need not wait for the last step's herks
         rounded_slot = None
-        if getattr(ops, "herk_is_gemm", False) and k1 < n:
+        if ops.herk_is_gemm and k1 < n:
             rounded_slot = step % ops.herk_panel_slots
             graph.add("round", step, "gpu:panel",
                       functools.partial(chol_update.round_panel, ops, A=A, uplo=uplo, k0=k0,
@@ -91,7 +91,7 @@ def _tail(plan, A):
     last steps are bound by the diagonal block, the off-diagonal solve and the look-ahead column
     one after the other, which cuSOLVER's own potrf does without a task hand-off between them.
     Not for a streamed matrix, whose tail would then come home in one piece after the rest."""
-    return plan.tail if getattr(plan.backend, "has_device", False) and not A.streamed else 0
+    return plan.tail if plan.backend.has_device and not A.streamed else 0
 
 
 def record_tail(graph, A, plan, uplo, step, k0):

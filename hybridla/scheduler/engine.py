@@ -98,11 +98,12 @@ class _Run:
 
 
 def run(graph, backend, *, workers: int = 4, trace: Trace | None = None, progress=None,
-        recording=None, head_steps: int = 0) -> Trace:
+        recording=None, head_steps: int = 0, settings=None) -> Trace:
     """Execute every task of `graph`; return the trace. Raises the first task failure after all
     running tasks have returned and the device is idle. `progress(task)`, if given, is called as
     each task is done (the CLI's progress bar). `recording`, if given, is the iterator that
-    records `graph` step by step: its first `head_steps` steps run while it records the rest."""
+    records `graph` step by step: its first `head_steps` steps run while it records the rest.
+    `settings`: the plan's DeviceSettings, for the backend's run (None: its defaults)."""
     trace = trace if trace is not None else Trace()
     state = _Run(graph, backend, trace)
     state.progress = progress
@@ -110,7 +111,7 @@ def run(graph, backend, *, workers: int = 4, trace: Trace | None = None, progres
         for _ in recording:
             pass
         recording = None
-    backend.begin_run(workers)
+    backend.begin_run(workers, settings)
     try:
         return _run(state, graph, backend, workers, trace, recording, head_steps)
     finally:

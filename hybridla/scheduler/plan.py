@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import config as _config
 from .._logging import get_logger
+from ..backend.ops import DeviceSettings
 from ..backend.tournament import TOURNAMENT_WIDTH
 
 # lu.panel_pivoting / mixed.panel_pivoting: partial pivoting, a tournament for the leaves of
@@ -125,11 +126,14 @@ class Plan:
     tail: int = 0  # Cholesky on a device: the trailing matrix of this order or less is factored
     #                in one call of the device's potrf (config cho.tail); 0: never
     pivot_window: int = 2  # "window" pivoting's block rows (config <routine>.pivot_window)
+    # the device.* settings the backend's run and stores take (config device.*; the backend
+    # reads no configuration): SMs for the panels, memory pool, host transfers, copy threads
+    device_settings: DeviceSettings = DeviceSettings()
 
     def panel_placement(self, rows, cols, hiding_update_flops, kind="getrf") -> str:
         """Where this step's panel (of `kind`, see PANEL_FLOPS) runs: always the CPU on the host
         backend; else as the plan says, or where the cost model finds it costs less."""
-        if not getattr(self.backend, "has_device", False):
+        if not self.backend.has_device:
             return "cpu"
         if self.panel != "auto":
             return self.panel
@@ -152,6 +156,20 @@ def _positive_int(name, value, minimum):
             or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}; got {name}={value!r}")
     return int(value)
+
+
+def device_settings() -> DeviceSettings:
+    """The device.* configuration as the backend takes it (backend/ops.DeviceSettings): read
+    once per plan by make_plan, or by a call that runs outside any plan. Values are checked
+    where the backend uses them (device.sm_split, device.host_transfer)."""
+    cfg = _config.config
+    return DeviceSettings(copy_threads=cfg.get("device.copy_threads") or 0,
+                          panel_sms=cfg.get("device.panel_sms") or 0,
+                          sm_split=cfg.get("device.sm_split"),
+                          memory_pool=bool(cfg.get("device.memory_pool")),
+                          host_transfer=cfg.get("device.host_transfer"),
+                          pin_min_bytes=cfg.get("device.pin_min_bytes"),
+                          pool_max_bytes=cfg.get("device.pool_max_bytes"))
 
 
 def make_plan(backend, m, n, dtype, *, routine="lu", nb=None, lookahead=None, panel=None,
@@ -212,4 +230,5 @@ def make_plan(backend, m, n, dtype, *, routine="lu", nb=None, lookahead=None, pa
                    else "none (host backend)", trace or "none")
     return Plan(backend, nb, lookahead, panel, workers, CostModel(table, dtype),
                 str(trace) if trace else None, bool(progress), pin_pieces, panel_leaf,
-                panel_pivoting, upload_group, head_steps, tail, pivot_window)
+                panel_pivoting, upload_group, head_steps, tail, pivot_window,
+                device_settings())

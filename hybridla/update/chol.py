@@ -36,7 +36,7 @@ def solve_off_diagonal(ops, lane, A, uplo: str, k0: int, k1: int) -> None:
     blocks = _solve_blocks(ops, kb)
     # gemm cannot write its own operand, unless the backend copies the operands before it
     # multiplies (backend/reduced.py: their rounding is a copy) and one gemm does it all
-    in_place = getattr(ops, "gemm_copies_operands", False) and len(blocks) == 1
+    in_place = ops.gemm_copies_operands and len(blocks) == 1
     if uplo == "L":
         solved_from = A.block(k1, n, k0, k1) if in_place else A.scratch(lane, n - k1, kb)
         if not in_place:
@@ -60,7 +60,7 @@ SOLVE_BLOCK = 256
 def _solve_blocks(ops, kb):
     """(j0, j1) of the solve's column blocks. One block on a backend whose gemms run on the tensor
     cores (backend/reduced.py), where flops are cheap and each gemm rounds its operands again."""
-    if getattr(ops, "herk_is_gemm", False) or kb <= SOLVE_BLOCK:
+    if ops.herk_is_gemm or kb <= SOLVE_BLOCK:
         return [(0, kb)]
     parts = kb // SOLVE_BLOCK
     edges = [kb * j // parts for j in range(parts + 1)]
@@ -87,7 +87,7 @@ def herk_update(ops, lane, A, uplo: str, k0: int, k1: int, c0: int, c1: int,
     block column in one herk on the trapezoid, from the panel `round_panel` rounded into
     `rounded_slot` (or that it rounds itself, when None)."""
     n = A.n
-    if getattr(ops, "herk_is_gemm", False):
+    if ops.herk_is_gemm:
         rounded = None if rounded_slot is None else (rounded_slot, c0 - k1)
         if uplo == "L":
             ops.herk(lane, "L", "N", -1, A.block(c0, n, k0, k1), 1, A.block(c0, n, c0, c1),

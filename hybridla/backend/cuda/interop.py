@@ -1,0 +1,143 @@
+"""The GPU interface of the cuda backend: the user's device arrays (PyCUDA GPUArray, CuPy,
+PyTorch, Numba: anything with __cuda_array_interface__) as tile stores, in place or copied
+column-major, and result arrays of the user's kind.
+
+Module-level functions; those over the backend (device_matrix, wrap, empty, has_nonfinite) the
+facade binds.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pycuda.driver as drv
+
+from ..ops import DeviceSettings
+from .memory import DeviceArray
+
+
+def device_array_layout(obj):
+    """(pointer, (rows, cols), dtype, strides in bytes) of a 1-D or 2-D device array, from its
+    __cuda_array_interface__ (PyCUDA GPUArray, CuPy, PyTorch, Numba all offer it). A 1-D array
+    is a column."""
+    cai = obj.__cuda_array_interface__
+    dtype = np.dtype(cai["typestr"])
+    shape = tuple(cai["shape"])
+    strides = cai.get("strides")
+    if strides is None:  # C-contiguous
+        strides = tuple(int(np.prod(shape[i + 1:])) * dtype.itemsize for i in range(len(shape)))
+    if len(shape) == 1:
+        shape, strides = (shape[0], 1), (strides[0], shape[0] * dtype.itemsize)
+    return int(cai["data"][0]), shape, dtype, tuple(strides)
+
+
+def _is_column_major(obj) -> bool:
+    _, (m, n), dtype, strides = device_array_layout(obj)
+    return strides[0] == dtype.itemsize and (n <= 1 or strides[1] >= m * dtype.itemsize)
+
+
+def _like(template, out: DeviceArray):
+    """`out` as the same kind of array as the user's input (CuPy, PyTorch, PyCUDA), sharing memory."""
+    module = type(template).__module__.split(".")[0]
+    if module == "cupy":
+        import cupy
+        return cupy.asarray(out)
+    if module == "torch":
+        import torch
+        return torch.as_tensor(out, device=template.device)
+    if module == "pycuda":
+        import pycuda.gpuarray as gpuarray
+        # base: the DeviceArray, which frees the memory when collected, lives as long as this
+        return gpuarray.GPUArray(out.shape, out.dtype, gpudata=out._allocation, order="F",
+                                 strides=(out.dtype.itemsize, out.ld * out.dtype.itemsize),
+                                 base=out)
+    return out
+
+
+def device_matrix(backend, obj, nb, overwrite, settings: DeviceSettings | None = None):
+    """Wrap a user's 2-D device array (anything with __cuda_array_interface__) as the working
+    matrix. Returns (matrix, result, write_back): `result` is the array to give the user;
+    `write_back()`, if not None, must run after the factorization (a row-major input
+    factored in a column-major copy goes back into the user's array when overwrite).
+    `settings`: the run's DeviceSettings for the store (None: the defaults)."""
+    ptr, (m, n), dtype, strides = device_array_layout(obj)
+    itemsize = dtype.itemsize
+    lane = backend.lane("gpu:update")
+    backend.synchronize()  # the producer's pending writes to the array must land first
+    column_major = strides[0] == itemsize and (n <= 1 or strides[1] >= m * itemsize)
+    row_major = strides[1] == itemsize and (m <= 1 or strides[0] >= n * itemsize)
+    if column_major and overwrite:
+        ld = max(strides[1] // itemsize, m, 1) if n > 1 else max(m, 1)
+        A = backend.matrix(m, n, dtype, nb, device_ptr=ptr, ld=ld, settings=settings)
+        A.keeps = obj  # the array's memory lives as long as the store
+        return A, obj, None
+    if not (column_major or row_major):
+        raise ValueError(f"a device array must have unit stride along one axis; got shape "
+                         f"{(m, n)} with strides {strides} (bytes)")
+    out = DeviceArray(backend, (m, n), dtype)
+    if column_major:
+        # one column: its second stride means nothing (CuPy gives an n x 1 array the
+        # stride of one element there), and the copy's source pitch must cover the column
+        source_ld = max(strides[1] // itemsize, m, 1) if n > 1 else max(m, 1)
+        backend.copy_device(ptr, source_ld, out.ptr, out.ld, m, n, itemsize)
+    else:
+        with lane:
+            backend.geam_transpose(lane, ptr, max(strides[0] // itemsize, 1), out.ptr, out.ld,
+                                   m, n, dtype)
+    A = backend.matrix(m, n, dtype, nb, device_ptr=out.ptr, ld=out.ld, settings=settings)
+    A.keeps = out  # the copy lives as long as the store (wrap drops the array it returns)
+    if not overwrite:
+        return A, _like(obj, out), None
+
+    def write_back():  # row-major user array, overwrite_a: the factors go back in its layout
+        with lane:
+            backend.geam_transpose(lane, out.ptr, out.ld, ptr, max(strides[0] // itemsize, 1),
+                                   n, m, dtype)
+        backend.synchronize()
+    return A, obj, write_back
+
+
+def wrap(backend, obj, pivots=None, tau=None):
+    """A device array as a tile store for the stages after a factorization: in place when
+    column-major (factors, and the results hybridla allocates), else a column-major copy
+    (inputs that are only read, such as a row-major right-hand side)."""
+    A, _, _ = backend.device_matrix(obj, 1, overwrite=_is_column_major(obj))
+    if pivots is not None:
+        A.set_pivots(pivots)
+    if tau is not None:
+        A.set_tau(tau)
+    return A
+
+
+def empty(backend, shape, dtype, like=None):
+    """A new column-major device array for a result, of the same kind as `like` (CuPy,
+    PyTorch, PyCUDA)."""
+    out = DeviceArray(backend, shape, dtype)
+    return _like(like, out) if like is not None else out
+
+
+def has_nonfinite(backend, obj) -> bool:
+    """check_finite for a device array, on the device (one pass)."""
+    ptr, (m, n), dtype, strides = device_array_layout(obj)
+    words = 2 if dtype.kind == "c" else 1
+    real_size = dtype.itemsize // words
+    if strides[0] == dtype.itemsize or n <= 1:
+        rows, cols, ld = m * words, n, (strides[1] // real_size if n > 1 else m * words)
+    else:  # row-major: the transpose is column-major, and finiteness does not care
+        rows, cols, ld = n * words, m, strides[0] // real_size
+    backend.synchronize()
+    backend.context.push()
+    try:
+        flag = drv.mem_alloc(4)
+        drv.memset_d32(flag, 0, 1)
+        backend.kernels.launch(f"nonfinite_{real_size}", (min(-(-rows // 256), 8),
+                               min(cols, 65535)), (256,), 0, ctypes.c_void_p(ptr),
+                               ctypes.c_longlong(max(ld, 1)), ctypes.c_longlong(rows),
+                               ctypes.c_longlong(cols), ctypes.c_void_p(int(flag)))
+        backend.context.synchronize()
+        result = np.zeros(1, np.int32)
+        drv.memcpy_dtoh(result, flag)
+        flag.free()
+    finally:
+        drv.Context.pop()
+    return bool(result[0])

@@ -1,0 +1,195 @@
+"""What the Householder family (QR, QL, LQ, Hessenberg) asks of the cuda backend: the panel's
+geqrf (cuSOLVER; QL and LQ through a reversed or conjugate-transposed copy), the explicit
+reflectors and larft's T, gehrd's larfg and T column (lapack_aux.cu), and products with a
+matrix for host-driven loops (apply, apply_to_host).
+
+Module-level functions over (lane, blocks, ...) as blas.py's; apply_to_host takes the backend
+(its work goes to the critical-path lane, whatever lane calls, and is complete on return).
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+from nvmath.bindings import cublas, cusolverDn
+
+from .. import _driver
+from .blas import _AUX_BLOCK, _OP, _SCALARS, _SIDE, _TRIANGLE_CODE, _UPLO, _aux_grid
+from .runtime import _PREFIX, _STATS_STRIP, _STATS_THREADS
+from .store import DeviceBlock
+
+
+def explicit_reflectors(lane, src, dst, storage):
+    """dst := the block reflector's V in explicit column form from a factored panel, as the
+    host backend's (its docstring has the storages): a copy, then the unit diagonal and the
+    zeros written over the triangle that holds R (or L)."""
+    backend = lane.backend
+    rows, kb = dst.rows, dst.cols
+    if storage == "LQ":  # the row panel's conjugate transpose is QR's storage
+        _conj_transpose(lane, src, dst)
+        storage = "QR"
+    else:
+        backend.lacpy(lane, "A", src, dst)
+    if storage == "QR":
+        backend.laset(lane, "U", 0, 1, dst)
+    elif storage == "QL":
+        backend.laset(lane, "L", 0, 1, dst.sub(rows - kb, rows, 0, kb))
+    else:
+        raise ValueError(f"storage must be 'QR', 'QL' or 'LQ'; got storage={storage!r}")
+
+
+def triangular_factor(lane, V, tau, T, direction, work=None):
+    """LAPACK larft for explicit V and tau (see lapack_aux.cu): T = U^-1 with
+    U = diag(1/tau) + the strictly upper (forward) or lower (backward) part of V^H V: one
+    gemm for the Gram matrix, a kernel, a kb x kb trsm on the identity (in `work`, kb x kb
+    scratch), a copy and a kernel, instead of LAPACK's kb dependent matrix-vector steps."""
+    kb = T.rows
+    if kb == 0:
+        return
+    backend = lane.backend
+    uplo = "U" if direction == "forward" else "L"
+    prefix = _PREFIX[T.dtype]
+    backend.gemm(lane, 1, V, V, 0, T, trans_a="C")
+    backend.kernels.launch(f"larft_prepare_{prefix}", _aux_grid(kb, kb), _AUX_BLOCK,
+                           lane.handle, ctypes.c_void_p(T.ptr), ctypes.c_longlong(T.ld),
+                           ctypes.c_void_p(tau.ptr), ctypes.c_int(kb),
+                           ctypes.c_int(int(direction == "forward")))
+    backend.laset(lane, "A", 0, 1, work)
+    backend.trsm(lane, "L", uplo, "N", "N", 1, T, work)
+    backend.lacpy(lane, "A", work, T)
+    backend.kernels.launch(f"larft_finish_{prefix}", (-(-kb // 256),), (256,), lane.handle,
+                           ctypes.c_void_p(T.ptr), ctypes.c_longlong(T.ld),
+                           ctypes.c_void_p(tau.ptr), ctypes.c_int(kb))
+
+
+def householder_panel(lane, A, step, storage, rows, cols, taus):
+    """The panel rows r0:r1 x columns c0:c1 of A factored on the GPU as `storage` says, its
+    scalars into tau[t0:t1] on the device. cuSOLVER has geqrf only; QL's panel is the QR
+    panel of the reversed block, LQ's that of the conjugate transpose (panel/qr.py proves
+    both): those go to a workspace copy in QR's orientation and back, one pass each way."""
+    (r0, r1), (c0, c1), (t0, t1) = rows, cols, taus
+    panel = A.block(r0, r1, c0, c1)
+    tau_ptr = int(A.tau_dev) + t0 * A.itemsize
+    if storage == "QR":
+        _geqrf(lane, A, step, panel, tau_ptr)
+        return
+    qr_rows, qr_cols = (panel.cols, panel.rows) if storage == "LQ" else panel.shape
+    problem = A.workspace("panel as QR", qr_rows, qr_cols)
+    if storage == "LQ":
+        _conj_transpose(lane, panel, problem)
+        _geqrf(lane, A, step, problem, tau_ptr)
+        _conj_transpose(lane, problem, panel)
+        return
+    _flip(lane, panel, problem)
+    reversed_tau = A.workspace("panel tau", t1 - t0, 1)
+    _geqrf(lane, A, step, problem, reversed_tau.ptr)
+    _flip(lane, problem, panel)
+    _flip(lane, reversed_tau, A.tau_block(t0, t1))
+
+
+def _geqrf(lane, A, step, block, tau_ptr):
+    prefix = _PREFIX[A.dtype]
+    need = getattr(cusolverDn, prefix + "geqrf_buffer_size")(lane.solver, block.rows,
+                                                              block.cols, block.ptr, block.ld)
+    work = A.extra_workspace("geqrf", need * A.itemsize)
+    getattr(cusolverDn, prefix + "geqrf")(lane.solver, block.rows, block.cols, block.ptr,
+                                         block.ld, tau_ptr, work, need,
+                                         int(A.info_dev) + step * 4)
+
+
+def _conj_transpose(lane, src, dst):
+    """dst (rows x cols) := src^H (cols x rows)."""
+    geam = getattr(cublas, _PREFIX[dst.dtype] + "geam")
+    one, _, zero = (s.ctypes.data for s in _SCALARS[dst.dtype])
+    geam(lane.blas, _OP["C"], _OP["N"], dst.rows, dst.cols, one, src.ptr, src.ld, zero,
+         dst.ptr, dst.ld, dst.ptr, dst.ld)
+
+
+def _flip(lane, src, dst):
+    """dst := src with rows and columns reversed (same shape)."""
+    lane.backend.kernels.launch(f"flip_{_PREFIX[dst.dtype]}", _aux_grid(dst.rows, dst.cols),
+                                _AUX_BLOCK, lane.handle, ctypes.c_void_p(src.ptr),
+                                ctypes.c_longlong(src.ld), ctypes.c_void_p(dst.ptr),
+                                ctypes.c_longlong(dst.ld), ctypes.c_int(dst.rows),
+                                ctypes.c_int(dst.cols))
+
+
+# -- gehrd's panel loop: a reflector at a time ---------------------------------------------------
+def larfg(lane, x, tau):
+    """LAPACK larfg on the column block x (alpha = x[0], the rest below), in place where it
+    lives (lapack_aux.cu, one block of threads: no host wait); tau := the scalar, a 1 x 1
+    block. One read and one write of the column."""
+    lane.backend.kernels.launch(f"larfg_{_PREFIX[x.dtype]}", (1,), (256,), lane.handle,
+                                ctypes.c_void_p(x.ptr), ctypes.c_int(x.rows),
+                                ctypes.c_void_p(tau.ptr))
+
+
+def t_column(lane, t, tau):
+    """larft's column i of T (t = T[0:i+1, i], holding T[:i, :i] V^H v above the diagonal):
+    t[0:i] *= -tau, t[i] = tau (tau a 1 x 1 block)."""
+    lane.backend.kernels.launch(f"t_column_{_PREFIX[t.dtype]}", (1,), (256,), lane.handle,
+                                ctypes.c_void_p(t.ptr), ctypes.c_int(t.rows - 1),
+                                ctypes.c_void_p(tau.ptr))
+
+
+def apply_to_host(backend, lane, A, X, trans="N", uplo=None, work=None):
+    """op(A) X for a host array X (op "N" or "C"; with `uplo` "L" or "U", A is Hermitian
+    and only that triangle is read), as a new host array: X up, `apply`, the product down
+    and a wait, on the critical-path stream whatever lane calls (a host loop needs the
+    product next). `work` holds X and the product on the device: at least (rows + cols) x k
+    elements of A's dtype. One pass over A."""
+    X = np.asfortranarray(X, dtype=A.dtype)
+    rows, cols = (A.rows, A.cols) if trans == "N" else (A.cols, A.rows)
+    k = X.shape[1]
+    Y = np.empty((rows, k), dtype=A.dtype, order="F")
+    if Y.size == 0:
+        return Y
+    if cols == 0:
+        Y[...] = 0
+        return Y
+    x_ptr, y_ptr = work.ptr, work.ptr + cols * k * A.dtype.itemsize
+    on_device = DeviceBlock(x_ptr, cols, k, cols, A.dtype)
+    product = DeviceBlock(y_ptr, rows, k, rows, A.dtype)
+    gpu = backend.lane("gpu:panel")
+    with gpu:
+        cublas.set_matrix_async(cols, k, A.dtype.itemsize, X.ctypes.data, cols, x_ptr, cols,
+                                gpu.handle)
+        backend.apply(gpu, A, on_device, product, trans, uplo)
+        cublas.get_matrix_async(rows, k, A.dtype.itemsize, y_ptr, rows, Y.ctypes.data, rows,
+                                gpu.handle)
+        _driver.stream_synchronize(gpu.handle)
+    return Y
+
+
+def apply(lane, A, X, Y, trans="N", uplo=None):
+    """Y := op(A) X on the device, no wait (op "N" or "C"; with `uplo` "L" or "U", A is
+    Hermitian and only that triangle is read: hemm, symm when real). One pass over A."""
+    rows, cols = (A.rows, A.cols) if trans == "N" else (A.cols, A.rows)
+    k = X.cols
+    if rows == 0 or k == 0:
+        return
+    backend = lane.backend
+    if cols == 0:
+        backend.laset(lane, "A", 0, 0, Y)
+        return
+    one, _, zero = (s.ctypes.data for s in _SCALARS[A.dtype])
+    prefix = _PREFIX[A.dtype]
+    if uplo is not None and k == 1:  # one pass over the triangle (hemm's is slower)
+        # hemv.cu, where cuBLAS's symv reads the triangle at half the copy bandwidth
+        backend.laset(lane, "A", 0, 0, Y)
+        backend.kernels.launch(f"hemv_{prefix}", (-(-rows // _STATS_THREADS),
+                                                  -(-rows // _STATS_STRIP)),
+                               (_STATS_THREADS,), lane.handle, ctypes.c_void_p(A.ptr),
+                               ctypes.c_longlong(A.ld), ctypes.c_int(rows),
+                               ctypes.c_int(_TRIANGLE_CODE[uplo]), ctypes.c_void_p(X.ptr),
+                               ctypes.c_void_p(Y.ptr))
+    elif uplo is not None:
+        hemm = getattr(cublas, prefix + ("hemm" if A.dtype.kind == "c" else "symm"))
+        hemm(lane.blas, _SIDE["L"], _UPLO[uplo], rows, k, one, A.ptr, A.ld, X.ptr, X.ld,
+             zero, Y.ptr, Y.ld)
+    elif k == 1:
+        getattr(cublas, prefix + "gemv")(lane.blas, _OP[trans], A.rows, A.cols, one, A.ptr,
+                                         A.ld, X.ptr, 1, zero, Y.ptr, 1)
+    else:
+        getattr(cublas, prefix + "gemm")(lane.blas, _OP[trans], _OP["N"], rows, k, cols, one,
+                                         A.ptr, A.ld, X.ptr, X.ld, zero, Y.ptr, Y.ld)

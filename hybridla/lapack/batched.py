@@ -1,0 +1,123 @@
+"""Drivers for stacks of matrices on the device: one batched computation for all members.
+
+    getrf_batched   P_b A_b = L_b U_b         a warp per member (up to 32 x 32: the member in
+                                              registers), cuBLAS getrfBatched (square members),
+                                              or the blocked right-looking LU below
+    getrs_batched   A_b X_b = B_b (op)        cuBLAS getrsBatched
+    potrf_batched   A_b = L_b L_b^H           cuSOLVER potrfBatched
+    potrs_batched   A_b X_b = B_b             two cuBLAS trsmBatched (cuSOLVER's potrsBatched
+                                              takes one right-hand side and overwrites the
+                                              factor's other triangle)
+    geqrf_batched   A_b = Q_b R_b             cuBLAS geqrfBatched
+
+The blocked LU (LAPACK's dgetrf, right-looking, for every member at once), step k of width jb:
+
+    P [A11; A21] = [L11; L21] U11     the panel, in shared memory, a block of threads per member
+    A[k:k+jb, other columns] swapped  the panel's interchanges on its left and right
+    A12 := L11^-1 A12                 trsmBatched
+    A22 := A22 - A21 A12              gemmStridedBatched (the blocks sit at the same offset in
+                                      every member: one stride reaches them all)
+
+Why not cuBLAS' getrfBatched throughout: it is built for small matrices, and PyTorch leaves it
+from order 512 on for a loop of cuSOLVER getrf (aten BatchLinearAlgebra.cpp: "m >= 512"), which
+runs one member at a time; the blocked LU keeps every member's update in one GEMM launch.
+Where the crossover lies on a device is perf/batched.py's to measure.
+
+Stacks are backend StackArrays (dense, column-major members); the caller owns the lane (held),
+the workspace and the infos (count int32 on the device, zeroed), and waits for the results.
+"""
+from __future__ import annotations
+
+PANEL_WIDTH = 32  # the blocked LU's default panel width (narrowed where shared memory is short)
+MIN_PANEL_WIDTH = 8  # below this a panel's column-at-a-time work is all there is
+
+
+def _ops():
+    from ..backend import get_backend  # the cuda backend only: its stacks family
+    return get_backend("cuda").batched
+
+
+def panel_width(backend, m, itemsize, nb=None) -> int:
+    """The blocked LU's panel width for members of m rows: nb (default PANEL_WIDTH), halved
+    until an m x width panel fits the shared memory a block may take; 0 when not even
+    MIN_PANEL_WIDTH columns fit (the members are too tall for the batched LU)."""
+    width = PANEL_WIDTH if nb is None else int(nb)
+    capacity = _ops().panel_capacity(backend)
+    while width > MIN_PANEL_WIDTH and m * width * itemsize > capacity:
+        width //= 2
+    return width if m * width * itemsize <= capacity else 0
+
+
+def getrf_batched(backend, lane, ws, A, piv, info, method="blocked", nb=None):
+    """P_b A_b = L_b U_b for every member of the stack A (m x n), in place: L below the diagonal
+    (unit, not stored), U on and above it; piv (count x min(m, n) int32) := the pivots, 0-based;
+    info (count int32, zeroed by the caller) := each member's first exactly zero U(i, i)
+    (1-based), as LAPACK's. method "warp" (members up to 32 x 32), "cublas" (square members:
+    cuBLAS getrfBatched) or "blocked" (panel width nb, see panel_width, which must be > 0)."""
+    k_all = min(A.m, A.n)
+    if A.count == 0 or k_all == 0:
+        return
+    ops = _ops()
+    if method == "warp":
+        if max(A.m, A.n) > ops.WARP_LU_LARGEST:
+            raise ValueError(f"the warp LU takes members up to {ops.WARP_LU_LARGEST} x "
+                             f"{ops.WARP_LU_LARGEST}; got {A.m} x {A.n}")
+        ops.getrf_warp(backend, lane, A, piv, info)
+        return
+    if method == "cublas":
+        if A.m != A.n:
+            raise ValueError(f"cuBLAS getrfBatched takes square members; got {A.m} x {A.n}")
+        ops.getrf_cublas(backend, lane, ws, A, piv, info)
+        return
+    width = panel_width(backend, A.m, A.itemsize, nb)
+    if width == 0:
+        raise ValueError(f"members of {A.m} rows are too tall for the batched LU's panels")
+    m, n = A.m, A.n
+    for k in range(0, k_all, width):
+        jb = min(width, k_all - k)
+        # P [A11; A21] = [L11; L21] U11, pivots k..k+jb-1, the first zero pivot to info
+        ops.getrf_panel(backend, lane, A, piv, info, k, jb)
+        # the same interchanges on the columns left and right of the panel
+        ops.laswp(backend, lane, A, piv, k, k + jb, k, k + jb)
+        if k + jb < n:
+            # A12 := L11^-1 A12
+            ops.trsm(backend, lane, ws, "L", "L", "N", "U", 1, ops.dense_operand(A), (k, k), A,
+                     (k, k + jb), jb, n - k - jb)
+            # A22 := A22 - A21 A12
+            ops.gemm(backend, lane, -1, A, (k + jb, k), A, (k, k + jb), 1, A, (k + jb, k + jb),
+                     m - k - jb, n - k - jb, jb)
+
+
+def getrs_batched(backend, lane, ws, trans, LU, piv1, B):
+    """B_b := op(A_b)^-1 B_b (trans "N", "T", "C") for every member of B, with the factors of
+    getrf_batched: LU an Operand (column-major members, broadcast to B's batch), piv1 the
+    device address of the members' pivots in LAPACK's 1-based form, count x n dense."""
+    _ops().getrs(backend, lane, ws, trans, LU, piv1, B)
+
+
+def potrf_batched(backend, lane, ws, uplo, A, info):
+    """A_b = L_b L_b^H (uplo "L") or U_b^H U_b ("U") for every member, the factor in that
+    triangle; the other triangle is left undefined (cuSOLVER's workspace). info (count int32)
+    := the order of each member's first leading minor that is not positive definite."""
+    if A.count == 0 or A.n == 0:
+        return
+    _ops().potrf(backend, lane, ws, uplo, A, info)
+
+
+def potrs_batched(backend, lane, ws, uplo, C, B):
+    """B_b := A_b^-1 B_b with the Cholesky factor of A_b in the `uplo` triangle of C_b (an
+    Operand: column-major members, broadcast to B's batch):
+
+        lower (A = L L^H):  B := L^-1 B;  B := L^-H B
+        upper (A = U^H U):  B := U^-H B;  B := U^-1 B
+    """
+    first, second = ("N", "C") if uplo == "L" else ("C", "N")
+    ops = _ops()
+    for trans in (first, second):
+        ops.trsm(backend, lane, ws, "L", uplo, trans, "N", 1, C, (0, 0), B, (0, 0), B.m, B.n)
+
+
+def geqrf_batched(backend, lane, ws, A, tau):
+    """A_b = Q_b R_b for every member, in LAPACK's storage (R on and above the diagonal, the
+    reflectors below it), tau (count x min(m, n)) their scalars."""
+    _ops().geqrf(backend, lane, ws, A, tau)
