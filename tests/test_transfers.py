@@ -90,3 +90,13 @@ def test_chains_order_tasks_without_regions():
     d = g.add("d", 0, "cpu", None, after=["copy"])
     e = g.add("e", 0, "cpu", None, after=["other"])
     assert b.deps == [] and c.deps == [a.index] and d.deps == [c.index] and e.deps == []
+
+
+def test_residency_of_a_store_that_moves_nothing_costs_nothing():
+    """A grid is made only once a tile moves: a store of 2^40 one-element tiles answers at once
+    (a grid would be a terabyte)."""
+    side = 1 << 20
+    r = Residency(side, side, 1, home=HOST)
+    assert r.home_is_current() and r.tiles_at(HOST) == side * side and r.tiles_at(DEVICE) == 0
+    assert r.valid(HOST, 0, side, 0, side) and not r.valid(DEVICE, 0, 1, 0, 1)
+    assert not r.dirty(DEVICE)

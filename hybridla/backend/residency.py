@@ -26,9 +26,10 @@ class Residency:
     def __init__(self, m: int, n: int, nb: int, home: str, also_valid: tuple[str, ...] = ()):
         self.m, self.n, self.nb, self.home = m, n, max(1, nb), home
         self.shape = (-(-m // self.nb), -(-n // self.nb))
-        self._valid: dict[str, np.ndarray] = {}
-        for place in (home, *also_valid):
-            self._valid[place] = np.ones(self.shape, dtype=bool)
+        # per place, a grid of the tiles it holds valid copies of; a place whose tiles are all
+        # valid (or none) is a bool until something changes: most stores never move a tile,
+        # and a grid costs a byte per tile (a wrapped n = 32768 matrix with nb = 1: 1 GB)
+        self._valid: dict[str, np.ndarray | bool] = {place: True for place in (home, *also_valid)}
 
     def _tiles(self, r0, r1, c0, c1):
         """The tiles a rectangle touches, as a slice pair of the tile grid."""
@@ -36,9 +37,16 @@ class Residency:
         return slice(r0 // nb, -(-r1 // nb)), slice(c0 // nb, -(-c1 // nb))
 
     def _at(self, place) -> np.ndarray:
-        if place not in self._valid:
-            self._valid[place] = np.zeros(self.shape, dtype=bool)
-        return self._valid[place]
+        """The place's grid, made concrete (to be changed or read tile by tile)."""
+        grid = self._valid.get(place, False)
+        if isinstance(grid, bool):
+            grid = self._valid[place] = np.full(self.shape, grid, dtype=bool)
+        return grid
+
+    def _uniform(self, place):
+        """True or False where every tile of the place is (not) valid; None where it varies."""
+        grid = self._valid.get(place, False)
+        return grid if isinstance(grid, bool) else None
 
     # -- what happened ------------------------------------------------------------------------
     def arrived(self, place: str, r0: int, r1: int, c0: int, c1: int) -> None:
@@ -48,8 +56,8 @@ class Residency:
     def written(self, place: str, r0: int, r1: int, c0: int, c1: int) -> None:
         """A task at `place` wrote the rectangle: its tiles' other copies are stale."""
         tiles = self._tiles(r0, r1, c0, c1)
-        for other, valid in self._valid.items():
-            valid[tiles] = other == place
+        for other in list(self._valid):
+            self._at(other)[tiles] = other == place
         self._at(place)[tiles] = True
 
     def dropped(self, place: str, r0: int, r1: int, c0: int, c1: int) -> None:
@@ -63,24 +71,33 @@ class Residency:
     # -- questions ----------------------------------------------------------------------------
     def valid(self, place: str, r0: int, r1: int, c0: int, c1: int) -> bool:
         """Whether `place` holds a valid copy of every tile of the rectangle."""
+        uniform = self._uniform(place)
+        if uniform is not None:
+            return uniform
         return bool(self._at(place)[self._tiles(r0, r1, c0, c1)].all())
 
     def dirty(self, place: str, r0: int = 0, r1: int | None = None, c0: int = 0,
               c1: int | None = None) -> bool:
         """Whether some tile of the rectangle (default: all) is valid at `place` only, away
         from home: it must go home before `place` may drop it."""
+        if place == self.home or self._uniform(place) is False or self._uniform(self.home):
+            return False
         tiles = self._tiles(r0, self.m if r1 is None else r1, c0, self.n if c1 is None else c1)
-        return place != self.home and bool(
+        return bool(
             (self._at(place)[tiles] & ~self._at(self.home)[tiles]).any())
 
     def tiles_at(self, place: str) -> int:
         """How many tiles `place` holds valid copies of (a budget's measure)."""
+        uniform = self._uniform(place)
+        if uniform is not None:
+            return self.shape[0] * self.shape[1] if uniform else 0
         return int(self._at(place).sum())
 
     def home_is_current(self) -> bool:
         """Whether the home holds a valid copy of every tile: nothing left behind."""
-        return bool(self._at(self.home).all())
+        uniform = self._uniform(self.home)
+        return uniform if uniform is not None else bool(self._at(self.home).all())
 
     def __repr__(self):
-        held = ", ".join(f"{place}: {int(v.sum())}" for place, v in self._valid.items())
+        held = ", ".join(f"{place}: {self.tiles_at(place)}" for place in self._valid)
         return f"Residency({self.m}x{self.n}, nb={self.nb}, home={self.home}; valid tiles {held})"
