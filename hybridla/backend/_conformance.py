@@ -6,11 +6,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .cuda import CudaBackend, DeviceMatrix
     from .host import HostBackend, HostMatrix
-    from .ops import Backend, TileStore
+    from .ops import Backend, DeviceBackend, StreamedTileStore, TileStore
 
     def host_backend(backend: HostBackend) -> Backend:
         return backend
 
     def host_store(store: HostMatrix) -> TileStore:
+        return store
+
+    def cuda_backend(backend: CudaBackend) -> DeviceBackend:
+        return backend
+
+    def cuda_store(store: DeviceMatrix) -> StreamedTileStore:
         return store

@@ -217,12 +217,17 @@ class MemoryOps(Protocol):
 
 
 class StoreOps(Protocol):
-    def matrix(self, m: int, n: int, dtype: Any, nb: int) -> Any:
-        """A new m x n tile store where the backend computes (uninitialized)."""
-    def host_matrix(self, source: Any, result: Any, nb: int, *args: Any, **kw: Any) -> Any:
+    def matrix(self, m: int, n: int, dtype: Any, nb: int,
+               settings: DeviceSettings | None = None) -> Any:
+        """A new m x n tile store where the backend computes (uninitialized), following the
+        run's settings (a device's memory pool)."""
+    def host_matrix(self, source: Any, result: Any, nb: int, dtype: Any = None,
+                    settings: DeviceSettings | None = None) -> Any:
         """A store whose home is the host array `source`, its results going to `result`
         (the same array with overwrite_a): on the host it computes there; on a device it is
-        streamed (StreamedTileStore) or uploaded whole, per the run's DeviceSettings."""
+        streamed (StreamedTileStore) or uploaded whole, per the run's DeviceSettings. A
+        narrower `dtype` (a mixed solver's low-precision copy, `result` None) is rounded on
+        the way."""
     def wrap(self, a: Any, pivots: Any = None, tau: Any = None) -> Any:
         """A store over an existing array, in place (the stages after a factorization)."""
     def empty(self, shape: Any, dtype: Any, like: Any = None) -> Any:
@@ -258,10 +263,10 @@ class BlasOps(Protocol):
              C: Any) -> None:
         """C := alpha A A^H + beta C ("N") or alpha A^H A + beta C, the uplo triangle."""
     def herk_diagonal_blocks(self, lane: Any, uplo: str, trans: str, alpha: Any, A: Any, C: Any,
-                             nb: int, scratch: Any = None) -> None:
+                             nb: int, scratch: Any) -> None:
         """herk on each diagonal block of order nb of C, gemm below (above) them."""
     def invert_triangular_blocks(self, lane: Any, uplo: str, diag: str, T: Any, b: int, W: Any,
-                                 scratch: Any = None) -> None:
+                                 scratch: Any) -> None:
         """The inverses of T's diagonal blocks of order b, block c at columns c (b + 1) of W
         (leading dimension b): the blocked triangular solves of the preconditioners and the
         Cholesky's off-diagonal solve."""

@@ -108,14 +108,20 @@ class HostMatrix:
         pass
 
 
-def matrix(m, n, dtype, nb) -> HostMatrix:
-    """A new m x n working matrix of its own (the low-precision copy of a mixed solve)."""
+def matrix(m, n, dtype, nb, settings=None) -> HostMatrix:
+    """A new m x n working matrix of its own (the low-precision copy of a mixed solve); the
+    host has no device settings."""
     return HostMatrix(np.zeros((m, n), dtype=dtype, order="F"), nb)
 
 
-def host_matrix(source: np.ndarray, result: np.ndarray, nb: int) -> HostMatrix:
+def host_matrix(source: np.ndarray, result: np.ndarray | None, nb: int, dtype=None,
+                settings=None) -> HostMatrix:
     """The working matrix for a host-resident input: the result array itself (the host
-    backend factors in place), filled from `source` unless they are the same array."""
+    backend factors in place), filled from `source` unless they are the same array; `result`
+    None: a new F-ordered array of `dtype` (default source's), rounded from `source`. The host
+    has no device settings."""
+    if result is None:
+        result = np.empty(source.shape, dtype=np.dtype(dtype or source.dtype), order="F")
     if source is not result:
         result[...] = source
     return HostMatrix(result, nb)
