@@ -22,6 +22,7 @@ from ._decomp_lu import _getrf, lu_solve
 from ._logging import get_logger
 from ._solve_device import solve_form
 from .lapack import getrs, potrs
+from .lapack._host_rhs import solve_host_rhs
 
 _log = get_logger()
 _ASSUME = {None: "gen", "gen": "gen", "general": "gen", "pos": "pos", "positive definite": "pos",
@@ -254,11 +255,7 @@ def _solver(b, solve):
         storage = ops.empty(rhs.shape, F.dtype)
         X = ops.wrap(storage)
         try:
-            lane = ops.lane("gpu:update")
-            block = X.block(0, n, 0, rhs.shape[1])
-            ops.from_host(lane, rhs, block)
-            solve(ops, F, X)
-            return ops.to_host(lane, block).reshape(b.shape)
+            return solve_host_rhs(ops, F, X, rhs, solve).reshape(b.shape)
         finally:
             X.close()
     return then

@@ -17,6 +17,7 @@ from scipy.linalg.blas import find_best_blas_type
 from . import backend as _backends
 from . import config as _config
 from ._logging import get_logger
+from .lapack._host_rhs import lacpy_from_host
 from .scheduler.plan import make_plan
 
 _TRANS = {0: "N", 1: "T", 2: "C", "N": "N", "T": "T", "C": "C"}
@@ -329,8 +330,7 @@ def _to_device(ops, x, like):
     out = ops.empty((shape[0], 1 if x.ndim == 1 else shape[1]), x.dtype, like=like)
     X = ops.wrap(out)
     try:
-        lane = ops.lane("gpu:update")
-        ops.from_host(lane, x.reshape(shape[0], X.n), X.block(0, shape[0], 0, X.n))
+        lacpy_from_host(ops, x.reshape(shape[0], X.n), X)
     finally:
         X.close()
     return out.reshape(shape) if x.ndim == 1 else out

@@ -17,6 +17,7 @@ from ._common import (
     is_device_array,
 )
 from .lapack import pocon, potrf, potrs
+from .lapack.potrf import zero_other_triangle
 
 
 # -- Cholesky ------------------------------------------------------------------------------------
@@ -162,25 +163,13 @@ def cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, backend=No
     if _stacked.is_stack((a, 2)):  # (..., M, M): _stacked.py
         return _stacked.potrf(a, lower, check_finite, backend, options, clean=True)
     c, _, _ = _potrf(a, lower, overwrite_a, check_finite, backend, options)
-    if is_device_array(c):
-        _backends.get_backend("cuda").zero_triangle(c, upper=lower)
-    else:
-        _zero_triangle(c, upper=lower)
+    zero_other_triangle(c, upper=lower,
+                        ops=_backends.get_backend("cuda") if is_device_array(c) else None)
     return c
 
 
-def _zero_triangle(c, upper, width=512):
-    """The strictly upper (or lower) triangle of the square host array c := 0, in place, a block
-    of columns at a time (np.triu / np.tril of the whole would make an n x n copy)."""
-    n = c.shape[0]
-    for c0 in range(0, n, width):
-        c1 = min(c0 + width, n)
-        if upper:
-            c[:c0, c0:c1] = 0
-            c[c0:c1, c0:c1] = np.tril(c[c0:c1, c0:c1])
-        else:
-            c[c1:, c0:c1] = 0
-            c[c0:c1, c0:c1] = np.triu(c[c0:c1, c0:c1])
+# the host form, under the name _stacked.potrf imports
+_zero_triangle = zero_other_triangle
 
 
 def _potrf(a, lower, overwrite_a, check_finite, backend, options, condition=False, then=None):

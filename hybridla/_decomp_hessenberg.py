@@ -17,7 +17,7 @@ from ._common import (
     _square_order,
     is_device_array,
 )
-from .lapack.gehrd import check_lo_hi
+from .lapack.gehrd import check_lo_hi, zero_below_subdiagonal
 from .lapack.orghr import orghr
 from .scheduler.plan import make_plan
 
@@ -227,11 +227,7 @@ def hessenberg(a, calc_q=False, overwrite_a=False, check_finite=True, *, backend
             stores.append(ops.wrap(q))
             plan = make_plan(ops, n, n, dtype, routine="qr", nb=nb, lookahead=0, panel="cpu")
             orghr(stores[0], stores[1], plan, 0, n - 1 if hi is None else hi)
-        if n > 2:  # H: zeros below the first subdiagonal, where the reflectors were
-            lane = ops.lane("gpu:update")
-            with lane:
-                ops.laset(lane, "L", 0, 0, stores[0].block(2, n, 0, n - 2))
-        ops.synchronize()
+        zero_below_subdiagonal(ops, stores[0])  # H: zeros where the reflectors were
     finally:
         for store in stores:
             store.close()

@@ -20,10 +20,9 @@ from ._common import (
     is_device_array,
 )
 from ._decomp_qr import _householder_factor
-from .lapack import gelqs, geqrs
 from .lapack._householder import LQ, QR
-from .lapack._scaling import host_max_abs, max_abs, range_scale, scale
-from .lapack.gels import unscale_solution
+from .lapack._scaling import host_max_abs, max_abs, range_scale
+from .lapack.gels import gels_factored, gels_load_rhs, gels_zero_solution, lascl_copy
 from .scheduler.plan import make_plan
 
 
@@ -192,7 +191,7 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
     may_overwrite_a = overwrite_a  # the user's word, for gelsy
     a_work, overwrite_a, scale_a = _scaled_matrix(ops, a, array, dtype, overwrite_a)
     rhs = b if device else np.asfortranarray(b_array.reshape(m, nrhs), dtype=dtype)
-    form, solve = (QR, geqrs) if m >= n else (LQ, gelqs)
+    form = QR if m >= n else LQ
     options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace)
     factors, _, tau = _householder_factor(a_work, form, overwrite_a, False, backend, options)
     plan = make_plan(ops, m, n, dtype, routine="qr", nb=nb, lookahead=lookahead)
@@ -205,23 +204,12 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
     stores = [B, ops.wrap(work), ops.wrap(x)]
     B, W, X = stores
     try:
-        lane = ops.lane("gpu:update")
-        with lane:
-            ops.lacpy(lane, "A", B.block(0, m, 0, nrhs), W.block(0, m, 0, nrhs))
-        # B into the safe range too (dgels), in our copy
-        scale_b = range_scale(max_abs(ops, W, W.block(0, m, 0, nrhs)), dtype)
-        scale(ops, W.block(0, m, 0, nrhs), scale_b)
+        # B copied into W and brought into the safe range too (dgels), in our copy
+        scale_b = gels_load_rhs(ops, B, W, m, nrhs, dtype)
         F = ops.wrap(factors, tau=tau)
         stores.append(F)
-        info, _ = solve(F, W, plan, rank_tol)
-        residues = None
-        if info == 0:
-            unscale_solution(ops, W, m, n, nrhs, scale_a, scale_b)
-            if x is not work:
-                with lane:
-                    ops.lacpy(lane, "A", W.block(0, n, 0, nrhs), X.block(0, n, 0, nrhs))
-            residues = W.read_block(n, m, 0, nrhs) if m > n else None
-        ops.synchronize()
+        info, residues = gels_factored(ops, F, W, None if x is work else X, plan, rank_tol,
+                                       scale_a, scale_b)
     finally:
         for store in stores:
             store.close()
@@ -304,11 +292,7 @@ def _scaled_matrix(ops, a, array, dtype, overwrite_a):
             scaled = ops.empty((source.m, source.n), dtype, like=a)
             target = ops.wrap(scaled)
             try:
-                lane = ops.lane("gpu:update")
-                with lane:
-                    ops.scale_copy(lane, factor, source.block(0, source.m, 0, source.n),
-                                   target.block(0, source.m, 0, source.n))
-                ops.synchronize()
+                lascl_copy(ops, factor, source, target)
             finally:
                 target.close()
         finally:
@@ -337,10 +321,7 @@ def _empty(ops, b, b_array, m, n, nrhs, b_shape, dtype):
         if n * nrhs:
             X = ops.wrap(x)
             try:
-                lane = ops.lane("gpu:update")
-                with lane:
-                    ops.laset(lane, "A", 0, 0, X.block(0, n, 0, nrhs))
-                ops.synchronize()
+                gels_zero_solution(ops, X)
             finally:
                 X.close()
         x = x.reshape(n) if len(b_shape) == 1 else x

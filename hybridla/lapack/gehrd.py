@@ -125,6 +125,18 @@ def gehrd(A, plan, lo=0, hi=None, trace=None, stats=None):
     return tau, 0, trace
 
 
+def zero_below_subdiagonal(ops, F):
+    """H from gehrd's factors in the n x n tile store F, in place: F[i, j] := 0 for i > j + 1,
+    where the reflectors were (laset on the update lane; nothing to zero for n <= 2), then a
+    synchronize: this and all work enqueued before it (orghr's, say) complete on return."""
+    n = F.n
+    if n > 2:
+        lane = ops.lane("gpu:update")
+        with lane:
+            ops.laset(lane, "L", 0, 0, F.block(2, n, 0, n - 2))
+    ops.synchronize()
+
+
 def record_gehrd(A, plan, lo, hi, tau, stats) -> TaskGraph:
     ops, nb = plan.backend, plan.nb
     n, e = A.n, hi + 1

@@ -104,3 +104,59 @@ def unscale_solution(ops, B, m, n, nrhs, scale_a, scale_b):
     does not)."""
     scale(ops, B.block(0, n, 0, nrhs), scale_a)
     scale(ops, B.block(0, max(m, n), 0, nrhs), 1 / scale_b)
+
+
+# -- lstsq's steps around factors it already has (hybridla._lstsq: the factorization through
+# _decomp_qr, B copied so that the user's b is never written) ----------------------------------
+def gels_load_rhs(ops, B, W, m, nrhs, dtype) -> float:
+    """W[0:m, 0:nrhs] := B[0:m, 0:nrhs] (lacpy on the update lane), then W's copy brought into
+    the safe range for `dtype` as dgels brings B (the module's Scaling). B is only read. Returns
+    s_b, the power of two W's rows were scaled by (1: none)."""
+    lane = ops.lane("gpu:update")
+    with lane:
+        ops.lacpy(lane, "A", B.block(0, m, 0, nrhs), W.block(0, m, 0, nrhs))
+    scale_b = range_scale(max_abs(ops, W, W.block(0, m, 0, nrhs)), dtype)
+    scale(ops, W.block(0, m, 0, nrhs), scale_b)
+    return scale_b
+
+
+def gels_factored(ops, F, W, X, plan, rank_tol, scale_a, scale_b):
+    """gels's solve with the factors F (geqrf's of s_a A for m >= n, gelqf's for m < n, with
+    their tau) and W, max(m, n) x nrhs, holding s_b B in its first m rows (gels_load_rhs):
+    geqrs or gelqs, and for info == 0 X unscaled in W's first n rows (and for m > n the residual
+    part, unscaled, in rows n:m), then copied into X's first n rows unless X is None (W is the
+    result). info > 0 (the rank test failed): W as it was. Returns (info, residues): residues a
+    host copy of W[n:m, 0:nrhs] for m > n when info == 0, else None. Ends with a synchronize:
+    everything enqueued is complete on return."""
+    m, n, nrhs = F.m, F.n, W.n
+    solve = geqrs if m >= n else gelqs
+    info, _ = solve(F, W, plan, rank_tol)
+    residues = None
+    if info == 0:
+        unscale_solution(ops, W, m, n, nrhs, scale_a, scale_b)
+        if X is not None:
+            lane = ops.lane("gpu:update")
+            with lane:
+                ops.lacpy(lane, "A", W.block(0, n, 0, nrhs), X.block(0, n, 0, nrhs))
+        residues = W.read_block(n, m, 0, nrhs) if m > n else None
+    ops.synchronize()
+    return info, residues
+
+
+def gels_zero_solution(ops, X):
+    """X := 0, the whole store (dgels's laset of the solution for an empty A: m or n zero), on
+    the update lane, then a synchronize: complete on return."""
+    lane = ops.lane("gpu:update")
+    with lane:
+        ops.laset(lane, "A", 0, 0, X.block(0, X.m, 0, X.n))
+    ops.synchronize()
+
+
+def lascl_copy(ops, factor, S, T):
+    """T := factor S, the whole of both stores (of one shape; dgels's lascl of A, into a copy
+    so that S, the user's matrix, is only read), on the update lane, then a synchronize:
+    complete on return."""
+    lane = ops.lane("gpu:update")
+    with lane:
+        ops.scale_copy(lane, factor, S.block(0, S.m, 0, S.n), T.block(0, S.m, 0, S.n))
+    ops.synchronize()

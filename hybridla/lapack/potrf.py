@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from ..panel.chol import potrf_panel_cpu
 from ..scheduler import Region, TaskGraph
 from ..update import chol as chol_update
@@ -33,6 +35,27 @@ def potrf(A, plan, uplo="L", trace=None):
     trace = run_recording(graph, record_potrf(graph, A, plan, uplo), A, plan, trace, "potrf")
     _, step_info = A.finish()
     return first_failure(step_info, plan.nb), trace
+
+
+def zero_other_triangle(c, upper, ops=None, width=512):
+    """The strictly upper (upper=True) or strictly lower triangle of the square array c := 0,
+    in place: the triangle that a factor of potrf with uplo "L" (or "U") does not use, which
+    potrf leaves as it was. A device array through `ops`, the backend where it lives (its
+    zero_triangle: one kernel on the update lane, then a synchronize); a host array (ops None) a
+    block of `width` columns at a time (np.triu / np.tril of the whole would make an n x n
+    copy)."""
+    if ops is not None:
+        ops.zero_triangle(c, upper=upper)
+        return
+    n = c.shape[0]
+    for c0 in range(0, n, width):
+        c1 = min(c0 + width, n)
+        if upper:
+            c[:c0, c0:c1] = 0
+            c[c0:c1, c0:c1] = np.tril(c[c0:c1, c0:c1])
+        else:
+            c[c1:, c0:c1] = 0
+            c[c0:c1, c0:c1] = np.triu(c[c0:c1, c0:c1])
 
 
 def record_potrf(graph, A, plan, uplo):
