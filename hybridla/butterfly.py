@@ -8,7 +8,7 @@ Gaussian elimination of A_r needs no pivoting with high probability for any nons
 transform spreads every row and column over others with random weights, so no leading block is
 singular or nearly so unless A is. (Without any pivoting the float32-accurate LU still grew too
 much for refinement at condition 1e6; pivots searched for within two block rows keep it as
-partial pivoting keeps it: perf/RESULTS.md.)
+partial pivoting keeps it: perf/RESULTS.md, "A randomized LU with window pivoting".)
 
 A butterfly of order n is B = [R0 R1; R0 -R1] / sqrt(2) with random diagonal R0, R1 of order
 n / 2; depth 2 is U = diag(B', B'') B, the order-n butterfly followed by one of order n / 2 on
@@ -17,8 +17,9 @@ i + 2q, i + 3q}, q = floor(n / 4), and U restricted to group i is a 4 x 4 matrix
 "groups": a 4 x 4 x q array, G_i[c, a] at [c, a, i], so that a warp of the device's kernels,
 threads on consecutive groups, reads each entry of its G_i in one coalesced load; the host
 and the device apply the same numbers). Rows from 4q on (n not a multiple of 4) are left
-alone: the pivot search of the last window still sees them. The diagonals' entries are exp(rho / 10), rho uniform on [-1/2, 1/2] (Parker's choice),
-drawn from a fixed seed: the same n gets the same transform in every run.
+alone: the pivot search of the last window still sees them. The diagonals' entries are
+exp(rho / 10), rho uniform on [-1/2, 1/2] (Parker's choice), drawn from a fixed seed: the same n
+gets the same transform in every run.
 """
 from __future__ import annotations
 
@@ -41,9 +42,10 @@ class RandomButterfly:
 
 @functools.lru_cache(maxsize=4)
 def random_butterfly(n: int) -> RandomButterfly:
-    """The RandomButterfly of order n from SEED, made once per process: at n = 32768 making it
-    took 4.3-5.2 ms on the host, applying it 0.75 ms on an H100 (fused into the narrowing,
-    perf/probe_butterfly.py)."""
+    """The RandomButterfly of order n from SEED, made once per process: making it on the host
+    takes several times as long as applying it on a device, fused into the narrowing
+    (perf/RESULTS.md, "A randomized LU with window pivoting", and "Measurements formerly in
+    docstrings")."""
     return RandomButterfly(n)
 
 

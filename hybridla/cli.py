@@ -166,8 +166,9 @@ def _factor_and_report(a, args, label, first_call=False):
     """Factor `a`, time it, and print the table (and the trace's summary). `first_call`: a
     factorization before the reported one, shown in a row of its own: a process's first call
     also compiles the kernels, creates the cuBLAS and cuSOLVER handles and allocates device and
-    pinned memory (on the H100, n = 16384: 0.79 s, then 0.28 s; perf/RESULTS.md). The trace (a
-    temporary one when none is asked for) says where the panels ran; it gets the run's metadata."""
+    pinned memory, so it takes longer than the next (perf/RESULTS.md, "The CPU interface's
+    finiteness check, and the demo"). The trace (a temporary one when none is asked for) says
+    where the panels ran; it gets the run's metadata."""
     flops = 2 / 3 * min(a.shape) ** 3 if a.shape[0] == a.shape[1] else None
     rows = []
     if first_call:

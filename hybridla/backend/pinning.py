@@ -1,10 +1,11 @@
 """Pinning a host matrix in pieces, and cutting host copies where the pieces meet.
 
-Copies from pinned memory are asynchronous DMA at full bandwidth (55 GB/s up, 33 down, measured
-on an H200), against 9 and 13 from pageable memory; pinning costs about 26 ms per GB and unpinning
-15 (perf/transfers.py). Pinning in pieces lets the first block columns upload while later pieces
-are still being pinned. The driver refuses a copy that spans two pinned ranges, or a pinned and an
-unpinned one (measured: "invalid argument"), so every host copy is cut at the pieces' boundaries.
+Copies from pinned memory are asynchronous DMA at full bandwidth, several times faster than from
+pageable memory, but pinning and unpinning cost time in proportion to the bytes (perf/transfers.py;
+perf/RESULTS.md, "Transfers (perf/transfers.py, H200, 2026-11-22)", and "Measurements formerly in
+docstrings"). Pinning in pieces lets the first block columns upload while later pieces are still
+being pinned. The driver refuses a copy that spans two pinned ranges, or a pinned and an unpinned
+one (measured: "invalid argument"), so every host copy is cut at the pieces' boundaries.
 Pure arithmetic on addresses: no CUDA here, so it is tested on any machine.
 """
 from __future__ import annotations

@@ -17,8 +17,8 @@ geqrf run on a float32 (complex64) copy of the matrix, with a backend in which `
 
 Panels, triangular solves and everything else stay in float32: MAGMA's recipe (Haidar et al.,
 SC18), where only the O(n^3) trailing products see the low precision. The LU's row solves
-L11^-1 A12 are blocked (`trsm`): their products with the solved halves run here too. A rounding that overflows
-sets a flag in the store (`overflowed`), read once the factorization is done.
+L11^-1 A12 are blocked (`trsm`): their products with the solved halves run here too. A rounding
+that overflows sets a flag in the store (`overflowed`), read once the factorization is done.
 
 The host backend emulates the roundings with NumPy (half: numpy.float16; bfloat16 and TF32: the
 float32 mantissa rounded to 8 and 11 significant bits, to nearest with ties to even) and sums in
@@ -47,11 +47,10 @@ ROUNDED = ("half", "bfloat16", "half-x3")
 REAL_ONLY = ROUNDED
 # herk as GEMM strips: at most this many, each at least this wide (ReducedPrecisionOps.herk)
 HERK_STRIPS, HERK_STRIP = 8, 1024
-# trsm halves its triangle down to diagonal blocks of this order, the leaves. H100, n = 32768,
-# nb 2048, perf/mixed_phases.py (2026-11-25): randn 0.2731 s with 256 against 0.2866 with 128
-# and 0.2757 with 512, where GMRES needed one correction more (kappa 1e6: 27 GMRES steps with
-# 256, 24 with 128, 58 with 512): a leaf's inverse multiplies its rounding errors by its
-# condition number
+# trsm halves its triangle down to diagonal blocks of this order, the leaves: 256 solved fastest;
+# with 512 GMRES needed one correction more, since a leaf's inverse multiplies its rounding
+# errors by its condition number (perf/RESULTS.md, "The triangular solves' leaves by their
+# inverses")
 TRSM_LEAF = 256
 # the solves `trsm` blocks (side, uplo, trans): the LU's row solves and A21 U11^-1
 BLOCKED_SOLVES = (("L", "L", "N"), ("R", "U", "N"))
@@ -100,13 +99,14 @@ class ReducedPrecisionOps:
         the block's inverse in float32 (the backend's invert_triangular_blocks, all leaves at
         once) and the product in tf32-x3: float32's accuracy, and its range, which an inverse
         needs (its entries grow with 1 / u_ii). Why: with cuBLAS strsm at its leaves (of 128)
-        the solve below the first window took 3.9 ms on the H100 for 0.55 ms of products
-        (perf/RESULTS.md), and the LU waits for these solves every step; this way all their
-        flops are tensor-core GEMMs (the LU's factor phase went from 0.238 s to 0.224). Only the
-        leaves are inverted: an inverse of the whole T in half-x3 stopped the kappa 1e6 LU
-        from converging (an inverse multiplies the product's rounding errors by its block's
-        condition number). With "single" and "tf32" the leaves are the backend's trsm, as are
-        the solves of other shapes."""
+        most of the solve below the first window was strsm leaves and narrow GEMMs, not its
+        products, and the LU waits for these solves every step; this way all their flops are
+        tensor-core GEMMs, and the LU's factor phase got shorter (perf/RESULTS.md, "The
+        triangular solves' leaves by their inverses"). Only the leaves are inverted: an
+        inverse of the whole T in half-x3 stopped the kappa 1e6 LU from converging (an inverse
+        multiplies the product's rounding errors by its block's condition number). With
+        "single" and "tf32" the leaves are the backend's trsm, as are the solves of other
+        shapes."""
         if (side, uplo, trans) not in BLOCKED_SOLVES or B.size == 0:
             self._ops.trsm(lane, side, uplo, trans, diag, alpha, T, B)
             return

@@ -15,7 +15,7 @@ TOURNAMENT_CHUNK, TOURNAMENT_FAN, TOURNAMENT_WIDTH = 256, 8, 32
 
 
 def tournament_tree() -> tuple[int, int]:
-    """(chunk, fan) as they are now (perf/ probes sweep them), checked."""
+    """(chunk, fan) as they are now (perf/probes/probe_tslu.py --tree sweeps them), checked."""
     if TOURNAMENT_FAN < 2 or TOURNAMENT_FAN * TOURNAMENT_WIDTH > TOURNAMENT_CHUNK \
             or TOURNAMENT_CHUNK % 32:
         raise ValueError(f"tournament tree: chunk {TOURNAMENT_CHUNK} (a multiple of 32) must "

@@ -196,9 +196,9 @@ class TriangularPreconditioner:
     diagonal blocks made once (the backend's invert_triangular_blocks): per block,
     y_J := op(W_J) y_J, and the rest of y less the block column (row, for op "C") of T times
     y_J. The work is the same
-    bandwidth-bound pass over the triangle as trsm's, as gemv-shaped products: cuBLAS strsm on
-    one column of n = 32768 ran at 0.9-1.1 TB/s on the H100 (1.9 and 2.4 ms for the two
-    directions), the blocked form in 1.33-1.36 ms (2026-11-23)."""
+    bandwidth-bound pass over the triangle as trsm's, as gemv-shaped products, which read the
+    triangle faster than cuBLAS strsm on one column (perf/RESULTS.md, "Earlier today
+    (14:10-14:24 UTC)")."""
 
     def __init__(self, ops, low, n, nrhs, solves, scale_in, scale_out, permutation=None,
                  butterfly=None, pivots=None):
@@ -221,7 +221,8 @@ class TriangularPreconditioner:
         if pivots is not None:  # the host's share, while the device inverts
             self.permutation = lu_permutation(pivots)
         # the solves' recording (host work, nothing runs) while the device inverts: recorded at
-        # the first application, it held the device idle for 1.7 ms (H100, n = 32768)
+        # the first application, it held the device idle (perf/RESULTS.md, "Windows factored
+        # by leaves, one GMRES correction")
         lane = ops.lane("gpu:panel")
         with lane:
             self._replay_solves(lane, low.workspace("preconditioner", n, nrhs), launch=False)
@@ -329,7 +330,8 @@ class TriangularPreconditioner:
 def lu_permutation(pivots) -> np.ndarray:
     """LAPACK's sequential interchanges (row i with row pivots[i], 0-based) as one gather:
     (P b) = b[perm]. laswp applies them to the row numbers (exact in float64): a Python loop
-    over them took 24 ms at n = 32768, a third of the LU's refinement phase."""
+    over them was a third of the LU's refinement phase (perf/RESULTS.md, "Earlier today (H100
+    14:53-14:56 UTC, H200 14:59-15:01 UTC)")."""
     if not len(pivots):
         return np.arange(0)
     rows = np.arange(len(pivots), dtype=np.float64).reshape(-1, 1)
@@ -379,8 +381,9 @@ class DeviceSpace:
     that step j's columns are one block; the preconditioner and the product run from and into
     them (TriangularPreconditioner.apply, WorkingOperator.apply), and Gram-Schmidt is gemv's
     there. The host gets H's column only: one wait per Arnoldi step. With the basis on the
-    host, each step moved four vectors of n across and ran its Gram-Schmidt on the CPU: 1-1.5
-    ms of each 4.5-5.3 ms GMRES iteration at n = 32768 (H100, perf/RESULTS.md)."""
+    host, each step moved four vectors of n across and ran its Gram-Schmidt on the CPU: a
+    good part of each GMRES iteration (perf/RESULTS.md, "Earlier today (H100 16:00-16:02 UTC,
+    H200 16:02 UTC)", and "Measurements formerly in docstrings")."""
 
     def __init__(self, ops, operator, preconditioner, counter, n, k, m, dtype):
         self.ops, self.operator, self.preconditioner = ops, operator, preconditioner

@@ -68,19 +68,21 @@ def getrf_panel_window(ops, panel_ops, lane, A, step: int, k0: int, k1: int,
     matrix with high probability (Parker 1995; Baboulin et al. 2013), so only the mixed solvers,
     which transform A first and refine against the true A, may ask for it. With the diagonal
     block alone as the window the randomized LU grew too much for a float32-accurate
-    preconditioner (n = 4096, nb 512, perf/growth_window.py: max |l_ij| 71-114, growth
+    preconditioner (n = 4096, nb 512, perf/probes/growth_window.py: max |l_ij| 71-114, growth
     290-650, cond(L) 1.2e6-1.8e6 against partial pivoting's 1, 5-34 and 1e4); with two block
-    rows, as partial pivoting's (1.8, 6-32, 1.2e4: perf/RESULTS.md).
+    rows, as partial pivoting's (1.8, 6-32, 1.2e4: perf/RESULTS.md, "A randomized LU with
+    window pivoting").
 
     With a `leaf` narrower than the panel, the window is factored by recursive halving, and each
     leaf of width w searches its pivots within `blocks` w rows from its own diagonal (the rows
     of the window below those, by U_leaf^-1): the window LU with block size `leaf`. cuSOLVER's
-    getrf spends about 2 us per column of a narrow panel (perf/RESULTS.md), less where the
-    panel is shorter: on the H100 a 4096 x 2048 window took 6.8 ms whole and 5.6 ms by leaves of
-    512 (windows of 1024 x 512, 1.0 ms each), and the growth stays partial pivoting's (float64,
-    n = 4096, windows of two blocks of 128: max |l_ij| 2.2-2.5, cond(L) 1.7e4-1.8e4). The info
-    is the panel's first zero U(i, i) (a zero U(i, i) leaves the rows below it infinite or NaN:
-    the solver's code -3, and its fallback)."""
+    getrf is latency-bound on a narrow panel, its time per column smaller where the panel is
+    shorter, so a window goes faster by leaves than whole (perf/RESULTS.md, "Windows factored
+    by leaves, one GMRES correction", and "Measurements formerly in docstrings"), and the
+    growth stays partial pivoting's (float64, n = 4096, windows of two blocks of 128: max
+    |l_ij| 2.2-2.5, cond(L) 1.7e4-1.8e4). The info is the panel's first zero U(i, i) (a zero
+    U(i, i) leaves the rows below it infinite or NaN: the solver's code -3, and its
+    fallback)."""
     r1 = min(k0 + blocks * (k1 - k0), A.m)
     if leaf and k1 - k0 > leaf:
         def window_leaf(c0, c1):

@@ -152,9 +152,10 @@ class Trace:
     def add_later(self, records) -> None:
         """Records that cost something to make, made when the trace is first read: `records()`
         returns an iterable of `add`'s arguments as tuples (name, lane, start, end, step, flops,
-        bytes). The engine's GPU tasks: reading their hundreds of event pairs took 0.8 ms of a
-        mixed solve's host time between its factorization and its refinement (H100, n =
-        32768), where nobody reads the trace unless asked to."""
+        bytes). The engine's GPU tasks: reading their hundreds of event pairs took host time
+        between a mixed solve's factorization and its refinement, where nobody reads the trace
+        unless asked to (perf/RESULTS.md, "Scales on the device, GMRES stopped on the
+        inf-norm")."""
         with self._lock:
             self._later.append(records)
 

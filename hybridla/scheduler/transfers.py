@@ -89,7 +89,8 @@ class TransferPlan:
         """A block that is final now goes back to the host matrix while the factorization goes
         on. Staged, it goes in pieces that fit a slot: DMA into the slot, then a CPU task
         copies it out (one chain of those, on several threads each: run side by side they
-        took every engine worker and held up the GPU work, measured)."""
+        took every engine worker and held up the GPU work: perf/RESULTS.md, "Traces and
+        overlap (CPU interface, n = 32768)")."""
         graph, A = self.graph, self.A
         if not A.staged:
             graph.add("download", step, "copy:d2h",

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 def solve_off_diagonal(ops, lane, A, uplo: str, k0: int, k1: int) -> None:
     """A21 := A21 L11^-H (lower) or A12 := U11^-H A12 (upper), as gemms with the inverse of the
-    diagonal block, as MAGMA does: cuBLAS trsm on the 16384 x 768 block ran at 4-11 TFLOP/s on
-    the H200 and was the longest task of the critical path; the kb x kb inverse (the backend's
-    invert_triangular_blocks: on a device, recursive halving into gemms, where cuBLAS trsm on
-    the identity took 0.5-0.9 ms in float32) and gemms take a fraction of that.
+    diagonal block, as MAGMA does: cuBLAS trsm on the tall block ran far below gemm's rate and
+    was the longest task of the critical path; the kb x kb inverse (the backend's
+    invert_triangular_blocks: on a device, recursive halving into gemms, faster than cuBLAS
+    trsm on the identity) and gemms take a fraction of that (perf/RESULTS.md, "Measurements
+    formerly in docstrings").
 
     The inverse W is triangular, so the product is cut into column blocks J of the solved block
     (rows, for upper), each a gemm over only the columns of W that are not zero in J: lower,
@@ -105,8 +106,8 @@ def _triangle_update(ops, lane, A, uplo, k0, k1, c0, c1):
     """The diagonal triangle c0:c1: its diagonal blocks of nb at once (`herk_diagonal_blocks`:
     one strided-batched gemm on a device), the rest by recursive halving into gemms (the square
     between two half triangles, then each half). BLAS herk/syrk runs far below gemm's rate on a
-    GPU (a whole trailing triangle in one cuBLAS dsyrk measured ~8 TFLOP/s on the H200 against
-    ~50 for dgemm), while the halving keeps almost all flops in large gemms."""
+    GPU (a whole trailing triangle in one cuBLAS dsyrk: perf/RESULTS.md, "Measurements formerly
+    in docstrings"), while the halving keeps almost all flops in large gemms."""
     _below_diagonal_blocks(ops, lane, A, uplo, k0, k1, c0, c1)
     panel = A.block(c0, c1, k0, k1) if uplo == "L" else A.block(k0, k1, c0, c1)
     ops.herk_diagonal_blocks(lane, uplo, "N" if uplo == "L" else "C", -1, panel,
@@ -117,8 +118,9 @@ def _below_diagonal_blocks(ops, lane, A, uplo, k0, k1, c0, c1):
     """The triangle c0:c1 less its diagonal blocks of nb, by recursive halving at multiples of nb
     past c0 (so that the blocks left out are those `herk_diagonal_blocks` updates). The largest
     gemm is enqueued first: while the host enqueues the many small ones after it (slowly, when
-    other threads hold the GIL: step 0's update took 26 ms against step 1's 15 at n = 32768 on
-    the H100, small gemms first), the device already has most of the flops to work on."""
+    other threads hold the GIL: with the small gemms first, step 0's update took much longer
+    than step 1's; perf/RESULTS.md, "potrf, geqrf, geqlf, gelqf (issue 3)"), the device
+    already has most of the flops to work on."""
     if c1 - c0 <= A.nb:
         return
     mid = c0 + -(-(c1 - c0) // (2 * A.nb)) * A.nb  # a multiple of nb past c0, near the middle

@@ -88,8 +88,8 @@ def gemm(lane, alpha, A, B, beta, C, trans_a="N", trans_b="N"):
     k = A.cols if trans_a == "N" else A.rows
     if C.cols == 1 and trans_b == "N" and k > 0:  # (BLAS gemv leaves y alone when k = 0)
         # a matrix times a vector (gehrd's panel loop, refinement): cuBLAS's gemv reads A
-        # at a higher rate than its gemm with one column (64% of the copy bandwidth at
-        # n = 8192 on the H100 for gemm)
+        # at a higher rate than its gemm with one column (perf/RESULTS.md, "Measurements
+        # formerly in docstrings")
         _GEMV[dtype](lane.blas, _OP[trans_a], A.rows, A.cols, _scalar(dtype, alpha),
                      A.ptr, A.ld, B.ptr, 1, _scalar(dtype, beta), C.ptr, 1)
         return
@@ -145,8 +145,9 @@ def invert_triangular_blocks(lane, uplo, diag, T, b, W, scratch):
     blocks. Each block is halved down to leaves of at most _INVERSE_LEAF (lapack_aux.cu's
     invert_leaves, one thread block each), then for each pair of halves, lower
     W21 = -W22 (T21 W11) (upper W12 = -(W11 T12) W22): two gemms. cuBLAS trsm on the identity
-    took 0.5-0.9 ms per 1024 block in float32 on the H100 (2026-11-23), on the Cholesky's
-    critical path once a step. `scratch`: at least b x max(b, n) / 4 elements."""
+    took longer, on the Cholesky's critical path once a step (perf/RESULTS.md, "Earlier today
+    (14:10-14:24 UTC)" and "Measurements formerly in docstrings"). `scratch`: at least
+    b x max(b, n) / 4 elements."""
     n = T.rows
     if W.ld != b:
         raise ValueError(f"invert_triangular_blocks: W's leading dimension {W.ld} is not "

@@ -136,8 +136,9 @@ def equilibration(lane, owner, A, rows, cols, meanwhile=None):
     at once with the scales made on the device (convert.cu's power_of_two_scales), then
     one copy down and one wait. `meanwhile`: host work run while the device makes the two
     passes (the solver's uploads), its result returned with the Equilibration. Three waits
-    for the host between the passes cost the LU's convert phase about 1 ms (H100, n =
-    32768)."""
+    for the host between the passes made the LU's convert phase longer (perf/RESULTS.md,
+    "Scales on the device, GMRES stopped on the inf-norm", and "Measurements formerly in
+    docstrings")."""
     m, n = A.rows, A.cols
     # row max, row sum, column max, column sum (zeroed: atomics merge into them), r, c
     sizes = (m, m, n, n, m, n)

@@ -188,7 +188,7 @@ def begin_run(backend, workers: int, settings: DeviceSettings | None = None):
     update's cuBLAS calls asked to leave them (cublasSetSmCountTarget: a hint for their grids;
     other kernels still fill them); "green", the run's compute lanes in two green contexts,
     the panel lane's on those SMs and the others' on the rest (a wall:
-    perf/probe_green_panel.cu)."""
+    perf/probes/probe_green_panel.cu)."""
     settings = DeviceSettings() if settings is None else settings
     reserved = int(settings.panel_sms or 0)
     how = settings.sm_split
@@ -260,9 +260,9 @@ def replay(lane, recordings: dict, key, record, launch=True):
     `recordings` (the caller's: the graphs live as long as it keeps them); every call
     launches that graph, one launch for all of record()'s (launch=False: only capture it,
     which runs nothing, so the host may do it while the device works on). The refinement's
-    blocked triangular solves are ~130 small kernels per application; launched one by one
-    from Python they took 2.42 ms at n = 32768, replayed 2.16 ms (H100,
-    perf/probe_refine_kernels.py)."""
+    blocked triangular solves are ~130 small kernels per application; replayed, they take
+    less time than launched one by one from Python (perf/RESULTS.md, "Earlier today (H100
+    14:53-14:56 UTC, H200 14:59-15:01 UTC)")."""
     graph = recordings.get(key)
     if graph is None:
         graph = recordings[key] = _driver.Graph(lane.handle, record)

@@ -159,7 +159,8 @@ def upload_in_background(A):
     its own on a copy stream of its own, while the caller goes on: the working matrix of a
     mixed solve, which only the refinement reads, travels while the low-precision
     factorization runs. (Pinning the user's array in place instead stalled the GPU work
-    queued meanwhile: the factorization took 0.65-0.82 s instead of 0.43, perf/RESULTS.md.)
+    queued meanwhile and made the factorization longer: perf/RESULTS.md, "Earlier today
+    (11:11-12:20 UTC)".)
     Returns a function that waits for the upload to finish (re-raising its error) and gives
     the slots back."""
     A.use_staging(2, 0)

@@ -76,7 +76,7 @@ def herk(lane, uplo, trans, alpha, A, beta, C):
 def invert_triangular_blocks(lane, uplo, diag, T, b, W, scratch=None):
     """W_c := T_cc^-1 for the diagonal blocks of order b of the square T (the last may be
     smaller), W_c at columns c (b + 1) of W, the other triangle zero (the device's layout:
-    backend/cuda.py); LAPACK trtri on each."""
+    backend/cuda/blas.py); LAPACK trtri on each."""
     trtri, = get_lapack_funcs(("trtri",), dtype=T.dtype)
     W[...] = 0
     for c, j0 in enumerate(range(0, T.shape[0], b)):

@@ -111,9 +111,9 @@ def gemm_reduced(lane, owner, compute, alpha, A, B, beta, C, trans_a="N",
 
 
 def round_panel(lane, owner, compute, A, trans, key=None):
-    """A HERK's panel rounded once for all its GEMMs (backend/cuda.py's round_panel): here
-    the float32 array carrying the rounding, and the side its parts are cut along (`key`,
-    the device's buffer name, is not needed: each call returns an array of its own)."""
+    """A HERK's panel rounded once for all its GEMMs (backend/cuda/mixed.py's round_panel):
+    here the float32 array carrying the rounding, and the side its parts are cut along
+    (`key`, the device's buffer name, is not needed: each call returns an array of its own)."""
     rounded = round_to(A, compute)
     if not np.isfinite(rounded).all():
         owner.narrowing_overflow = True

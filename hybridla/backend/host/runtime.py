@@ -37,9 +37,10 @@ def host_wait(events):
 
 def begin_run(workers: int, settings=None):
     """Task parallelism instead of BLAS threading: each worker's BLAS runs one thread
-    (several multithreaded BLAS calls at once only fight over the cores: perf/RESULTS.md),
-    and the trailing update is cut into one task per worker (`update_tasks`). The host has no
-    device settings."""
+    (several multithreaded BLAS calls at once only fight over the cores: perf/RESULTS.md,
+    "Host backend on the CPU machine (2 cores, no GPU)" and "Measurements formerly in
+    docstrings"), and the trailing update is cut into one task per worker (`update_tasks`).
+    The host has no device settings."""
     single_threaded_blas.enter()
 
 
