@@ -10,7 +10,7 @@ import pytest
 import scipy.linalg
 
 import hybridla
-from hybridla.lapack._mixed import lu_permutation
+from hybridla.lapack._preconditioner import lu_permutation
 from _conditioned import general, spd, tall
 from _lapack_checks import (device_kind_of, forward_error_ratio, least_squares_ratio,
                             lstsq_forward_ratio, normwise_backward_error, random_matrix,
@@ -81,7 +81,7 @@ def test_device_space_takes_the_host_space_steps(backend, dtype, case, rng):
     after its first step (the others then run as two runs of one column). Kappa 1e8 without a
     preconditioner: a nearly dependent Krylov basis, which only the second Gram-Schmidt pass
     keeps orthonormal."""
-    from hybridla.lapack._mixed import DeviceSpace, WorkingOperator
+    from hybridla.lapack._mixed_operators import DeviceSpace, WorkingOperator
     from hybridla.lapack._refine import HostSpace, _Krylov, _Operators
     ops = hybridla.backend.get_backend(backend)
     if case == "preconditioned":

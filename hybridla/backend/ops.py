@@ -327,7 +327,8 @@ class QrOps(Protocol):
 
 
 class MixedOps(Protocol):
-    """What the mixed-precision solvers ask (backend/reduced.py, lapack/_mixed.py)."""
+    """What the mixed-precision solvers ask (backend/reduced.py, lapack/_mixed.py,
+    lapack/_preconditioner.py)."""
 
     def keep_on_device(self, owner: Any, name: str, array: Any) -> Any:
         """A vector copied once to where `owner` lives (freed with it)."""

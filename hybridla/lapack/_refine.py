@@ -45,8 +45,9 @@ free. That estimate only ever ends a cycle early; it never decides convergence. 
 against an inf-norm test, it ends the cycle late rather than early. The columns run in lock step,
 so each Arnoldi step costs one solve and one product for all the columns still running. The
 basis V, Z and the Arnoldi steps live in a Krylov space: the host (HostSpace: host arrays, the
-two callbacks), or where A is (`krylov_space`; the mixed solvers' lapack/_mixed.DeviceSpace), so
-that only H's new column crosses to the host, which keeps the rotations, H and g.
+two callbacks), or where A is (`krylov_space`; the mixed solvers'
+lapack/_mixed_operators.DeviceSpace), so that only H's new column crosses to the host, which
+keeps the rotations, H and g.
 Each GMRES iteration of one column counts once in inner_iterations.
 
 Early stop ("classical" and "classical-gmres"): if the backward error fails to drop by a factor 2
@@ -99,8 +100,8 @@ def refine(apply_a, solve_low, b, *, anorm, method, tol, max_iter=30, inner_tol=
     ``krylov_space(ops, n, k, m, dtype)``: where GMRES keeps its basis and runs its Arnoldi
     steps (an object with HostSpace's methods; ops counts solves, products and inner
     iterations). Default: HostSpace, host arrays and the two callbacks; the mixed solvers keep
-    it where A lives (lapack/_mixed.DeviceSpace), so that an iteration needs no vector to cross
-    to the host.
+    it where A lives (lapack/_mixed_operators.DeviceSpace), so that an iteration needs no vector
+    to cross to the host.
     """
     _check_method_and_limits(method, tol, max_iter, inner_tol, max_inner)
     b = np.asarray(b)

@@ -70,8 +70,8 @@ def scale(ops, block, factor):
 # -- the mixed solvers' vectors ----------------------------------------------------------------
 def balanced_scales(scale_in, scale_out):
     """(scale_in / g, scale_out g) for g the power of two at most max scale_in and above half of
-    it (lapack/_mixed.TriangularPreconditioner's note on range); the scales as they are when
-    scale_in has no positive finite maximum."""
+    it (lapack/_preconditioner.TriangularPreconditioner's note on range); the scales as they are
+    when scale_in has no positive finite maximum."""
     scale_in = np.asarray(scale_in, dtype=np.float64)
     scale_out = np.asarray(scale_out, dtype=np.float64)
     top = float(scale_in.max(initial=0.0))

@@ -38,7 +38,8 @@ import math
 import numpy as np
 
 from ..backend.reduced import UNIT_ROUNDOFF
-from ._mixed import MixedSolver, TriangularPreconditioner, general_scaling
+from ._mixed import MixedSolver, general_scaling
+from ._preconditioner import TriangularPreconditioner
 from ._scaling import safe_range
 from .gels import rank_test
 from .geqrf import geqrf

@@ -24,8 +24,8 @@ import dataclasses
 
 from .. import config
 from ..butterfly import random_butterfly
-from ._mixed import (MixedSolver, TriangularPreconditioner, general_scaling, keep_butterfly,
-                     narrow)
+from ._mixed import MixedSolver, general_scaling, keep_butterfly, narrow
+from ._preconditioner import TriangularPreconditioner
 from .getrf import getrf
 
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend.reduced import LARGEST, UNIT_ROUNDOFF, inverse_power_of_two
-from ._mixed import MixedSolver, TriangularPreconditioner, narrow
+from ._mixed import MixedSolver, narrow
+from ._preconditioner import TriangularPreconditioner
 from .potrf import potrf
 
 SHIFT_ATTEMPTS = 4  # shifts u_low * 4, 16, 64, 256 after an unshifted breakdown

@@ -1,0 +1,168 @@
+"""The refinement's working-precision side where A lives: the operator X -> A X (or
+A^H A X for the normal equations) in the working precision (WorkingOperator), GMRES's Krylov
+space with its basis in the working matrix's store (DeviceSpace), and refine() called with them
+(run_refinement).
+
+DeviceSpace keeps V (the Arnoldi basis) and Z = M^-1 V, column (j, c) at j k + c so that step
+j's columns are one block; each step applies the preconditioner and A from and into them,
+orthogonalizes by classical Gram-Schmidt twice (CGS2: h = V^H w, w -= V h, twice) and sends
+only H's column and ||w||_2 to the host, which solves GMRES's small least-squares problem
+(lapack/_refine.py). The stopping test's tol defaults to sqrt(n) eps (MAGMA, cuSOLVER).
+"""
+from __future__ import annotations
+
+import functools
+import time
+
+import numpy as np
+
+from ._refine import refine
+
+
+class WorkingOperator:
+    """X -> A X (or A^H (A X), the normal equations' operator) in the working precision, where A
+    lives: one pass over A per product (two for the normal equations)."""
+
+    def __init__(self, ops, A, nrhs, uplo=None, normal=False):
+        self.ops, self.A, self.uplo, self.normal = ops, A, uplo, normal
+        self.whole = A.block(0, A.m, 0, A.n)
+        A.workspace("refine", A.m + A.n, nrhs)  # X and the product, at their largest now
+        self.seconds = 0.0
+
+    def product(self, X, trans="N"):
+        work = self.A.workspace("refine", self.A.m + self.A.n, X.shape[1])
+        return self.ops.apply_to_host(self.ops.lane("gpu:panel"), self.whole, X, trans,
+                                      self.uplo, work)
+
+    def __call__(self, X):
+        started = time.perf_counter()
+        AX = self.product(X)
+        result = self.product(AX, "C") if self.normal else AX
+        self.seconds += time.perf_counter() - started
+        return result
+
+    def apply(self, src, dst):
+        """dst := A src (A^H A src) for blocks where A lives (DeviceSpace's basis), no wait.
+        `seconds` counts the host's time to enqueue it."""
+        started = time.perf_counter()
+        ops, lane = self.ops, self.ops.lane("gpu:panel")
+        with lane:
+            if self.normal:
+                between = self.A.workspace("refine normal", self.A.m, src.shape[1])
+                ops.apply(lane, self.whole, src, between)
+                ops.apply(lane, self.whole, between, dst, "C")
+            else:
+                ops.apply(lane, self.whole, src, dst, "N", self.uplo)
+        self.seconds += time.perf_counter() - started
+
+
+class DeviceSpace:
+    """refine's Krylov space where A lives (the methods of lapack/_refine.HostSpace): the basis
+    V and Z = M^-1 V in workspaces of the working matrix's store, column (j, c) at j k + c, so
+    that step j's columns are one block; the preconditioner and the product run from and into
+    them (TriangularPreconditioner.apply, WorkingOperator.apply), and Gram-Schmidt is gemv's
+    there. The host gets H's column only: one wait per Arnoldi step. With the basis on the
+    host, each step moved four vectors of n across and ran its Gram-Schmidt on the CPU: a
+    good part of each GMRES iteration (perf/RESULTS.md, "Earlier today (H100 16:00-16:02 UTC,
+    H200 16:02 UTC)", and "Measurements formerly in docstrings")."""
+
+    def __init__(self, ops, operator, preconditioner, counter, n, k, m, dtype):
+        self.ops, self.operator, self.preconditioner = ops, operator, preconditioner
+        self.counter, self.n, self.k, self.m = counter, n, k, m
+        store = operator.A
+        self.V = store.workspace("krylov V", n, (m + 1) * k)
+        self.Z = store.workspace("krylov Z", n, m * k)
+        self.W = store.workspace("krylov W", n, k)
+        self.D = store.workspace("krylov D", n, k)
+        self.y = store.workspace("krylov y", m + 1, 1)
+        # per column: h of the first pass (m + 1 rows), of the second, and ||w||_2^2
+        self.coefficients = store.workspace("krylov coefficients", 2 * m + 3, k)
+        self.host_coefficients = np.empty((2 * m + 3, k), dtype, order="F")  # store's dtype
+        self.lane = ops.lane("gpu:panel")
+
+    def _column(self, B, index):
+        return self.ops.sub_block(B, 0, self.n, index, index + 1)
+
+    def start(self, R, running, beta):
+        """V[:, c] (step 0) := R_c / beta_c."""
+        scaled = np.zeros(R.shape, R.dtype, order="F")
+        scaled[:, running] = R[:, running] / beta[running]
+        self.ops.from_host(self.lane, scaled, self.ops.sub_block(self.V, 0, self.n, 0,
+                                                                 R.shape[1]))
+
+    def arnoldi(self, running, j):
+        """Step j (see HostSpace.arnoldi), the solves and products one call per run of
+        consecutive columns."""
+        ops, sub, n, k, m = self.ops, self.ops.sub_block, self.n, self.k, self.m
+        for c0, c1 in _runs(running):
+            V_j, Z_j = (sub(B, 0, n, j * k + c0, j * k + c1) for B in (self.V, self.Z))
+            self.preconditioner.apply(V_j, Z_j)
+            self.operator.apply(Z_j, sub(self.W, 0, n, c0, c1))
+            self.counter.solves += 1
+            self.counter.matvecs += 1
+        C, lane = self.coefficients, self.lane
+        with lane:
+            for c in running:
+                basis, w = ops.strided_columns(self.V, c, j + 1, k), self._column(self.W, c)
+                for first in (0, m + 1):  # CGS2: h = V^H w, w -= V h, twice
+                    h = sub(C, first, first + j + 1, c, c + 1)
+                    ops.gemm(lane, 1, basis, w, 0, h, trans_a="C")
+                    ops.gemm(lane, -1, basis, h, 1, w)
+                ops.gemm(lane, 1, w, w, 0, sub(C, 2 * m + 2, 2 * m + 3, c, c + 1), trans_a="C")
+        host = ops.to_host(lane, C, out=self.host_coefficients)
+        return [(host[:j + 1, c] + host[m + 1:m + 2 + j, c],
+                 float(np.sqrt(max(host[2 * m + 2, c].real, 0.0)))) for c in running]
+
+    def extend(self, c, j, hnext):
+        """V[:, (j + 1) k + c] := w_c / hnext."""
+        with self.lane:
+            self.ops.scale_copy(self.lane, 1.0 / hnext, self._column(self.W, c),
+                                self._column(self.V, (j + 1) * self.k + c))
+
+    def combination_inf_norm(self, c, q) -> float:
+        """||V_c q||_inf, V_c the first len(q) basis vectors of column c: one gemv here, the
+        vector to the host for its largest entry."""
+        ops, lane = self.ops, self.lane
+        q_dev, out = ops.sub_block(self.y, 0, len(q), 0, 1), self._column(self.D, 0)
+        ops.from_host(lane, np.asarray(q, self.host_coefficients.dtype).reshape(-1, 1), q_dev)
+        with lane:
+            ops.gemm(lane, 1, ops.strided_columns(self.V, c, len(q), self.k), q_dev, 0, out)
+        return float(np.abs(ops.to_host(lane, out)).max())
+
+    def combine(self, R, solutions):
+        """D (host): column c = Z_c y_c for `solutions` {c: y_c}, Z_c its columns j k + c."""
+        ops, lane = self.ops, self.lane
+        D = ops.sub_block(self.D, 0, self.n, 0, R.shape[1])
+        with lane:
+            ops.laset(lane, "A", 0, 0, D)
+        for c, y in solutions.items():
+            y_dev = ops.sub_block(self.y, 0, len(y), 0, 1)
+            ops.from_host(lane, np.asarray(y, R.dtype).reshape(-1, 1), y_dev)
+            with lane:
+                ops.gemm(lane, 1, ops.strided_columns(self.Z, c, len(y), self.k), y_dev, 0,
+                         self._column(D, c))
+        return ops.to_host(lane, D)
+
+
+def _runs(columns):
+    """(first, last + 1) of each run of consecutive numbers in the sorted list `columns`."""
+    runs = []
+    for c in columns:
+        if runs and runs[-1][1] == c:
+            runs[-1][1] = c + 1
+        else:
+            runs.append([c, c + 1])
+    return [tuple(run) for run in runs]
+
+
+def run_refinement(operator, preconditioner, B, anorm, options, n):
+    """refine() with the stopping test's tol defaulting to sqrt(n) eps (MAGMA, cuSOLVER), and
+    GMRES's Krylov space where A lives (DeviceSpace)."""
+    eps = float(np.finfo(B.dtype).eps)
+    tol = options.tol if options.tol is not None else np.sqrt(n) * eps
+    method = options.refinement
+    return refine(operator, preconditioner, B, anorm=anorm, method=method, tol=tol,
+                  max_iter=options.max_iter, inner_tol=options.inner_tol,
+                  max_inner=options.max_inner,
+                  krylov_space=functools.partial(DeviceSpace, operator.ops, operator,
+                                                 preconditioner))
