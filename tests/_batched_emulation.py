@@ -1,11 +1,12 @@
-"""The cuda backend's stacks module (hybridla/backend/cuda_batched.py) run on the CPU, so that the
+"""The cuda backend's stacks module (hybridla/backend/cuda/batched.py) run on the CPU, so that the
 device side of tests/test_stacks.py (drivers, pointer arrays, offsets, broadcasting, infos)
 runs in CI without a GPU. Plain functions and classes, no pytest in here.
 
-- `install(monkeypatch)`: a fresh copy of cuda_batched.py loaded over emulations of what it
-  imports (PyCUDA's mem_alloc and compiler, backend/_driver's Module, streams and memset, the
-  driver's cuMemcpy*, nvmath's cuBLAS and cuSOLVER bindings: argument for argument as
-  nvmath-python's .pyx declares them), an emulated backend made hybridla's "cuda" one for the
+- `install(monkeypatch)`: a fresh copy of cuda/batched.py (and of batched_stacks.py, its stack
+  types) loaded over emulations of what they import (PyCUDA's mem_alloc and compiler,
+  backend/_driver's Module, streams and memset, the driver's cuMemcpy*, nvmath's cuBLAS and
+  cuSOLVER bindings: argument for argument as nvmath-python's .pyx declares them; runtime's
+  kernel source, read from cuda/), an emulated backend made hybridla's "cuda" one for the
   test, and hybridla's user layer and drivers pointed at the copy. Returns an `Emulation`.
 - The kernels of cuda/batched.cu are emulated by what their comments specify (stack_copy,
   fill_pointers, pivots_gather, getrf_panel_batched, laswp_batched, getrf_warp): a change to a
@@ -371,9 +372,18 @@ class Emulation:
                                 cai["typestr"]).copy()
 
 
+def _load(name, path, package):
+    """A fresh copy of the module at `path`, named `name`, its relative imports from `package`."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    module.__package__ = package
+    spec.loader.exec_module(module)
+    return module
+
+
 def install(monkeypatch) -> Emulation:
-    """Load cuda_batched.py over the emulations and make it, and an emulated backend, what
-    hybridla's device stacks use for the rest of the test."""
+    """Load cuda/batched.py (and batched_stacks.py) over the emulations and make it, and an
+    emulated backend, what hybridla's device stacks use for the rest of the test."""
     memory = Memory()
     kernels = Kernels(memory)
     cublas, cusolver = _libraries(memory)
@@ -413,22 +423,28 @@ def install(monkeypatch) -> Emulation:
     import hybridla.backend
     source = next(p for p in (_ROOT / "cuda_batched.py", _ROOT / "cuda" / "batched.py",
                               _ROOT / "cuda" / "cuda_batched.py") if p.exists())
+    package = "hybridla.backend" if source.parent == _ROOT else "hybridla.backend.cuda"
+    # batched.py's siblings, loaded from their paths too (the cuda package itself is never
+    # imported here): the stack types (batched_stacks.py) and runtime's kernel source
+    runtime = types.ModuleType(f"{package}.runtime")
+    runtime._kernel_source = lambda name: (_ROOT.parents[1] / "cuda" / name).read_text()
+    siblings = [(f"{package}.runtime", runtime)]
     with monkeypatch.context() as m:  # what the module imports, for its import only
         for name, module in (("pycuda", pycuda), ("pycuda.driver", drv),
                              ("pycuda.compiler", compiler), ("nvmath", nvmath),
                              ("nvmath.bindings", bindings), ("nvmath.bindings.cublas", cublas),
                              ("nvmath.bindings.cusolverDn", cusolver),
-                             ("hybridla.backend._driver", driver)):
+                             ("hybridla.backend._driver", driver), *siblings):
             m.setitem(sys.modules, name, module)
         m.setattr(hybridla.backend, "_driver", driver, raising=False)
         real_cdll = ctypes.CDLL
         m.setattr(ctypes, "CDLL", lambda name, *a, **k: Libcuda() if "libcuda" in name
                   else real_cdll(name, *a, **k))
-        package = "hybridla.backend" if source.parent == _ROOT else "hybridla.backend.cuda"
-        spec = importlib.util.spec_from_file_location(f"{package}._batched_emulated", source)
-        module = importlib.util.module_from_spec(spec)
-        module.__package__ = package
-        spec.loader.exec_module(module)
+        stacks = source.parent / "batched_stacks.py"
+        if stacks.exists():
+            m.setitem(sys.modules, f"{package}.batched_stacks",
+                      _load(f"{package}._batched_stacks_emulated", stacks, package))
+        module = _load(f"{package}._batched_emulated", source, package)
     backend = EmulatedBackend(memory)
     from hybridla import _stacked_device
     from hybridla.lapack import batched

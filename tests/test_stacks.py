@@ -4,7 +4,7 @@ lu_solve, solve, cholesky, cho_factor, cho_solve, qr, lstsq, hessenberg.
 Host stacks on every backend, both member paths (small members straight to LAPACK, and the 2-D
 engine, forced by setting _stacked.HOST_LAPACK_UP_TO to 0); device stacks (marker ``cuda``) as
 CuPy, PyTorch and PyCUDA arrays; and the device side once more on an emulated device, in CI
-(tests/_batched_emulation.py: cuda_batched.py over NumPy emulations of its kernels and of
+(tests/_batched_emulation.py: cuda/batched.py over NumPy emulations of its kernels and of
 cuBLAS / cuSOLVER). Every member checked as LAPACK's testers check it (ratios < 30), the
 shapes, dtypes and errors against scipy's own batched answers where scipy has them.
 """

@@ -15,14 +15,14 @@ when the call returns, except where a docstring says "complete on return". Pivot
 rows here as everywhere in hybridla; cuBLAS' getrf/getrs batched routines take LAPACK's 1-based
 ones, converted on the device on the way in and out. The backend imports no algorithm and
 reads no configuration: the drivers (lapack/batched.py) decide what runs.
+
+The stack types (`StackArray`, `Operand`, `Workspace`) and the copies to the host live in
+batched_stacks.py, re-exported here: this module is the family the drivers reach.
 """
 from __future__ import annotations
 
 import ctypes
-import math
 import threading
-from importlib import resources
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -31,6 +31,15 @@ from nvmath.bindings import cublas, cusolverDn
 from pycuda.compiler import compile as compile_cuda
 
 from .. import _driver
+from .batched_stacks import (Operand, StackArray, Workspace, as_kind, dense_operand, download,
+                             layout, member_offsets, zero_ints)
+from .runtime import _kernel_source
+
+__all__ = ["PART", "WARP_LU_LARGEST", "Operand", "StackArray", "Workspace", "as_kind",
+           "copy_stack", "dense_operand", "download", "gather_pivots", "gemm", "geqrf",
+           "getrf_cublas", "getrf_panel", "getrf_warp", "getrs", "has_nonfinite", "laswp",
+           "layout", "member_offsets", "panel_capacity", "pointers", "potrf", "trsm",
+           "zero_ints"]
 
 _PREFIX = {np.dtype(np.float32): "s", np.dtype(np.float64): "d",
            np.dtype(np.complex64): "c", np.dtype(np.complex128): "z"}
@@ -49,21 +58,8 @@ _WARPS_PER_BLOCK = 4              # getrf_warp: members per block of threads
 _GRID_Y = 65535                   # the largest grid.y: members beyond it loop
 _LINEAR_BLOCKS = 4096             # a linear kernel's blocks at most (its threads loop)
 
-_libcuda = ctypes.CDLL("libcuda.so.1")
-
 
 # -- our kernels: compiled once per process ------------------------------------------------------
-def _kernel_source() -> str:
-    """cuda/batched.cu from the source checkout (the first folder above this file that has
-    cuda/batched.cu, wherever this module sits in the backend package), or from the installed
-    hybridla.kernels package."""
-    for parent in Path(__file__).resolve().parents:
-        candidate = parent / "cuda" / "batched.cu"
-        if candidate.exists():
-            return candidate.read_text()
-    return resources.files("hybridla.kernels").joinpath("batched.cu").read_text()
-
-
 class _Kernels(NamedTuple):
     module: _driver.Module
     panel_bytes: int  # the shared memory a panel kernel may take (the device's opt-in limit)
@@ -78,8 +74,8 @@ def _kernels(backend) -> _Kernels:
         kernels = _compiled.get(id(backend))
         if kernels is None:
             with backend.active():
-                module = _driver.Module(compile_cuda(_kernel_source(), no_extern_c=True,
-                                                     options=["-O3"]))
+                module = _driver.Module(compile_cuda(_kernel_source("batched.cu"),
+                                                     no_extern_c=True, options=["-O3"]))
                 device = drv.Context.get_device()
                 optin = getattr(drv.device_attribute, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", None)
                 most = device.get_attribute(optin) if optin is not None else 48 * 1024
@@ -94,247 +90,6 @@ def _kernels(backend) -> _Kernels:
 def panel_capacity(backend) -> int:
     """Bytes of shared memory one member's LU panel may take (getrf_panel)."""
     return _kernels(backend).panel_bytes
-
-
-# -- stacks -------------------------------------------------------------------------------------
-def _native(template, elements, dtype):
-    """A flat buffer of `elements` from the allocator of the user's library when `template` is
-    a PyTorch tensor or a CuPy array (their caching pools: no cuMemAlloc and cuMemFree per
-    call, as their own batched routines have none), else None."""
-    module = type(template).__module__.split(".")[0]
-    if module == "torch":
-        import torch
-        kinds = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64,
-                 np.dtype(np.complex64): torch.complex64,
-                 np.dtype(np.complex128): torch.complex128, np.dtype(np.int32): torch.int32}
-        return torch.empty(elements, dtype=kinds[np.dtype(dtype)], device=template.device)
-    if module == "cupy":
-        import cupy
-        return cupy.empty(elements, dtype=dtype)
-    return None
-
-
-class StackArray:
-    """A dense stack for a result or a workspace: `batch` + (m, n) column-major members one
-    after the other (core (k,): a stack of vectors). Its memory comes from the allocator of
-    the user's library where `like` is a PyTorch tensor or a CuPy array (`native`, a flat
-    array of theirs), else from the driver (owned: freed with the object, with the context
-    current). Offers __cuda_array_interface__; as_kind gives the user's kind of array."""
-
-    def __init__(self, backend, batch, core, dtype, like=None):
-        self.batch, self.core, self.dtype = tuple(batch), tuple(core), np.dtype(dtype)
-        self.count = math.prod(self.batch)
-        if len(self.core) == 2:
-            self.m, self.n = self.core
-        else:
-            (self.m,), self.n = self.core, 1
-        self.ld = max(self.m, 1)
-        self.stride = self.ld * self.n  # elements from one member to the next
-        self.itemsize = self.dtype.itemsize
-        self._backend, self._allocation = backend, None
-        elements = self.count * self.stride
-        self.native = None if like is None else _native(like, elements, self.dtype)
-        if self.native is not None:
-            self.ptr = int(self.native.__cuda_array_interface__["data"][0])
-            return
-        with backend.active():
-            self._allocation = drv.mem_alloc(max(elements * self.itemsize, 1))
-        self.ptr = int(self._allocation)
-
-    def __del__(self):
-        allocation = getattr(self, "_allocation", None)
-        if allocation is not None:
-            try:
-                with self._backend.active():
-                    allocation.free()
-            except Exception:  # noqa: BLE001, S110 - interpreter shutdown: the driver frees it
-                pass
-
-    @property
-    def shape(self):
-        return self.batch + self.core
-
-    def strides(self):
-        """Byte strides of `shape`: C order over the batch axes, column-major members."""
-        core = (self.itemsize, self.ld * self.itemsize) if len(self.core) == 2 \
-            else (self.itemsize,)
-        batch, step = [], self.stride * self.itemsize
-        for size in reversed(self.batch):
-            batch.append(step)
-            step *= size
-        return tuple(reversed(batch)) + core
-
-    @property
-    def __cuda_array_interface__(self):
-        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False),
-                "strides": self.strides(), "version": 3}
-
-    def address(self, r=0, c=0) -> int:
-        """The address of element (r, c) of member 0."""
-        return self.ptr + (r + c * self.ld) * self.itemsize
-
-
-def as_kind(template, out: StackArray):
-    """`out` as the same kind of array as the user's `template` (CuPy, PyTorch, PyCUDA),
-    sharing memory (the wrapper keeps `out`, or its library's buffer, alive)."""
-    module = type(template).__module__.split(".")[0]
-    if out.native is not None:  # a strided view of the library's own buffer
-        strides = out.strides()
-        if module == "torch":
-            import torch
-            return torch.as_strided(out.native, out.shape,
-                                    tuple(s // out.itemsize for s in strides))
-        import cupy
-        return cupy.ndarray(out.shape, out.dtype, memptr=out.native.data, strides=strides)
-    if module == "cupy":
-        import cupy
-        return cupy.asarray(out)
-    if module == "torch":
-        import torch
-        return torch.as_tensor(out, device=template.device)
-    if module == "pycuda":
-        from pycuda import gpuarray
-        return gpuarray.GPUArray(out.shape, out.dtype, gpudata=out._allocation,
-                                 strides=out.strides(), base=out)
-    return out
-
-
-class Operand(NamedTuple):
-    """A stack as a kernel reads it: member b's element (r, c) at ptr + (offset_b + r rs + c cs)
-    elements, offset_b = b * stride, or offsets[b] (a device array of int64, 0 when unused)."""
-    ptr: int
-    rs: int
-    cs: int
-    stride: int
-    offsets: int
-    m: int
-    n: int
-    dtype: np.dtype
-
-
-def dense_operand(stack: StackArray) -> Operand:
-    return Operand(stack.ptr, 1, stack.ld, stack.stride, 0, stack.m, stack.n, stack.dtype)
-
-
-def layout(obj, core_ndim):
-    """(pointer, shape, dtype, byte strides) of a device array from its
-    __cuda_array_interface__ (strides None: C-contiguous)."""
-    cai = obj.__cuda_array_interface__
-    dtype = np.dtype(cai["typestr"])
-    shape = tuple(int(s) for s in cai["shape"])
-    strides = cai.get("strides")
-    if strides is None:
-        strides, step = [], dtype.itemsize
-        for size in reversed(shape):
-            strides.append(step)
-            step *= max(size, 1)
-        strides = tuple(reversed(strides))
-    return int(cai["data"][0]), shape, dtype, tuple(int(s) for s in strides)
-
-
-def member_offsets(batch, shape, strides, core_ndim, itemsize):
-    """The element offsets of the members of an array of `shape` (byte `strides`) broadcast to
-    the batch shape `batch`, in C order: (uniform stride or None, offsets array or None).
-    Raises ValueError for a stride that is not a whole number of elements."""
-    if any(s % itemsize for s in strides):
-        raise ValueError(f"a device array's strides must be whole elements; got strides "
-                         f"{strides} (bytes) for items of {itemsize} bytes")
-    own = shape[:len(shape) - core_ndim]
-    own_strides = strides[:len(shape) - core_ndim]
-    lead = len(batch) - len(own)
-    offsets = np.zeros(batch, dtype=np.int64)
-    for axis, size in enumerate(batch):
-        i = axis - lead
-        step = 0 if i < 0 or own[i] == 1 else own_strides[i] // itemsize
-        if step:
-            view = [1] * len(batch)
-            view[axis] = size
-            offsets += (np.arange(size, dtype=np.int64) * step).reshape(view)
-    flat = offsets.ravel()
-    if flat.size <= 1:
-        return 0, None
-    step = int(flat[1] - flat[0])
-    if flat[0] == 0 and np.array_equal(flat, np.arange(flat.size, dtype=np.int64) * step):
-        return step, None
-    return None, flat
-
-
-class Workspace:
-    """The device buffers of one batched call (pointer arrays, infos, offsets, pivots for
-    cuBLAS), from the backend's pool, and the host arrays their uploads read: all freed by
-    close(), after a wait for `lane`."""
-
-    def __init__(self, backend, lane):
-        self.backend, self.lane = backend, lane
-        self._allocations, self._keep = [], []
-
-    def alloc(self, nbytes) -> int:
-        allocation = self.backend.alloc(max(int(nbytes), 1))
-        self._allocations.append(allocation)
-        return int(allocation)
-
-    def upload(self, array: np.ndarray) -> int:
-        """A device copy of the host array, in the lane's order."""
-        array = np.ascontiguousarray(array)
-        ptr = self.alloc(array.nbytes)
-        self._keep.append(array)  # until close(): the copy reads it
-        if array.nbytes:
-            _check(_libcuda.cuMemcpyHtoDAsync_v2(ctypes.c_void_p(ptr),
-                                                 ctypes.c_void_p(array.ctypes.data),
-                                                 ctypes.c_size_t(array.nbytes),
-                                                 ctypes.c_void_p(self.lane.handle)),
-                   "cuMemcpyHtoDAsync")
-        return ptr
-
-    def operand(self, obj, batch, core_ndim) -> Operand:
-        """The user's device array `obj` ((..., m, n), or (..., k) with core_ndim 1: a column)
-        broadcast to the batch shape `batch`, as a kernel reads it."""
-        ptr, shape, dtype, strides = layout(obj, core_ndim)
-        itemsize = dtype.itemsize
-        if core_ndim == 2:
-            m, n = shape[-2:]
-            rs, cs = strides[-2] // itemsize, strides[-1] // itemsize
-        else:
-            m, n = shape[-1], 1
-            rs, cs = strides[-1] // itemsize, max(m, 1)
-        if m <= 1:
-            rs = 1  # one row: its stride means nothing (read down the columns)
-        stride, offsets = member_offsets(batch, shape, strides, core_ndim, itemsize)
-        return Operand(ptr, rs, cs, stride or 0,
-                       0 if offsets is None else self.upload(offsets), m, n, dtype)
-
-    def close(self):
-        """Wait for the lane (a named wait: the results are read next, on the user's stream or
-        the host, and the pool may hand these buffers out again at once), then free."""
-        _driver.stream_synchronize(self.lane.handle)
-        for allocation in self._allocations:
-            self.backend.free(allocation)
-        self._allocations, self._keep = [], []
-
-
-def _check(status, what):
-    if status != 0:
-        name = ctypes.c_char_p()
-        _libcuda.cuGetErrorName(status, ctypes.byref(name))
-        raise _driver.CudaDriverError(f"{what} failed: "
-                                      f"{name.value.decode() if name.value else status}")
-
-
-def download(lane, ptr, out: np.ndarray) -> np.ndarray:
-    """out := the device bytes at ptr; complete on return (a host wait for the lane: the
-    caller's named point)."""
-    if out.nbytes:
-        _check(_libcuda.cuMemcpyDtoHAsync_v2(ctypes.c_void_p(out.ctypes.data),
-                                             ctypes.c_void_p(ptr), ctypes.c_size_t(out.nbytes),
-                                             ctypes.c_void_p(lane.handle)), "cuMemcpyDtoHAsync")
-    _driver.stream_synchronize(lane.handle)
-    return out
-
-
-def zero_ints(lane, ptr, count):
-    """count int32 at ptr := 0, in the lane's order."""
-    if count:
-        _driver.memset_d32_async(ptr, 0, count, lane.handle)
 
 
 # -- copies and pointer arrays ------------------------------------------------------------------
