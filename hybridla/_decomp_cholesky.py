@@ -168,9 +168,6 @@ def cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, backend=No
     return c
 
 
-# the host form, under the name _stacked.potrf imports
-_zero_triangle = zero_other_triangle
-
 
 def _potrf(a, lower, overwrite_a, check_finite, backend, options, condition=False, then=None):
     """Validate, plan and run potrf; returns (c, rcond, then_result): rcond the 1-norm reciprocal

@@ -390,15 +390,11 @@ def _host_working_matrix(ops, array, plan):
         A = ops.matrix(*array.shape, array.dtype, plan.nb, host_source=array,
                        settings=plan.device_settings)
         return A, ArrivingMatrix(ops, A, plan)
-    from .lapack._blocked import record_uploads
-    from .scheduler import TaskGraph, run
+    from .lapack._blocked import upload_all
     A = ops.host_matrix(array, None, plan.nb, settings=dataclasses.replace(
         plan.device_settings, host_transfer=transfer))
     try:
-        graph = TaskGraph()
-        record_uploads(graph, A, plan)
-        run(graph, ops, workers=plan.workers, settings=plan.device_settings)
-        ops.synchronize()
+        upload_all(A, plan)
     except BaseException:
         A.close()
         raise

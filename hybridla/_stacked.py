@@ -245,10 +245,11 @@ def potrf(a, lower, check_finite, backend, options, clean):
             if info < 0:  # cannot happen with the arguments given here
                 raise ValueError(f"illegal value in argument {-info} of the internal potrf")
         else:
-            from ._decomp_cholesky import _potrf, _zero_triangle
+            from ._decomp_cholesky import _potrf
+            from .lapack.potrf import zero_other_triangle
             factor, _, _ = _potrf(array[index], lower, False, False, backend, options)
             if clean:
-                _zero_triangle(factor, upper=lower)
+                zero_other_triangle(factor, upper=lower)
         c[index] = factor
     return c
 

@@ -70,10 +70,6 @@ def upload_all(A, plan):
     plan.backend.synchronize()  # the caller's next graph reads A from any lane
 
 
-def record_uploads(graph, A, plan):  # the transfer plan's bring_up, until _solve_mixed moves
-    return TransferPlan(graph, A, plan).bring_up()
-
-
 def run_recording(graph, steps, A, plan, trace, name):
     """Run the graph that `steps` records into `graph`, one step per item; returns the trace.
     A matrix already on the device starts on its first plan.head_steps steps while the rest are
