@@ -29,8 +29,9 @@ from scipy.linalg import LinAlgError
 from . import _common
 from ._common import _check_memory, _shape_and_dtype
 from ._decomp_lu import _getrf, lu_solve
+from .lapack import _structured
 from .lapack.larscl2 import larscl2
-from .lapack.sytrf import LANE, ldl_ops, lansy, sycon, symmetrize, sytrf, sytrs
+from .lapack.sytrf import lansy, sycon, sytrf, sytrs
 from .lapack.trtrs import lantr, trcon, trtrs
 
 
@@ -69,14 +70,7 @@ def _solve_into(ops, b, overwrite_b, solve):
     """(x, solve(B)): b's store B (b itself under overwrite_b where its layout allows, else a
     column-major copy of b's kind) overwritten by solve(B) -> info, freed whatever happens."""
     shape, _ = _shape_and_dtype(b)
-    B, x, write_back = ops.device_matrix(b, 1, overwrite_b)
-    try:
-        info = solve(B)
-        ops.synchronize()  # x is handed over: its last writes must have landed
-    finally:
-        B.close()
-    if write_back is not None:
-        write_back()
+    x, info = _structured.solve_into(ops, b, overwrite_b, solve)
     return (x.reshape(shape) if len(shape) == 1 else x), info
 
 
@@ -117,20 +111,7 @@ def _hermitian(ops, a, b, uplo, transposed, overwrite_a, overwrite_b, backend, o
     if not in_place:
         _check_memory(ops, n, n, dtype, 1)
     w = a if in_place else ops.empty((n, n), dtype)
-    W = ops.wrap(w)
-    try:
-        if not in_place:
-            S = ops.wrap(a)  # a itself when column-major (only read), else a copy
-            try:
-                lane = ops.lane(LANE)
-                with lane:
-                    ops.lacpy(lane, uplo, S.block(0, n, 0, n), W.block(0, n, 0, n))
-                ops.synchronize()  # S's copy of a row-major a must outlive the lacpy
-            finally:
-                S.close()
-        symmetrize(ops, W, uplo, hermitian=True)
-    finally:
-        W.close()
+    _structured.lacpy_hermitian(ops, a, w, n, uplo, copy=not in_place)
     lu, piv, info, rcond, _ = _getrf(w, True, False, backend, options, condition=True)
     if info > 0:
         raise LinAlgError("Matrix is singular.")
@@ -178,25 +159,17 @@ def _on_host(ops, form, a, b, lower, transposed, overwrite_b):
     diagonals, or all of it) and on b; x goes up into b's store."""
     from ._basic import _banded, _gtsv  # here: _basic imports this module
     (n, _), _ = _shape_and_dtype(a)
-    lane = ops.lane(LANE)
-    A = ops.wrap(a)
-    try:
-        whole = A.block(0, n, 0, n)
-        if form == "tridiagonal":
-            dl, d, du = (ops.to_host(lane, ldl_ops(ops).diagonal(whole, k))[0]
-                         for k in (-1, 0, 1))
-        else:
-            dense = ops.to_host(lane, whole)
-    finally:
-        A.close()
+    if form == "tridiagonal":
+        dl, d, du = _structured.gtdiag_to_host(ops, a, n)
+    else:
+        dense = _structured.lacpy_to_host(ops, a, n)
     rcond = []
 
-    def solve(B):
-        X = B.block(0, n, 0, B.n)
-        rhs = ops.to_host(lane, X)
+    def host_solve(rhs):
         x, r = (_gtsv(dl, d, du, rhs, transposed, True) if form == "tridiagonal"
                 else _banded(dense, rhs, lower, transposed, True, True))
         rcond.append(r)
-        ops.from_host(lane, np.asfortranarray(x), X)
-    x, _ = _solve_into(ops, b, overwrite_b, solve)
+        return x
+    x, _ = _solve_into(ops, b, overwrite_b,
+                       lambda B: _structured.solve_on_host(ops, B, n, host_solve))
     return x, rcond[0]

@@ -75,8 +75,7 @@ def _same_dtype(name, dtype, other, other_dtype):
 def _check_memory(ops, nbytes):
     """Refuse before any work a stack whose results and workspaces do not fit the
     device-memory budget (configuration "device.memory_budget", else 90% of what is free)."""
-    budget = _config.get("device.memory_budget")
-    budget = int(0.9 * ops.free_memory()) if budget is None else int(budget)
+    budget = batched.memory_budget(ops, _config.get("device.memory_budget"))
     if nbytes > budget:
         raise MemoryError(f"the stack needs {nbytes} bytes of device memory, over the budget of "
                           f"{budget} bytes (config device.memory_budget)")
@@ -87,56 +86,11 @@ def _nb(options):
     return nb if isinstance(nb, int) and not isinstance(nb, bool) else None
 
 
-class _Call:
-    """One batched computation: the lane ("gpu:update", held) and its workspace; on exit the
-    lane's work is finished (a named wait: the results are read next on the user's stream)
-    and the workspace freed."""
-
-    def __init__(self, ops, template):
-        self.ops, self.cb, self.template = ops, _cb(), template
-        self.lane = ops.lane("gpu:update")
-
-    def __enter__(self):
-        self.ops.synchronize()  # the producers' pending writes to the user's arrays land first
-        self.lane.__enter__()
-        self.ws = self.cb.Workspace(self.ops, self.lane)
-        return self
-
-    def __exit__(self, *exc):
-        try:
-            self.ws.close()
-        finally:
-            self.lane.__exit__(*exc)
-        return False
-
-    def stack(self, batch, core, dtype):
-        """A new dense stack, from the user's library's allocator where it has one."""
-        return self.cb.StackArray(self.ops, batch, core, dtype, like=self.template)
-
-    def copy_in(self, obj, batch, core_ndim, out, check_finite, name):
-        """out := the user's obj broadcast to the batch (one launch), then check_finite on the
-        copy (before any factorization)."""
-        self.cb.copy_stack(self.ops, self.lane, self.ws.operand(obj, batch, core_ndim), out)
-        if check_finite and self.cb.has_nonfinite(self.ops, out):
-            raise ValueError(f"{name} must not contain infs or NaNs (check_finite=True)")
-
-    def column_major(self, obj, own_batch, batch):
-        """An operand of the matrices obj (their own batch own_batch) broadcast to `batch`, for
-        the pointer-array routines: obj itself where its members are column-major, else a
-        column-major copy (of its own batch: a broadcast member is copied once)."""
-        op = self.ws.operand(obj, batch, 2)
-        if op.rs == 1 and op.cs >= max(op.m, 1):
-            return op
-        _, dtype = _shape("factors", obj, 2)
-        dense = self.stack(own_batch, (op.m, op.n), dtype)
-        self.cb.copy_stack(self.ops, self.lane, self.ws.operand(obj, own_batch, 2), dense)
-        self.ws._keep.append(dense)  # until close()
-        return self.ws.operand(dense, batch, 2)
-
-    def infos(self, info, count):
-        """The members' infos on the host: a named wait for the lane (the caller reports the
-        failing members)."""
-        return self.cb.download(self.lane, info, np.empty(count, np.int32))
+def _copy_in(call, obj, batch, core_ndim, out, check_finite, name):
+    """out := the user's obj broadcast to the batch, then check_finite on the copy (before any
+    factorization)."""
+    if call.lacpy_in(obj, batch, core_ndim, out, check_finite):
+        raise ValueError(f"{name} must not contain infs or NaNs (check_finite=True)")
 
 
 # -- LU ------------------------------------------------------------------------------------------
@@ -147,14 +101,6 @@ def lu_method(ops, m, n, itemsize, nb=None):
     if m == n and n <= DEVICE_CUBLAS_LU_UP_TO:
         return "cublas"
     return "blocked" if batched.panel_width(ops, m, itemsize, nb) else "loop"
-
-
-def _getrf(call, A, piv, method, nb):
-    """getrf_batched on the dense stack A; returns the members' infos (host)."""
-    info = call.ws.alloc(4 * A.count)
-    call.cb.zero_ints(call.lane, info, A.count)
-    batched.getrf_batched(call.ops, call.lane, call.ws, A, piv, info, method=method, nb=nb)
-    return call.infos(info, A.count)
 
 
 def lu_factor(a, check_finite, backend, options, method=None):
@@ -173,10 +119,10 @@ def lu_factor(a, check_finite, backend, options, method=None):
     if method == "loop":
         return _lu_factor_loop(ops, a, batch, m, n, dtype, check_finite, options)
     _check_memory(ops, count * (m * n * dtype.itemsize + 4 * k + 4 + 3 * 8))
-    with _Call(ops, a) as call:
+    with batched.Batched(ops, a) as call:
         lu, piv = call.stack(batch, (m, n), dtype), call.stack(batch, (k,), np.int32)
-        call.copy_in(a, batch, 2, lu, check_finite, "a")
-        infos = _getrf(call, lu, piv, method, _nb(options))
+        _copy_in(call, a, batch, 2, lu, check_finite, "a")
+        infos = call.getrf(lu, piv, method, _nb(options))
     for info in infos[infos > 0]:
         warnings.warn(f"Diagonal number {info} is exactly zero. Singular matrix.",
                       LinAlgWarning, stacklevel=4)
@@ -194,24 +140,9 @@ def _lu_factor_loop(ops, a, batch, m, n, dtype, check_finite, options):
     cb = _cb()
     piv = cb.StackArray(ops, batch, (k,), np.int32, like=a)
     host = np.ascontiguousarray(np.stack(pivots), dtype=np.int32)
-    with _Call(ops, a) as call:
-        source = call.ws.upload(host)
-        cb.gather_pivots(ops, call.lane, cb.Operand(source, 1, k, k, 0, k, 1, piv.dtype),
-                         piv.ptr, k, piv.count, 0)
+    with batched.Batched(ops, a) as call:
+        call.pivots_from_host(host, piv, k)
     return cb.as_kind(a, lu), cb.as_kind(a, piv)
-
-
-def _pivots_one_based(call, piv, batch, n):
-    """The pivots (0-based, device or host, broadcast to the batch) as cuBLAS getrs takes
-    them: 1-based, dense count x n int32 on the device. Returns the address."""
-    count = math.prod(batch)
-    if hasattr(piv, "__cuda_array_interface__"):
-        src = call.ws.operand(piv, batch, 1)
-        out = call.ws.alloc(4 * count * n)
-        call.cb.gather_pivots(call.ops, call.lane, src, out, n, count, 1)
-        return out
-    host = np.broadcast_to(np.asarray(piv), tuple(batch) + (n,)).astype(np.int32) + 1
-    return call.ws.upload(host)
 
 
 def lu_solve(lu, piv, b, trans, check_finite, backend):
@@ -237,11 +168,10 @@ def lu_solve(lu, piv, b, trans, check_finite, backend):
     if count == 0 or x.m * x.n == 0:
         return cb.as_kind(b, x)
     _check_memory(ops, count * (x.m * x.n * dtype.itemsize + 4 * n + 3 * 8))
-    with _Call(ops, b) as call:
-        call.copy_in(b, batch, len(core), x, check_finite, "b")
+    with batched.Batched(ops, b) as call:
+        _copy_in(call, b, batch, len(core), x, check_finite, "b")
         factors = call.column_major(lu, lu_shape[:-2], batch)
-        pivots = _pivots_one_based(call, piv, batch, n)
-        batched.getrs_batched(ops, call.lane, call.ws, _TRANS[trans], factors, pivots, x)
+        call.getrs(_TRANS[trans], factors, piv, batch, n, x)
     return cb.as_kind(b, x)
 
 
@@ -286,30 +216,25 @@ def solve(a, b, lower, check_finite, form, transposed, backend, options):
         return x
     _check_memory(ops, own_count * (n * n * dtype.itemsize + 4 * n + 4) +
                   count * (x.m * x.n * dtype.itemsize + 4 * n + 3 * 8))
-    with _Call(ops, b) as call:
+    with batched.Batched(ops, b) as call:
         factors = call.stack(own, (n, n), dtype)
-        call.copy_in(a, own, 2, factors, check_finite, "a")
-        call.copy_in(b, batch, len(core), x, check_finite, "b")
-        info = call.ws.alloc(4 * own_count)
-        call.cb.zero_ints(call.lane, info, own_count)
+        _copy_in(call, a, own, 2, factors, check_finite, "a")
+        _copy_in(call, b, batch, len(core), x, check_finite, "b")
         if form == "gen":
             piv = call.stack(own, (n,), np.int32)
-            batched.getrf_batched(ops, call.lane, call.ws, factors, piv, info, method=method,
-                                  nb=_nb(options))
+            own_infos = call.getrf(factors, piv, method, _nb(options))
         else:
             uplo = "L" if lower else "U"
-            batched.potrf_batched(ops, call.lane, call.ws, uplo, factors, info)
-        infos = np.broadcast_to(call.infos(info, own_count).reshape(own), batch).ravel()
+            own_infos = call.potrf(uplo, factors)
+        infos = np.broadcast_to(own_infos.reshape(own), batch).ravel()
         singular = np.flatnonzero(infos > 0).tolist()
         if singular:
             raise LinAlgError(f"A singular matrix detected: slice(s) {singular} are singular.")
-        operand = call.ws.operand(factors, batch, 2)
+        operand = call.operand(factors, batch, 2)
         if form == "gen":
-            pivots = _pivots_one_based(call, piv, batch, n)
-            batched.getrs_batched(ops, call.lane, call.ws, "T" if transposed else "N", operand,
-                                  pivots, x)
+            call.getrs("T" if transposed else "N", operand, piv, batch, n, x)
         else:  # real symmetric: A^T = A
-            batched.potrs_batched(ops, call.lane, call.ws, uplo, operand, x)
+            call.potrs(uplo, operand, x)
     return cb.as_kind(b, x)
 
 
@@ -330,19 +255,15 @@ def potrf(a, lower, check_finite, backend, options, clean):
     _check_memory(ops, count * (n * n * dtype.itemsize + 4 + 8))
     uplo = "L" if lower else "U"
     other = "strict_upper" if lower else "strict_lower"
-    with _Call(ops, a) as call:
-        call.copy_in(a, batch, 2, c, check_finite, "a")
-        info = call.ws.alloc(4 * count)
-        call.cb.zero_ints(call.lane, info, count)
-        batched.potrf_batched(ops, call.lane, call.ws, uplo, c, info)
-        infos = call.infos(info, count)
+    with batched.Batched(ops, a) as call:
+        _copy_in(call, a, batch, 2, c, check_finite, "a")
+        infos = call.potrf(uplo, c)
         failing = np.flatnonzero(infos > 0)
         if failing.size:
             raise LinAlgError(f"{infos[failing[0]]}-th leading minor of the array is not "
                               f"positive definite")
         # the other triangle was cuSOLVER's workspace: zero (cholesky) or a's again
-        call.cb.copy_stack(ops, call.lane, None if clean else call.ws.operand(a, batch, 2), c,
-                           part=other)
+        call.laset_other(other, c, None if clean else a, batch)
     return cb.as_kind(a, c)
 
 
@@ -359,10 +280,10 @@ def cho_solve(c, lower, b, check_finite, backend):
     if count == 0 or x.m * x.n == 0:
         return cb.as_kind(b, x)
     _check_memory(ops, count * (x.m * x.n * dtype.itemsize + 2 * 8))
-    with _Call(ops, b) as call:
-        call.copy_in(b, batch, len(core), x, check_finite, "b")
+    with batched.Batched(ops, b) as call:
+        _copy_in(call, b, batch, len(core), x, check_finite, "b")
         factor = call.column_major(c, c_shape[:-2], batch)
-        batched.potrs_batched(ops, call.lane, call.ws, "L" if lower else "U", factor, x)
+        call.potrs("L" if lower else "U", factor, x)
     return cb.as_kind(b, x)
 
 
@@ -391,14 +312,12 @@ def qr(a, mode, pivoting, check_finite, backend, options):
         return _qr_loop(ops, a, batch, mode, check_finite, options)
     r_rows = shapes[-1][0]
     _check_memory(ops, count * ((m * n + k + r_rows * n) * dtype.itemsize + 3 * 8))
-    with _Call(ops, a) as call:
+    with batched.Batched(ops, a) as call:
         factors, tau = call.stack(batch, (m, n), dtype), call.stack(batch, (k,), dtype)
-        call.copy_in(a, batch, 2, factors, check_finite, "a")
-        batched.geqrf_batched(ops, call.lane, call.ws, factors, tau)
+        _copy_in(call, a, batch, 2, factors, check_finite, "a")
+        call.geqrf(factors, tau)
         r = call.stack(batch, (r_rows, n), dtype)
-        # R: the factors' upper triangle (trapezoid), zeros below
-        call.cb.copy_stack(ops, call.lane, call.cb.dense_operand(factors), r, part="upper",
-                           rest=True)
+        call.lacpy_r(factors, r)  # R: the factors' upper triangle (trapezoid), zeros below
     r = cb.as_kind(a, r)
     if mode == "r":
         return r  # a stack's R itself, as scipy's (a 2-D matrix gives the tuple (R,))
@@ -451,13 +370,12 @@ def _loop(ops, batch, inputs, member_fn):
                                  like=template)
                    if hasattr(r, "__cuda_array_interface__") else [] for r in results]
         # the member's results are copied before they are freed: a named wait, per member
-        with _Call(ops, template) as call:
+        with batched.Batched(ops, template) as call:
             for o, r in zip(out, results):
                 if isinstance(o, list):
                     o.append(r)
                 else:
-                    cb.copy_stack(ops, call.lane, call.ws.operand(
-                        r, (), len(o.core)), o, first=i, count=1)
+                    call.lacpy_member(r, o, i)
     return tuple(o if isinstance(o, list) else cb.as_kind(template, o) for o in out)
 
 

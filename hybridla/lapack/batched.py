@@ -10,6 +10,11 @@
                                               factor's other triangle)
     geqrf_batched   A_b = Q_b R_b             cuBLAS geqrfBatched
 
+    Batched         one batched computation: the update lane (held) and its workspace, and
+                    the steps around the drivers above (copies in and out, infos down,
+                    pivots converted) for the user layer's stacks (_stacked_device.py)
+    memory_budget   the device memory a stack may take
+
 The blocked LU (LAPACK's dgetrf, right-looking, for every member at once), step k of width jb:
 
     P [A11; A21] = [L11; L21] U11     the panel, in shared memory, a block of threads per member
@@ -24,9 +29,16 @@ runs one member at a time; the blocked LU keeps every member's update in one GEM
 Where the crossover lies on a device is perf/batched.py's to measure.
 
 Stacks are backend StackArrays (dense, column-major members); the caller owns the lane (held),
-the workspace and the infos (count int32 on the device, zeroed), and waits for the results.
+the workspace and the infos (count int32 on the device, zeroed), and waits for the results
+(a `Batched` does all three).
 """
 from __future__ import annotations
+
+import math
+
+import numpy as np
+
+LANE = "gpu:update"  # the lane every batched computation runs on
 
 PANEL_WIDTH = 32  # the blocked LU's default panel width (narrowed where shared memory is short)
 MIN_PANEL_WIDTH = 8  # below this a panel's column-at-a-time work is all there is
@@ -121,3 +133,136 @@ def geqrf_batched(backend, lane, ws, A, tau):
     """A_b = Q_b R_b for every member, in LAPACK's storage (R on and above the diagonal, the
     reflectors below it), tau (count x min(m, n)) their scalars."""
     _ops().geqrf(backend, lane, ws, A, tau)
+
+
+def memory_budget(backend, configured=None) -> int:
+    """The bytes of device memory a stack may take: `configured` (the caller's configuration,
+    "device.memory_budget") where given, else 90% of what the device has free now."""
+    return int(0.9 * backend.free_memory()) if configured is None else int(configured)
+
+
+class Batched:
+    """One batched computation on the cuda backend: the lane LANE, held, and its workspace.
+    Entering waits for the device (the producers' pending writes to the user's arrays land
+    first), takes the lane and opens the workspace; leaving frees the workspace and releases
+    the lane (a named wait: the results are read next on the user's stream). `template`: the
+    user's array whose library allocates the new stacks (`stack`)."""
+
+    def __init__(self, backend, template):
+        self.backend, self.ops, self.template = backend, _ops(), template
+        self.lane = backend.lane(LANE)
+
+    def __enter__(self):
+        self.backend.synchronize()
+        self.lane.__enter__()
+        self.ws = self.ops.Workspace(self.backend, self.lane)
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self.ws.close()
+        finally:
+            self.lane.__exit__(*exc)
+        return False
+
+    def stack(self, batch, core, dtype):
+        """A new dense stack, from the user's library's allocator where it has one."""
+        return self.ops.StackArray(self.backend, batch, core, dtype, like=self.template)
+
+    def operand(self, obj, batch, core_ndim):
+        """The device array obj (members of core_ndim axes) as the kernels read it, broadcast
+        to `batch`."""
+        return self.ws.operand(obj, batch, core_ndim)
+
+    def lacpy_in(self, obj, batch, core_ndim, out, check_finite) -> bool:
+        """out := the user's obj broadcast to the batch (one launch). Returns True when
+        check_finite and the copy holds an inf or NaN (the caller raises, before any
+        factorization)."""
+        self.ops.copy_stack(self.backend, self.lane, self.ws.operand(obj, batch, core_ndim),
+                            out)
+        return bool(check_finite and self.ops.has_nonfinite(self.backend, out))
+
+    def column_major(self, obj, own_batch, batch):
+        """An operand of the matrices obj (their own batch own_batch) broadcast to `batch`, for
+        the pointer-array routines: obj itself where its members are column-major, else a
+        column-major copy (of its own batch: a broadcast member is copied once)."""
+        op = self.ws.operand(obj, batch, 2)
+        if op.rs == 1 and op.cs >= max(op.m, 1):
+            return op
+        dtype = np.dtype(obj.__cuda_array_interface__["typestr"])
+        dense = self.stack(own_batch, (op.m, op.n), dtype)
+        self.ops.copy_stack(self.backend, self.lane, self.ws.operand(obj, own_batch, 2), dense)
+        self.ws._keep.append(dense)  # until close()
+        return self.ws.operand(dense, batch, 2)
+
+    def _zeroed_infos(self, count):
+        info = self.ws.alloc(4 * count)
+        self.ops.zero_ints(self.lane, info, count)
+        return info
+
+    def _infos(self, info, count):
+        """The members' infos on the host: a named wait for the lane."""
+        return self.ops.download(self.lane, info, np.empty(count, np.int32))
+
+    def getrf(self, A, piv, method, nb):
+        """getrf_batched on the dense stack A (pivots to piv); returns the members' infos, a
+        host int32 array (a named wait for the lane)."""
+        info = self._zeroed_infos(A.count)
+        getrf_batched(self.backend, self.lane, self.ws, A, piv, info, method=method, nb=nb)
+        return self._infos(info, A.count)
+
+    def potrf(self, uplo, A):
+        """potrf_batched on the dense stack A; returns the members' infos (host int32)."""
+        info = self._zeroed_infos(A.count)
+        potrf_batched(self.backend, self.lane, self.ws, uplo, A, info)
+        return self._infos(info, A.count)
+
+    def _pivots_one_based(self, piv, batch, n):
+        """The pivots (0-based, device or host, broadcast to the batch) as cuBLAS getrs takes
+        them: 1-based, dense count x n int32 on the device. Returns the address."""
+        count = math.prod(batch)
+        if hasattr(piv, "__cuda_array_interface__"):
+            src = self.ws.operand(piv, batch, 1)
+            out = self.ws.alloc(4 * count * n)
+            self.ops.gather_pivots(self.backend, self.lane, src, out, n, count, 1)
+            return out
+        host = np.broadcast_to(np.asarray(piv), tuple(batch) + (n,)).astype(np.int32) + 1
+        return self.ws.upload(host)
+
+    def getrs(self, trans, LU, piv, batch, n, B):
+        """getrs_batched: B := op(A)^-1 B with the factors LU (an Operand broadcast to B's
+        batch) and their pivots piv (0-based, device or host, n per member), made 1-based
+        first."""
+        pivots = self._pivots_one_based(piv, batch, n)
+        getrs_batched(self.backend, self.lane, self.ws, trans, LU, pivots, B)
+
+    def potrs(self, uplo, C, B):
+        """potrs_batched (C an Operand broadcast to B's batch)."""
+        potrs_batched(self.backend, self.lane, self.ws, uplo, C, B)
+
+    def laset_other(self, part, C, a=None, batch=None):
+        """C's triangle `part` ("strict_upper", "strict_lower"; cuSOLVER's workspace after
+        potrf) := 0 (a None) or the device array a's (broadcast to `batch`)."""
+        self.ops.copy_stack(self.backend, self.lane,
+                            None if a is None else self.ws.operand(a, batch, 2), C, part=part)
+
+    def geqrf(self, A, tau):
+        """geqrf_batched on the dense stack A."""
+        geqrf_batched(self.backend, self.lane, self.ws, A, tau)
+
+    def lacpy_r(self, A, R):
+        """R := the factors A's upper triangle (trapezoid), zeros below (one launch)."""
+        self.ops.copy_stack(self.backend, self.lane, self.ops.dense_operand(A), R, part="upper",
+                            rest=True)
+
+    def pivots_from_host(self, host, piv, k):
+        """The stack piv (count x k int32) := the host pivots (count x k, C-ordered)."""
+        source = self.ws.upload(host)
+        self.ops.gather_pivots(self.backend, self.lane,
+                               self.ops.Operand(source, 1, k, k, 0, k, 1, piv.dtype), piv.ptr,
+                               k, piv.count, 0)
+
+    def lacpy_member(self, r, out, index):
+        """Member `index` of the stack out := the device array r (one member's shape)."""
+        self.ops.copy_stack(self.backend, self.lane, self.ws.operand(r, (), len(out.core)), out,
+                            first=index, count=1)

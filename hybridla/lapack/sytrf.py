@@ -13,7 +13,7 @@ device backend (the host's forms are scipy's own LAPACK calls, _basic.py).
 
 cuSOLVER factors complex *symmetric* matrices (c/zsytrf: A = A^T), not Hermitian ones: it has
 no hetrf. `symmetrize(..., hermitian=True)` completes a Hermitian matrix from one triangle for
-an LU instead (see _solve_device.py).
+an LU instead (_structured.lacpy_hermitian; see _solve_device.py).
 """
 from __future__ import annotations
 
