@@ -19,7 +19,7 @@ from ._common import (
     _host_matrix,
     is_device_array,
 )
-from ._decomp_qr import _householder_factor
+from ._decomp_householder import _householder_factor
 from .lapack._householder import LQ, QR
 from .lapack._scaling import host_max_abs, max_abs, range_scale
 from .lapack.gels import gels_factored, gels_load_rhs, gels_zero_solution, lascl_copy

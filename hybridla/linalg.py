@@ -7,7 +7,8 @@ kind of array. Engine options (backend, nb, lookahead, panel, trace) are keyword
 them from `hybridla.config`.
 
 One module per family, as scipy.linalg has them: _decomp_lu, _decomp_cholesky, _basic (solve),
-_decomp_qr, _decomp_hessenberg, _lstsq, _solve_mixed; what they share is in _common.
+_decomp_qr (with _decomp_householder: geqrf, geqlf, gelqf), _decomp_hessenberg, _lstsq,
+_solve_mixed; what they share is in _common.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from . import (
            _basic,
            _decomp_cholesky,
            _decomp_hessenberg,
+           _decomp_householder,
            _decomp_lu,
            _decomp_qr,
            _decomp_qr_pivoted,
@@ -37,7 +39,8 @@ cho_factor, cho_solve, cholesky = (public(_decomp_cholesky.cho_factor),
                                    public(_decomp_cholesky.cho_solve),
                                    public(_decomp_cholesky.cholesky))
 qr, ql, lq = public(_decomp_qr.qr), public(_decomp_qr.ql), public(_decomp_qr.lq)
-geqrf, geqlf, gelqf = public(_decomp_qr.geqrf), public(_decomp_qr.geqlf), public(_decomp_qr.gelqf)
+geqrf, geqlf, gelqf = (public(_decomp_householder.geqrf), public(_decomp_householder.geqlf),
+                       public(_decomp_householder.gelqf))
 geqp3 = public(_decomp_qr_pivoted.geqp3)
 hessenberg, gehrd = public(_decomp_hessenberg.hessenberg), public(_decomp_hessenberg.gehrd)
 lstsq = public(_lstsq.lstsq)

@@ -14,7 +14,7 @@ import pytest
 import hybridla
 
 MODULES = ["hybridla._decomp_lu", "hybridla._decomp_cholesky", "hybridla._basic",
-           "hybridla._decomp_qr", "hybridla._decomp_qr_pivoted", "hybridla._decomp_hessenberg",
+           "hybridla._decomp_qr", "hybridla._decomp_householder", "hybridla._decomp_qr_pivoted", "hybridla._decomp_hessenberg",
            "hybridla._lstsq", "hybridla._solve_mixed", "hybridla.info"]
 
 PUBLIC = ["lu_factor", "lu_solve", "solve", "cho_factor", "cho_solve", "cholesky", "qr", "ql",
