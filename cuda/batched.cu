@@ -15,7 +15,10 @@
 //                       memory for the whole launch: LAPACK's getf2, column by column.
 //   laswp_batched_<w>   a step's row interchanges on every member's columns outside the panel.
 //   getrf_warp_<t>_<N>  the whole LU with partial pivoting of members of at most N = 8, 16, 32
-//                       rows and columns, one warp per member, a row per lane in registers.
+//                       rows and columns, one warp per member, a row per lane in registers, read
+//                       from the user's stack in its own layout (no copy first).
+//   potrf_warp_<t>_<N>  the Cholesky factorization of members of order up to N the same way,
+//                       the other triangle kept or zeroed on the way out.
 //
 // Suffixes: <w> the element's size in bytes (4, 8, 16: elements move as raw words, so float,
 // double and complex64 (8 B) and complex128 (16 B) share kernels); <t> s, d, c, z.
@@ -33,6 +36,9 @@ template <> struct BatchedArith<float> {
     __device__ static bool is_zero(float x) { return x == 0.0f; }
     __device__ static float div(float a, float b) { return a / b; }
     __device__ static float minus_product(float c, float a, float b) { return fmaf(-a, b, c); }
+    __device__ static Real real(float x) { return x; }
+    __device__ static float from_real(Real x) { return x; }
+    __device__ static float conj(float x) { return x; }
 };
 template <> struct BatchedArith<double> {
     typedef double Real;
@@ -40,6 +46,9 @@ template <> struct BatchedArith<double> {
     __device__ static bool is_zero(double x) { return x == 0.0; }
     __device__ static double div(double a, double b) { return a / b; }
     __device__ static double minus_product(double c, double a, double b) { return fma(-a, b, c); }
+    __device__ static Real real(double x) { return x; }
+    __device__ static double from_real(Real x) { return x; }
+    __device__ static double conj(double x) { return x; }
 };
 // complex: |re| + |im| for the pivot search, as LAPACK's i?amax (scabs1 / dcabs1)
 template <> struct BatchedArith<cuFloatComplex> {
@@ -50,6 +59,9 @@ template <> struct BatchedArith<cuFloatComplex> {
     __device__ static cuFloatComplex minus_product(cuFloatComplex c, cuFloatComplex a,
                                                    cuFloatComplex b)
     { return cuCsubf(c, cuCmulf(a, b)); }
+    __device__ static Real real(cuFloatComplex x) { return x.x; }
+    __device__ static cuFloatComplex from_real(Real x) { return make_cuFloatComplex(x, 0.0f); }
+    __device__ static cuFloatComplex conj(cuFloatComplex x) { return cuConjf(x); }
 };
 template <> struct BatchedArith<cuDoubleComplex> {
     typedef double Real;
@@ -59,6 +71,9 @@ template <> struct BatchedArith<cuDoubleComplex> {
     __device__ static cuDoubleComplex minus_product(cuDoubleComplex c, cuDoubleComplex a,
                                                     cuDoubleComplex b)
     { return cuCsub(c, cuCmul(a, b)); }
+    __device__ static Real real(cuDoubleComplex x) { return x.x; }
+    __device__ static cuDoubleComplex from_real(Real x) { return make_cuDoubleComplex(x, 0.0); }
+    __device__ static cuDoubleComplex conj(cuDoubleComplex x) { return cuConj(x); }
 };
 
 // -- copies ------------------------------------------------------------------------------------
@@ -275,40 +290,72 @@ __global__ void getrf_panel_batched_z(cuDoubleComplex* A, long long stride, int 
 }  // extern "C"
 
 // Pivots k0..k1-1 (global 0-based rows) applied in order to every column of each member outside
-// the panel's columns c0..c1-1: one thread per column (grid.x), members along grid.y. A column's
-// rows k0..k1-1 are adjacent, so the thread's successive accesses to them share sectors; the
-// rows they trade places with are wherever the pivots say.
+// the panel's columns c0..c1-1. The interchanges compose into one permutation of rows k0..m-1
+// (row r of the result is row from[r] of the member), made in shared memory by one thread
+// (k1 - k0 exchanges of indices); only the rows it moves are copied: rows k0..k1-1, in order,
+// and the rows below k1 it takes them from, at most k1 - k0 more. Grid: x the column chunks
+// (`cols` columns outside the panel per block), y the members (looped). Each block stages its
+// chunk's moved rows in shared memory (read all, then write all), so a row may move anywhere.
+// Dynamic shared memory: (m - k0) + 2 (k1 - k0) ints, then 2 (k1 - k0) cols elements.
 template <typename W>
-__device__ void laswp_batched(W* A, long long stride, int lda, int n, int c0, int c1,
+__device__ void laswp_batched(W* A, long long stride, int lda, int m, int n, int c0, int c1,
                               const int* ipiv, long long ipiv_stride, int k0, int k1,
-                              long long count)
+                              long long count, int cols)
 {
-    int col = blockIdx.x * blockDim.x + threadIdx.x;
-    if (col >= n - (c1 - c0)) return;
-    if (col >= c0) col += c1 - c0;
+    extern __shared__ double2 laswp_words[];
+    const int rows = m - k0, jb = k1 - k0;
+    int* from = reinterpret_cast<int*>(laswp_words);          // rows entries
+    int* moved = from + rows;                                 // 2 jb entries
+    W* staged = reinterpret_cast<W*>(laswp_words + (((rows + 2 * jb) * 4 + 15) / 16));
+    __shared__ int moved_count;
+    const int first = blockIdx.x * cols, outside = n - (c1 - c0);
+    const int width = min(cols, outside - first);
+    if (width <= 0) return;
     for (long long b = blockIdx.y; b < count; b += gridDim.y) {
-        W* c = A + b * stride + (long long)col * lda;
         const int* piv = ipiv + b * ipiv_stride;
-        for (int i = k0; i < k1; ++i) {
-            const int p = piv[i];
-            if (p != i) { const W t = c[i]; c[i] = c[p]; c[p] = t; }
+        for (int r = threadIdx.x; r < rows; r += blockDim.x) from[r] = r;
+        for (int i = threadIdx.x; i < jb; i += blockDim.x) moved[i] = i;  // rows k0..k1-1
+        if (threadIdx.x == 0) moved_count = jb;
+        __syncthreads();
+        if (threadIdx.x == 0)
+            for (int i = 0; i < jb; ++i) {
+                const int p = piv[k0 + i] - k0;
+                const int t = from[i]; from[i] = from[p]; from[p] = t;
+            }
+        __syncthreads();
+        for (int r = jb + threadIdx.x; r < rows; r += blockDim.x)
+            if (from[r] != r) moved[atomicAdd(&moved_count, 1)] = r;
+        __syncthreads();
+        const int count_moved = moved_count, items = count_moved * width;
+        W* member = A + b * stride + k0;
+        for (int t = threadIdx.x; t < items; t += blockDim.x) {
+            int col = first + t / count_moved;
+            if (col >= c0) col += c1 - c0;
+            staged[t] = member[from[moved[t % count_moved]] + (long long)col * lda];
         }
+        __syncthreads();
+        for (int t = threadIdx.x; t < items; t += blockDim.x) {
+            int col = first + t / count_moved;
+            if (col >= c0) col += c1 - c0;
+            member[moved[t % count_moved] + (long long)col * lda] = staged[t];
+        }
+        __syncthreads();
     }
 }
 
 extern "C" {
-__global__ void laswp_batched_4(float* A, long long stride, int lda, int n, int c0, int c1,
-                                const int* ipiv, long long ipiv_stride, int k0, int k1,
-                                long long count)
-{ laswp_batched<float>(A, stride, lda, n, c0, c1, ipiv, ipiv_stride, k0, k1, count); }
-__global__ void laswp_batched_8(double* A, long long stride, int lda, int n, int c0, int c1,
-                                const int* ipiv, long long ipiv_stride, int k0, int k1,
-                                long long count)
-{ laswp_batched<double>(A, stride, lda, n, c0, c1, ipiv, ipiv_stride, k0, k1, count); }
-__global__ void laswp_batched_16(double2* A, long long stride, int lda, int n, int c0, int c1,
-                                 const int* ipiv, long long ipiv_stride, int k0, int k1,
-                                 long long count)
-{ laswp_batched<double2>(A, stride, lda, n, c0, c1, ipiv, ipiv_stride, k0, k1, count); }
+__global__ void laswp_batched_4(float* A, long long stride, int lda, int m, int n, int c0,
+                                 int c1, const int* ipiv, long long ipiv_stride, int k0, int k1,
+                                 long long count, int cols)
+{ laswp_batched<float>(A, stride, lda, m, n, c0, c1, ipiv, ipiv_stride, k0, k1, count, cols); }
+__global__ void laswp_batched_8(double* A, long long stride, int lda, int m, int n, int c0,
+                                 int c1, const int* ipiv, long long ipiv_stride, int k0, int k1,
+                                 long long count, int cols)
+{ laswp_batched<double>(A, stride, lda, m, n, c0, c1, ipiv, ipiv_stride, k0, k1, count, cols); }
+__global__ void laswp_batched_16(double2* A, long long stride, int lda, int m, int n, int c0,
+                                 int c1, const int* ipiv, long long ipiv_stride, int k0, int k1,
+                                 long long count, int cols)
+{ laswp_batched<double2>(A, stride, lda, m, n, c0, c1, ipiv, ipiv_stride, k0, k1, count, cols); }
 }  // extern "C"
 
 // -- small members: one warp each ----------------------------------------------------------------
@@ -320,76 +367,138 @@ __device__ inline cuFloatComplex warp_get(cuFloatComplex v, int src)
 __device__ inline cuDoubleComplex warp_get(cuDoubleComplex v, int src)
 { return make_cuDoubleComplex(__shfl_sync(0xffffffffu, v.x, src), __shfl_sync(0xffffffffu, v.y, src)); }
 
-// P A_b = L U for members of m x n, m, n <= N: LAPACK's getf2 with the member in registers,
-// lane r holding row r (row[c] = A(r, c)), so that a row interchange is a register exchange
-// between two lanes and the elimination of column j reads the pivot row from lane j. Per column:
-// the pivot by a butterfly over the lanes (every lane ends with the same winner: the largest
-// |re| + |im|, the lowest row on a tie), the exchange, the multipliers and the rank-1 update.
-// Pivots 0-based to ipiv_b[0:min(m, n)], the first exactly zero pivot (1-based) to info[b], 0 if
-// none. Loads and stores are coalesced: for a column c the lanes touch consecutive rows.
-// Warps per block: blockDim.x / 32; members looped by the grid.
+// The pivot of a column across a warp: among the candidate lanes, the largest value (values are
+// >= 0, so their IEEE bits order as the numbers do), on a tie the lowest position; returns the
+// winner's position * 32 + lane (every lane gets it). Three warp reductions where the device
+// has them (sm_80 on), a butterfly of shuffles before.
+template <typename Real>
+__device__ inline int warp_pivot(Real value, int position, bool candidate, int lane)
+{
+    const unsigned all = 0xffffffffu;
+    int key = candidate ? position * 32 + lane : INT_MAX;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned high, low;
+    if (sizeof(Real) == 8) {
+        high = candidate ? (unsigned)__double2hiint((double)value) : 0u;
+        low = candidate ? (unsigned)__double2loint((double)value) : 0u;
+    } else {
+        high = candidate ? __float_as_uint((float)value) : 0u;
+        low = 0u;
+    }
+    const unsigned top = __reduce_max_sync(all, high);
+    const unsigned bottom = __reduce_max_sync(all, high == top ? low : 0u);
+    return __reduce_min_sync(all, (high == top && low == bottom) ? key : INT_MAX);
+#else
+    Real best = candidate ? value : Real(0);
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        const Real other = __shfl_xor_sync(all, best, offset);
+        const int other_key = __shfl_xor_sync(all, key, offset);
+        if (other_key != INT_MAX &&
+            (key == INT_MAX || other > best || (other == best && other_key < key))) {
+            best = other;
+            key = other_key;
+        }
+    }
+    return key;
+#endif
+}
+
+// warps per block of getrf_warp: 4, or 2 for 16-byte elements (the members' shared tiles stay
+// under the 48 KiB a block may take without opting in); backend/cuda/batched.py launches so
+template <typename T> struct WarpLuWarps { static const int value = sizeof(T) > 8 ? 2 : 4; };
+
+// P A_b = L U for members of m x n, m, n <= N: LAPACK's getf2 with the member in registers, lane
+// r holding row r of the source. A row interchange moves no data: each lane keeps `position`,
+// where its row is in LAPACK's order so far, and a row that has been a pivot row is done (it
+// holds a row of L to its left and of U from the diagonal on). Per column j: the pivot among the
+// rows not done (warp_pivot: the largest |re| + |im|, the lowest position on a tie, as LAPACK's
+// i?amax), LAPACK's interchange of positions j and the pivot's, the pivot row broadcast through
+// shared memory from its lane, the multipliers and the rank-1 update. The member comes in through
+// a shared tile (read along its unit stride: whole sectors for a row- or column-major member),
+// and at the end each lane writes its row where its position says (a column's rows at once). Pivots 0-based to ipiv_b[0:min(m, n)], the first exactly zero
+// pivot (1-based) to info[b], 0 if none.
+// The source member b's element (r, c) is src[offset_b + r rs + c cs] (offset_b = offsets[b], or
+// b * src_stride without offsets): the user's stack in its own layout, or A itself (each warp
+// reads its whole member before it writes). The factors go to A, column-major (lda, stride).
+// Warps per block: WarpLuWarps<T>; members looped by the grid.
 template <typename T, int N>
-__device__ void getrf_warp(T* A, long long stride, int lda, int m, int n, int* ipiv,
-                           long long ipiv_stride, int* info, long long count)
+__device__ void getrf_warp(const T* src, const long long* offsets, long long src_stride,
+                           long long rs, long long cs, T* A, long long stride, int lda, int m,
+                           int n, int* ipiv, long long ipiv_stride, int* info, long long count)
 {
     typedef BatchedArith<T> Ar;
-    typedef typename Ar::Real Real;
+    const int W = WarpLuWarps<T>::value;
+    __shared__ T pivot_rows[W][N];
+    __shared__ T tiles[W][N][N + 1];  // + 1: a lane's row and a row of lanes both spread on banks
     const int lane = threadIdx.x & 31;
     const long long warps = blockDim.x >> 5;
+    T* pivot_row = pivot_rows[threadIdx.x >> 5];
+    T (*tile)[N + 1] = tiles[threadIdx.x >> 5];
     const int k = m < n ? m : n;
     const T zero = T();
     for (long long b = blockIdx.x * warps + (threadIdx.x >> 5); b < count;
          b += (long long)gridDim.x * warps) {
-        T* M = A + b * stride;
+        const T* S = src + (offsets ? offsets[b] : b * src_stride);
+        // (unrolled: the N loads are in flight at once, not one latency after another)
+        if (cs == 1 && rs != 1) {  // row-major: the lanes read along a row
+#pragma unroll
+            for (int r = 0; r < N; ++r)
+                if (r < m && lane < n) tile[r][lane] = S[r * rs + lane];
+        } else {                   // column-major (or other): the lanes read down a column
+#pragma unroll
+            for (int c = 0; c < N; ++c)
+                if (c < n && lane < m) tile[lane][c] = S[lane * rs + c * cs];
+        }
+        __syncwarp();
         T row[N];
 #pragma unroll
         for (int c = 0; c < N; ++c)
-            row[c] = (lane < m && c < n) ? M[lane + (long long)c * lda] : zero;
-        int first_zero = 0;
+            row[c] = (lane < m && c < n) ? tile[lane][c] : zero;
+        int position = lane, first_zero = 0;
+        bool done = false;
 #pragma unroll
         for (int j = 0; j < N; ++j) {
             if (j < k) {  // the same for every lane of the warp
-                Real value = (lane >= j && lane < m) ? Ar::abs1(row[j]) : Real(0);
-                int r = (lane >= j && lane < m) ? lane : INT_MAX;
-                for (int offset = 16; offset > 0; offset >>= 1) {
-                    const Real other_value = __shfl_xor_sync(0xffffffffu, value, offset);
-                    const int other_row = __shfl_xor_sync(0xffffffffu, r, offset);
-                    better(value, r, other_value, other_row);
+                const bool candidate = lane < m && !done;
+                const int key = warp_pivot(Ar::abs1(row[j]), position, candidate, lane);
+                const int pivot_lane = key & 31, pivot_position = key >> 5;
+                if (lane == 0) ipiv[b * ipiv_stride + j] = pivot_position;
+                if (position == j) position = pivot_position;
+                if (lane == pivot_lane) { position = j; done = true; }
+                __syncwarp();  // every lane has read the last pivot row
+                if (lane == pivot_lane) {
+#pragma unroll
+                    for (int c = j; c < N; ++c) pivot_row[c] = row[c];
                 }
-                const int p = r == INT_MAX ? j : r;
-                const T pivot = warp_get(row[j], p);
+                __syncwarp();
+                const T pivot = pivot_row[j];
                 const bool singular = Ar::is_zero(pivot);
                 if (singular && first_zero == 0) first_zero = j + 1;
-                if (lane == 0) ipiv[b * ipiv_stride + j] = p;
-                if (p != j) {  // rows j and p trade places: each lane takes its partner's row
-                    const int partner = lane == j ? p : (lane == p ? j : lane);
-#pragma unroll
-                    for (int c = 0; c < N; ++c) row[c] = warp_get(row[c], partner);
-                }
-                if (!singular) {  // a zero column: nothing to eliminate (getf2)
+                if (!singular && candidate && lane != pivot_lane) {  // a zero column: nothing to do
                     const T l = Ar::div(row[j], pivot);
-                    const bool below = lane > j && lane < m;
-                    if (below) row[j] = l;
+                    row[j] = l;
 #pragma unroll
-                    for (int c = j + 1; c < N; ++c) {
-                        const T u = warp_get(row[c], j);
-                        if (below && c < n) row[c] = Ar::minus_product(row[c], l, u);
-                    }
+                    for (int c = j + 1; c < N; ++c)
+                        if (c < n) row[c] = Ar::minus_product(row[c], l, pivot_row[c]);
                 }
             }
         }
+        T* M = A + b * stride;
 #pragma unroll
         for (int c = 0; c < N; ++c)
-            if (lane < m && c < n) M[lane + (long long)c * lda] = row[c];
+            if (lane < m && c < n) M[position + (long long)c * lda] = row[c];
         if (lane == 0) info[b] = first_zero;
     }
 }
 
 #define GETRF_WARP(prefix, T, N)                                                                \
-    __global__ void getrf_warp_##prefix##_##N(T* A, long long stride, int lda, int m, int n,    \
+    __global__ void getrf_warp_##prefix##_##N(const T* src, const long long* offsets,          \
+                                             long long src_stride, long long rs, long long cs,  \
+                                             T* A, long long stride, int lda, int m, int n,     \
                                              int* ipiv, long long ipiv_stride, int* info,       \
                                              long long count)                                   \
-    { getrf_warp<T, N>(A, stride, lda, m, n, ipiv, ipiv_stride, info, count); }
+    { getrf_warp<T, N>(src, offsets, src_stride, rs, cs, A, stride, lda, m, n, ipiv, ipiv_stride, \
+                       info, count); }
 
 extern "C" {
 GETRF_WARP(s, float, 8)
@@ -404,4 +513,109 @@ GETRF_WARP(c, cuFloatComplex, 32)
 GETRF_WARP(z, cuDoubleComplex, 8)
 GETRF_WARP(z, cuDoubleComplex, 16)
 GETRF_WARP(z, cuDoubleComplex, 32)
+}  // extern "C"
+
+// A_b = L L^H (upper == 0) or U^H U (upper != 0) for members of order n <= N, a warp per member
+// (potrf_warp_<t>_<N>): lane i holds row i of the lower triangle in registers (for "U" the
+// conjugate of column i of the upper triangle: the same numbers). Per column j: d = sqrt(A(j, j))
+// from lane j (not > 0, or NaN: info[b] := j + 1 and the member stops, as LAPACK's potrf), the
+// column l(i, j) = A(i, j) / d below it, shared through shared memory, and the update
+// A(i, c) -= l(i, j) conj(l(c, j)) for j < c <= i. The member is read through a shared tile as
+// getrf_warp's (src, offsets, src_stride, rs, cs: the user's stack in its own layout, or A);
+// the factor goes back into the tile's triangle (L, or U = L^H) and A (column-major) gets the
+// whole tile: the other triangle the source's (keep != 0, cho_factor's) or zeros (cholesky's).
+template <typename T, int N>
+__device__ void potrf_warp(const T* src, const long long* offsets, long long src_stride,
+                           long long rs, long long cs, T* A, long long stride, int lda, int n,
+                           int upper, int keep, int* info, long long count)
+{
+    typedef BatchedArith<T> Ar;
+    typedef typename Ar::Real Real;
+    const int W = WarpLuWarps<T>::value;
+    __shared__ T shared_columns[W][N];
+    __shared__ T tiles[W][N][N + 1];
+    const int lane = threadIdx.x & 31;
+    const long long warps = blockDim.x >> 5;
+    T* column = shared_columns[threadIdx.x >> 5];
+    T (*tile)[N + 1] = tiles[threadIdx.x >> 5];
+    const T zero = T();
+    for (long long b = blockIdx.x * warps + (threadIdx.x >> 5); b < count;
+         b += (long long)gridDim.x * warps) {
+        const T* S = src + (offsets ? offsets[b] : b * src_stride);
+        if (cs == 1 && rs != 1) {  // (as getrf_warp's)
+#pragma unroll
+            for (int r = 0; r < N; ++r)
+                if (r < n && lane < n) tile[r][lane] = S[r * rs + lane];
+        } else {
+#pragma unroll
+            for (int c = 0; c < N; ++c)
+                if (c < n && lane < n) tile[lane][c] = S[lane * rs + c * cs];
+        }
+        __syncwarp();
+        T row[N];
+#pragma unroll
+        for (int c = 0; c < N; ++c)
+            row[c] = (lane < n && c <= lane) ? (upper ? Ar::conj(tile[c][lane]) : tile[lane][c])
+                                             : zero;
+        int failed = 0;
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+            if (j < n && !failed) {  // the same for every lane of the warp
+                const Real d2 = __shfl_sync(0xffffffffu, Ar::real(row[j]), j);
+                if (!(d2 > Real(0))) {
+                    failed = j + 1;
+                } else {
+                    const Real d = sqrt(d2);
+                    if (lane == j) row[j] = Ar::from_real(d);
+                    if (lane > j) row[j] = Ar::div(row[j], Ar::from_real(d));
+                    __syncwarp();  // every lane has read the last column
+                    if (lane < n) column[lane] = row[j];  // (N entries: lanes past n write none)
+                    __syncwarp();
+#pragma unroll
+                    for (int c = j + 1; c < N; ++c)
+                        if (c <= lane && lane < n)
+                            row[c] = Ar::minus_product(row[c], row[j], Ar::conj(column[c]));
+                }
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < N; ++c)  // the factor into the tile's triangle
+            if (lane < n && c <= lane) {
+                if (upper) tile[c][lane] = Ar::conj(row[c]);
+                else tile[lane][c] = row[c];
+            }
+        __syncwarp();
+        T* M = A + b * stride;
+#pragma unroll
+        for (int c = 0; c < N; ++c)
+            if (c < n && lane < n) {
+                const bool factor = upper ? lane <= c : lane >= c;
+                M[lane + (long long)c * lda] = (factor || keep) ? tile[lane][c] : zero;
+            }
+        if (lane == 0) info[b] = failed;
+        __syncwarp();  // the tile is read before the next member's comes in
+    }
+}
+
+#define POTRF_WARP(prefix, T, N)                                                                \
+    __global__ void potrf_warp_##prefix##_##N(const T* src, const long long* offsets,          \
+                                             long long src_stride, long long rs, long long cs,  \
+                                             T* A, long long stride, int lda, int n, int upper, \
+                                             int keep, int* info, long long count)              \
+    { potrf_warp<T, N>(src, offsets, src_stride, rs, cs, A, stride, lda, n, upper, keep, info, \
+                       count); }
+
+extern "C" {
+POTRF_WARP(s, float, 8)
+POTRF_WARP(s, float, 16)
+POTRF_WARP(s, float, 32)
+POTRF_WARP(d, double, 8)
+POTRF_WARP(d, double, 16)
+POTRF_WARP(d, double, 32)
+POTRF_WARP(c, cuFloatComplex, 8)
+POTRF_WARP(c, cuFloatComplex, 16)
+POTRF_WARP(c, cuFloatComplex, 32)
+POTRF_WARP(z, cuDoubleComplex, 8)
+POTRF_WARP(z, cuDoubleComplex, 16)
+POTRF_WARP(z, cuDoubleComplex, 32)
 }  // extern "C"

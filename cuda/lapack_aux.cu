@@ -23,7 +23,8 @@
 //                   scaled nrm2 and its rescaling of a tiny beta are not reproduced: entries
 //                   beyond ~1e150 in double, ~1e18 in single, or a column of norm below the
 //                   safe minimum, are outside what this kernel handles). One read and one write
-//                   of the column.
+//                   of the column. With beta given (geqp3's panel): beta := x[0] (beta) and
+//                   x[0] := 1 after, the reflector's v in place for the products with it.
 //   t_column        larft's column i of T from V^H v and T[:i, :i] already applied to it:
 //                   t[0:i] *= -tau, t[i] = tau (gehrd's panel)
 //   invert_leaves   the inverses of a batch of small triangular blocks at a fixed stride (below)
@@ -245,7 +246,12 @@ extern "C" __global__ void flip_##S(const T* S_, long long lds, T* D, long long 
 extern "C" __global__ void first_zero_diagonal_##S(const T* A, long long lda, int count,       \
     int* info)                                                                                 \
 { first_zero_diagonal<T>(A, lda, count, info); }                                              \
-extern "C" __global__ void larfg_##S(T* x, int n, T* tau) { larfg<T>(x, n, tau); }             \
+extern "C" __global__ void larfg_##S(T* x, int n, T* tau, T* beta)                          \
+{                                                                                          \
+    larfg<T>(x, n, tau);                                                                   \
+    __syncthreads();                                                                       \
+    if (beta != 0 && threadIdx.x == 0) { *beta = x[0]; x[0] = Num<T>::make(1.0, 0.0); }    \
+}                                                                                          \
 extern "C" __global__ void t_column_##S(T* t, int i, const T* tau) { t_column<T>(t, i, tau); } \
 extern "C" __global__ void add_triangles_##S(const T* S_, long long lds, long long stride_s,    \
     T* D, long long ldd, long long stride_d, int nb, int uplo)                                 \

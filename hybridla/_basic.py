@@ -37,7 +37,7 @@ _STRUCTURED = tuple(form for form in _DEVICE_FORMS if form not in ("gen", "pos")
 
 def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=True,
           assume_a=None, transposed=False, *, backend=None, nb=None, lookahead=None, panel=None,
-          trace=None):
+          trace=None, progress=False):
     """Solve a x = b for a square a, as scipy.linalg.solve: by LU, Cholesky, LDL^T, ...
 
     assume_a "gen" (the default) factors by LU (getrf + getrs), "pos" by Cholesky (potrf +
@@ -88,7 +88,7 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=
         Solve a^T x = b instead (default False); with "pos" or "her", for a complex Hermitian
         `a`, that is conj(a) x = b; a "sym" or "diagonal" a^T is a. scipy refuses complex
         transposed solves, hybridla solves them for every form. True or False, or 0, 1.
-    backend, nb, lookahead, panel, trace : optional
+    backend, nb, lookahead, panel, trace, progress : optional
         Keyword-only engine options, as lu_factor's (configuration keys "lu.*", or "cho.*"
         with "pos").
 
@@ -198,11 +198,10 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=
     form = _ASSUME[assume_a]
     # stacks (..., N, N): validated once, then member by member or batched (_stacked.py)
     from . import _stacked
+    options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace, progress=progress)
     if _stacked.is_stack((a, 2), (b, 2)):
-        return _stacked.solve(a, b, lower, check_finite, form, transposed, backend,
-                              dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace))
+        return _stacked.solve(a, b, lower, check_finite, form, transposed, backend, options)
     a, b, overwrite_a = _system(a, b, check_finite, backend, overwrite_a)
-    options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace)
     if form in _STRUCTURED:
         if is_device_array(a):  # x is None where rcond is 0 or NaN: the check raises
             x, rcond, warn_below = solve_form(_device_backend("a", backend), form, a, b, lower,

@@ -2,10 +2,12 @@
 budget, and the common path of the factorizations (`_factor`) and of the solves."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import operator
 import os
+import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,6 +19,7 @@ from scipy.linalg.blas import find_best_blas_type
 from . import backend as _backends
 from . import config as _config
 from ._logging import get_logger
+from .backend import device_arrays as _device_arrays
 from .lapack._host_rhs import lacpy_from_host
 from .scheduler.plan import make_plan
 
@@ -26,7 +29,17 @@ _log = get_logger()
 
 
 def is_device_array(x) -> bool:
-    return hasattr(x, "__cuda_array_interface__")
+    """__cuda_array_interface__, or DLPack on a CUDA device (backend/device_arrays.py)."""
+    return _device_arrays.is_device_array(x)
+
+
+def _admit(ops, name, value):
+    """A device argument (or those in a tuple argument, such as lu_and_piv) as the function
+    reads it: on the backend's device, its producer's work finished, a DLPack-only array seen
+    through __cuda_array_interface__ (backend/device_arrays.admit)."""
+    if isinstance(value, tuple):
+        return tuple(_admit(ops, f"{name}[{i}]", v) for i, v in enumerate(value))
+    return _device_arrays.admit(ops, name, value) if is_device_array(value) else value
 
 
 def public(func):
@@ -34,13 +47,17 @@ def public(func):
     or the cuda backend chosen) runs inside the cuda backend's `call()`, which makes the primary
     context current in the calling thread and pops it however the call ends, serializes calls
     on the device, and trims the memory pool when the call is done. Host calls run as they are,
-    concurrently. Arguments are not judged here: a bad one reaches the function, which names it."""
+    concurrently. Its device arguments are admitted first (`_admit`: the right device, ordered
+    after the work that produced them, DLPack-only arrays seen through the CUDA array
+    interface) and a DLPack-only array handed back comes back as the user's own. Other
+    arguments are not judged here: a bad one reaches the function, which names it."""
     signature = inspect.signature(func)
 
     @functools.wraps(func)
     def call(*args, **kwargs):
         try:
-            arguments = signature.bind(*args, **kwargs).arguments
+            bound = signature.bind(*args, **kwargs)
+            arguments = bound.arguments
             device = any(is_device_array(value) or (isinstance(value, tuple) and
                                                     any(is_device_array(v) for v in value))
                          for value in arguments.values())
@@ -51,8 +68,10 @@ def public(func):
             device = False  # the function itself reports the bad argument
         if not device:
             return func(*args, **kwargs)
-        with _backends.get_backend("cuda").call(_config.get("device.pool_max_bytes")):
-            return func(*args, **kwargs)
+        with _backends.get_backend("cuda").call(_config.get("device.pool_max_bytes")) as ops:
+            for name, value in bound.arguments.items():
+                bound.arguments[name] = _admit(ops, name, value)
+            return _device_arrays.unwrap(func(*bound.args, **bound.kwargs))
     return call
 
 
@@ -115,6 +134,7 @@ def _host_matrix(name, x, check_finite, ndims=(2,)):
     if scipy.sparse.issparse(x):
         raise TypeError(f"{name} is a scipy.sparse {type(x).__name__}; hybridla factors dense "
                         f"matrices: pass {name}.toarray()")
+    _device_arrays.check_dense(name, x)  # cupyx.scipy.sparse, sparse torch tensors
     array = np.asarray(x)
     if array.ndim not in ndims:
         want = " or ".join(f"{d}-D" for d in ndims)
@@ -151,22 +171,41 @@ def _host_backend(backend):
     return _backends.get_backend(_config.get("backend") if backend is None else backend)
 
 
-def _check_memory(backend, m, n, dtype, nb, extra_bytes=0):
-    """Refuse before any work starts a matrix that does not fit the device-memory budget
-    (`extra_bytes`: what else the call keeps on the device, such as the working-precision copy
-    of a mixed solve)."""
-    if not backend.has_device:
-        return
-    need = backend.required_bytes(m, n, dtype, nb) + extra_bytes
+def _memory_budget(backend):
+    """The bytes a call's tile stores may take where the backend computes: configuration
+    device.memory_budget where set, else 90% of a device's free memory. The host backend
+    computes in host memory and has no limit (None) unless one is configured: then its tile
+    store keeps to it as a device's does, which is how CI runs the out-of-core drivers."""
     budget = _config.get("device.memory_budget")
-    budget = int(0.9 * backend.free_memory()) if budget is None else int(budget)
-    _log.debug("device memory: %d bytes needed, budget %d", need, budget)
-    if need > budget:
+    if budget is not None:
+        return int(budget)
+    return int(0.9 * backend.free_memory()) if backend.has_device else None
+
+
+def _check_memory(backend, m, n, dtype, nb, extra_bytes=0, ooc=None):
+    """In core or out of core, decided before any work starts. `extra_bytes`: what else the
+    call keeps where the backend computes, such as the working-precision copy of a mixed
+    solve; `ooc`: the call's out-of-core mode (plan.ooc: "auto", "always", "never"), None for
+    a call that has no out-of-core driver. Returns None to factor in core, or the budget in
+    bytes the out-of-core driver keeps to (sys.maxsize: no limit). A matrix over the budget
+    that may not go out of core raises MemoryError."""
+    need = backend.required_bytes(m, n, dtype, nb) + extra_bytes
+    budget = _memory_budget(backend)
+    _log.debug("memory: %d bytes needed, budget %s, out of core %s", need, budget, ooc)
+    over = budget is not None and need > budget
+    if ooc == "always" or (ooc == "auto" and over):
+        return sys.maxsize if budget is None else budget
+    if over:
+        why = ("out-of-core factorization is off (ooc='never'; 'auto' factors such a matrix "
+               "out of core)" if ooc == "never" else
+               "this routine has no out-of-core version (lu_factor, cho_factor, cholesky, "
+               "qr, ql, lq, geqrf, geqlf and gelqf have one: their ooc option)")
         raise MemoryError(
-            f"the {m} x {n} {np.dtype(dtype)} matrix needs {need} bytes of device memory "
+            f"the {m} x {n} {np.dtype(dtype)} matrix needs {need} bytes of "
+            f"{'device ' if backend.has_device else ''}memory "
             f"({m * n * np.dtype(dtype).itemsize} for the matrix itself), over the budget of "
-            f"{budget} bytes (config device.memory_budget); out-of-core factorization is not "
-            f"available yet")
+            f"{budget} bytes (config device.memory_budget); {why}")
+    return None
 
 
 def _warn_singular(info):
@@ -176,11 +215,15 @@ def _warn_singular(info):
 
 
 def _factor(a, overwrite_a, check_finite, backend, options, routine, driver, square=False,
-            keep_other_triangle=False):
+            keep_other_triangle=False, ooc_driver=None):
     """The common path of the factorizations: validate once, pick the backend and the plan,
     wrap the matrix in a tile store (device array in place or copied; host array streamed from
     and to where the result goes), run `driver(A, plan) -> (info, extra, trace)`, free the
-    store whatever happens. Returns (result, info, extra); an empty matrix gives extra None."""
+    store whatever happens. Returns (result, info, extra); an empty matrix gives extra None.
+    A host matrix over the memory budget (or any, with ooc "always") goes instead to
+    `ooc_driver(source, result, plan) -> (info, extra, trace)`, which factors the host array
+    `source` into `result` out of core, within plan.memory_budget; without one (a call that
+    needs the factors in a store afterwards) it raises MemoryError."""
     device = is_device_array(a)
     if device:
         ops = _device_backend("a", backend)
@@ -195,7 +238,16 @@ def _factor(a, overwrite_a, check_finite, backend, options, routine, driver, squ
     if m == 0 or n == 0:
         return (ops.empty((m, n), dtype, like=a) if device
                 else np.empty_like(array, dtype=dtype)), 0, None
-    _check_memory(ops, m, n, dtype, plan.nb)
+    budget = _check_memory(ops, m, n, dtype, plan.nb,
+                           ooc=None if device or ooc_driver is None else plan.ooc)
+    if budget is not None:
+        source, result = _host_source_and_result(array, dtype, overwrite_a and array is a,
+                                                 copy_needed=keep_other_triangle)
+        info, extra, run_trace = ooc_driver(source, result,
+                                            dataclasses.replace(plan, memory_budget=budget))
+        if plan.trace_path:
+            run_trace.to_chrome(plan.trace_path)
+        return result, info, extra
     write_back = None
     if device:
         A, result, write_back = ops.device_matrix(a, plan.nb, overwrite_a,

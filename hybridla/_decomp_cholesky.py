@@ -16,13 +16,13 @@ from ._common import (
     _host_rhs,
     is_device_array,
 )
-from .lapack import pocon, potrf, potrs
+from .lapack import pocon, potrf, potrf_ooc, potrs
 from .lapack.potrf import zero_other_triangle
 
 
 # -- Cholesky ------------------------------------------------------------------------------------
 def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, backend=None, nb=None,
-               lookahead=None, panel=None, trace=None, progress=False):
+               lookahead=None, panel=None, trace=None, progress=False, ooc=None):
     """Cholesky factorization of a Hermitian positive definite matrix, as scipy.linalg.cho_factor.
 
     Parameters
@@ -44,7 +44,11 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, backend=
         ("cho.nb", "cho.lookahead", "cho.panel"; on a device also "cho.tail", the trailing
         matrix factored in one cuSOLVER potrf call).
     progress : bool, optional
-        Keyword-only: show a progress bar (tqdm) over the run's tasks (default False).
+        Keyword-only: a progress bar over the run's finished tasks, as lu_factor's (default
+        False).
+    ooc : {None, "auto", "always", "never"}, optional
+        Keyword-only: a host matrix over the memory budget factored out of core, as
+        lu_factor's (lapack/potrf_ooc.py; configuration "device.ooc").
 
     Returns
     -------
@@ -69,7 +73,7 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, backend=
     RuntimeError
         backend="cuda" where the cuda backend is not available.
     MemoryError
-        On a device, a matrix over the device-memory budget, as lu_factor's.
+        A matrix over the memory budget that may not go out of core, as lu_factor's.
 
     See Also
     --------
@@ -91,7 +95,8 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, backend=
     True
     """
     lower, overwrite_a = _flag("lower", lower), _flag("overwrite_a", overwrite_a)
-    options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace, progress=progress)
+    options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace, progress=progress,
+                   ooc=ooc)
     if _stacked.is_stack((a, 2)):  # (..., M, M): _stacked.py
         return _stacked.potrf(a, lower, check_finite, backend, options, clean=False), lower
     c, _, _ = _potrf(a, lower, overwrite_a, check_finite, backend, options)
@@ -99,7 +104,7 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, backend=
 
 
 def cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, backend=None, nb=None,
-             lookahead=None, panel=None, trace=None):
+             lookahead=None, panel=None, trace=None, progress=False, ooc=None):
     """The Cholesky factor of a Hermitian positive definite matrix, as scipy.linalg.cholesky.
 
     Parameters
@@ -114,7 +119,7 @@ def cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, backend=No
         Whether the factor may be written over `a`, as lu_factor's (default False).
     check_finite : bool, optional
         Check that `a` holds no infs or NaNs before any work (default True).
-    backend, nb, lookahead, panel, trace : optional
+    backend, nb, lookahead, panel, trace, progress, ooc : optional
         Keyword-only engine options, as lu_factor's (configuration keys under "cho.", as
         cho_factor's).
 
@@ -137,7 +142,7 @@ def cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, backend=No
     RuntimeError
         backend="cuda" where the cuda backend is not available.
     MemoryError
-        On a device, a matrix over the device-memory budget, as lu_factor's.
+        A matrix over the memory budget that may not go out of core, as lu_factor's.
 
     See Also
     --------
@@ -159,7 +164,8 @@ def cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, backend=No
     numpy.linalg.LinAlgError: 2-th leading minor of the array is not positive definite
     """
     lower, overwrite_a = _flag("lower", lower), _flag("overwrite_a", overwrite_a)
-    options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace)
+    options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace, progress=progress,
+                   ooc=ooc)
     if _stacked.is_stack((a, 2)):  # (..., M, M): _stacked.py
         return _stacked.potrf(a, lower, check_finite, backend, options, clean=True)
     c, _, _ = _potrf(a, lower, overwrite_a, check_finite, backend, options)
@@ -172,7 +178,9 @@ def cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, backend=No
 def _potrf(a, lower, overwrite_a, check_finite, backend, options, condition=False, then=None):
     """Validate, plan and run potrf; returns (c, rcond, then_result): rcond the 1-norm reciprocal
     condition estimate from the factor where it is (pocon) when `condition`, else None;
-    `then(backend, C)` as _getrf's. Not positive definite raises LinAlgError naming the minor."""
+    `then(backend, C)` as _getrf's. Not positive definite raises LinAlgError naming the minor.
+    Without either, a host matrix over the memory budget is factored out of core
+    (lapack/potrf_ooc.py)."""
     uplo = "L" if lower else "U"
 
     def driver(A, plan):
@@ -187,8 +195,13 @@ def _potrf(a, lower, overwrite_a, check_finite, backend, options, condition=Fals
         if then is not None and info == 0 and (rcond is None or rcond > 0):
             result = then(plan.backend, A)
         return info, (rcond, result), trace
+    def out_of_core(source, result, plan):
+        info, trace = potrf_ooc(source, result, plan, uplo)
+        return info, (None, None), trace
+
     c, info, extra = _factor(a, overwrite_a, check_finite, backend, options, "cho", driver,
-                             square=True, keep_other_triangle=True)
+                             square=True, keep_other_triangle=True,
+                             ooc_driver=None if condition or then is not None else out_of_core)
     if info > 0:
         raise LinAlgError(f"{info}-th leading minor of the array is not positive definite")
     rcond, result = (1.0 if condition else None, None) if extra is None else extra

@@ -24,7 +24,7 @@ from .scheduler.plan import make_plan
 
 # -- Hessenberg ----------------------------------------------------------------------------------
 def gehrd(a, lo=0, hi=None, overwrite_a=False, check_finite=True, *, backend=None, nb=None,
-          trace=None, stats=None):
+          trace=None, stats=None, progress=False):
     """LAPACK gehrd: the reduction to upper Hessenberg form Q^H A Q = H, as (factors, tau).
 
     As scipy.linalg.lapack's dgehrd / zgehrd return their first two outputs. Only rows and
@@ -57,6 +57,8 @@ def gehrd(a, lo=0, hi=None, overwrite_a=False, check_finite=True, *, backend=Non
     stats : hybridla.lapack.gehrd.HessenbergStats, optional
         Keyword-only: receives the calls, time and bytes of the matrix-vector phase (default
         None: none kept).
+    progress : bool, optional
+        Keyword-only: a progress bar, as lu_factor's (default False).
 
     Returns
     -------
@@ -101,7 +103,7 @@ def gehrd(a, lo=0, hi=None, overwrite_a=False, check_finite=True, *, backend=Non
     """
     overwrite_a = _flag("overwrite_a", overwrite_a)
     _check_stats(stats)
-    return _gehrd(a, lo, hi, overwrite_a, check_finite, backend, nb, trace, stats)
+    return _gehrd(a, lo, hi, overwrite_a, check_finite, backend, nb, trace, stats, progress)
 
 
 def _check_stats(stats):
@@ -110,7 +112,7 @@ def _check_stats(stats):
                          f"stats={stats!r}")
 
 
-def _gehrd(a, lo, hi, overwrite_a, check_finite, backend, nb, trace, stats):
+def _gehrd(a, lo, hi, overwrite_a, check_finite, backend, nb, trace, stats, progress=False):
     """Validate lo and hi against a's order (before anything is written), then gehrd through
     `_factor` (which checks a and the engine options before it starts); returns (factors,
     tau), a new empty factors array for an empty a (on either interface)."""
@@ -123,7 +125,8 @@ def _gehrd(a, lo, hi, overwrite_a, check_finite, backend, nb, trace, stats):
         return info, tau, run_trace
     # no look-ahead and the panels on the CPU: gehrd.py says why
     factors, _, tau = _factor(a, overwrite_a, check_finite, backend,
-                              dict(nb=nb, lookahead=0, panel="cpu", trace=trace), "hrd", driver,
+                              dict(nb=nb, lookahead=0, panel="cpu", trace=trace,
+                                   progress=progress), "hrd", driver,
                               square=True)
     if tau is None:  # an empty matrix
         shape, dtype = _shape_and_dtype(factors)
@@ -134,7 +137,7 @@ def _gehrd(a, lo, hi, overwrite_a, check_finite, backend, nb, trace, stats):
 
 
 def hessenberg(a, calc_q=False, overwrite_a=False, check_finite=True, *, backend=None, nb=None,
-               trace=None, stats=None):
+               trace=None, stats=None, progress=False):
     """Hessenberg form of a square matrix, A = Q H Q^H, as scipy.linalg.hessenberg.
 
     LAPACK gehrd, then orghr / unghr for Q. The same results as scipy's: scipy's shortcut
@@ -157,7 +160,7 @@ def hessenberg(a, calc_q=False, overwrite_a=False, check_finite=True, *, backend
         0, 1.
     check_finite : bool, optional
         Check that `a` holds no infs or NaNs before any work (default True).
-    backend, nb, trace, stats : optional
+    backend, nb, trace, stats, progress : optional
         Keyword-only engine options, as gehrd's (configuration "hrd.nb"); Q is formed by the
         QR family's orgqr with nb, or "qr.nb" when nb is None. They are checked as for a large
         matrix whatever the order.
@@ -215,7 +218,7 @@ def hessenberg(a, calc_q=False, overwrite_a=False, check_finite=True, *, backend
     # device arrays of order <= 2: no reflector at all (hi = lo), so again H = A and Q = I
     hi = None if n > 2 else min(n - 1, 0)
     # a was checked above (check_finite included)
-    factors, tau = _gehrd(a, 0, hi, overwrite_a, False, backend, nb, trace, stats)
+    factors, tau = _gehrd(a, 0, hi, overwrite_a, False, backend, nb, trace, stats, progress)
     (n, _), dtype = _shape_and_dtype(factors)
     ops = _backends.get_backend("cuda" if is_device_array(factors) else "host")
     if n == 0:  # an empty device array (factors: a new one)
@@ -225,7 +228,8 @@ def hessenberg(a, calc_q=False, overwrite_a=False, check_finite=True, *, backend
         if calc_q:
             q = ops.empty((n, n), dtype, like=factors)
             stores.append(ops.wrap(q))
-            plan = make_plan(ops, n, n, dtype, routine="qr", nb=nb, lookahead=0, panel="cpu")
+            plan = make_plan(ops, n, n, dtype, routine="qr", nb=nb, lookahead=0, panel="cpu",
+                             progress=progress)
             orghr(stores[0], stores[1], plan, 0, n - 1 if hi is None else hi)
         zero_below_subdiagonal(ops, stores[0])  # H: zeros where the reflectors were
     finally:

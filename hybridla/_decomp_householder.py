@@ -7,7 +7,9 @@ import numpy as np
 from . import backend as _backends
 from . import lapack as _lapack
 from ._common import _factor, _flag, _shape_and_dtype, is_device_array
-from .lapack._householder import LQ, QL, QR
+from .lapack._householder import LQ, QL, QR, copy_triangle
+from .lapack.orgqr import form_q
+from .scheduler.plan import make_plan
 
 # -- the factorization -----------------------------------------------------------------------------
 _FACTORIZATIONS = {"QR": _lapack.geqrf, "QL": _lapack.geqlf, "LQ": _lapack.gelqf}
@@ -16,19 +18,56 @@ _FACTORIZATIONS = {"QR": _lapack.geqrf, "QL": _lapack.geqlf, "LQ": _lapack.gelqf
 def _householder_factor(a, form, overwrite_a, check_finite, backend, options):
     """`_factor` with geqrf, geqlf or gelqf as its driver: returns (factors, info, tau); tau
     None for an empty matrix, whose factors are then a new empty array on either interface
-    (as scipy's), never the user's own."""
+    (as scipy's), never the user's own. A host matrix over the memory budget is factored out
+    of core (lapack/geqrf_ooc.py; options["ooc"] says when)."""
     def driver(A, plan):
         tau, info, trace = _FACTORIZATIONS[form.storage](A, plan)
         return info, tau.copy(), trace
-    factors, info, tau = _factor(a, overwrite_a, check_finite, backend, options, "qr", driver)
+
+    def out_of_core(source, result, plan):
+        tau, info, trace = _lapack.geqrf_ooc(source, result, plan, form)
+        return info, tau, trace
+    factors, info, tau = _factor(a, overwrite_a, check_finite, backend, options, "qr", driver,
+                                 ooc_driver=out_of_core)
     if tau is None and is_device_array(factors):
         shape, dtype = _shape_and_dtype(factors)
         factors = _backends.get_backend("cuda").empty(shape, dtype, like=factors)
     return factors, info, tau
 
 
+def _qr_results(factors, tau, form, mode, options):
+    """What qr, ql and lq return for `mode` from the factors and tau in LAPACK's storage (tau
+    None for an empty matrix), built where the factors are (the host, or the device for a
+    device array), with the same ops on tile stores on either: (Q, T) ((T, Q) for LQ), (T,) or
+    ((factors, tau), T)."""
+    (m, n), dtype = _shape_and_dtype(factors)
+    k = min(m, n)
+    tau = np.zeros(0, dtype) if tau is None else tau
+    order, cols = form.shape(m, n)
+    economic = mode in ("economic", "raw")
+    ops = _backends.get_backend("cuda" if is_device_array(factors) else "host")
+    plan = make_plan(ops, m, n, dtype, routine="qr", nb=options["nb"],
+                     lookahead=options["lookahead"], progress=options.get("progress", False))
+    stores = [ops.wrap(factors, tau=tau)]
+    try:
+        triangle = ops.empty(form.shape(k, cols) if economic else (m, n), dtype, like=factors)
+        stores.append(ops.wrap(triangle))
+        copy_triangle(ops, stores[0], form, stores[1])
+        if mode in ("r", "raw"):
+            ops.synchronize()
+            return (triangle,) if mode == "r" else ((factors, tau), triangle)
+        q = ops.empty(form.shape(order, k) if economic else (order, order), dtype, like=factors)
+        stores.append(ops.wrap(q))
+        form_q(stores[0], stores[2], plan, form)
+        ops.synchronize()
+    finally:
+        for store in stores:
+            store.close()
+    return (triangle, q) if form.transpose else (q, triangle)
+
+
 def geqrf(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, lookahead=None,
-          panel=None, trace=None):
+          panel=None, trace=None, progress=False, ooc=None):
     """LAPACK geqrf: the QR factorization A = Q R in LAPACK's storage, (factors, tau).
 
     As scipy.linalg.lapack's dgeqrf returns its first two outputs: what qr(mode="raw") returns
@@ -43,9 +82,9 @@ def geqrf(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, loo
         Whether the factors may be written over `a`, as lu_factor's (default False).
     check_finite : bool, optional
         Check that `a` holds no infs or NaNs before any work (default True).
-    backend, nb, lookahead, panel, trace : optional
+    backend, nb, lookahead, panel, trace, progress, ooc : optional
         Keyword-only engine options, as lu_factor's, with configuration keys under "qr."
-        ("qr.nb", "qr.lookahead", "qr.panel").
+        ("qr.nb", "qr.lookahead", "qr.panel"; ooc: "device.ooc", lapack/geqrf_ooc.py).
 
     Returns
     -------
@@ -66,7 +105,7 @@ def geqrf(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, loo
     RuntimeError
         backend="cuda" where the cuda backend is not available.
     MemoryError
-        On a device, a matrix over the device-memory budget, as lu_factor's.
+        A matrix over the memory budget that may not go out of core, as lu_factor's.
 
     See Also
     --------
@@ -86,11 +125,11 @@ def geqrf(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, loo
     True
     """
     return _householder_factors(a, QR, overwrite_a, check_finite, backend, nb, lookahead,
-                                panel, trace)
+                                panel, trace, progress, ooc)
 
 
 def geqlf(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, lookahead=None,
-          panel=None, trace=None):
+          panel=None, trace=None, progress=False, ooc=None):
     """LAPACK geqlf: the QL factorization A = Q L in LAPACK's storage, (factors, tau).
 
     What ql(mode="raw") returns without building L (see ql).
@@ -103,9 +142,9 @@ def geqlf(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, loo
         Whether the factors may be written over `a`, as lu_factor's (default False).
     check_finite : bool, optional
         Check that `a` holds no infs or NaNs before any work (default True).
-    backend, nb, lookahead, panel, trace : optional
+    backend, nb, lookahead, panel, trace, progress, ooc : optional
         Keyword-only engine options, as lu_factor's, with configuration keys under "qr."
-        ("qr.nb", "qr.lookahead", "qr.panel").
+        ("qr.nb", "qr.lookahead", "qr.panel"; ooc: "device.ooc", lapack/geqrf_ooc.py).
 
     Returns
     -------
@@ -126,7 +165,7 @@ def geqlf(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, loo
     RuntimeError
         backend="cuda" where the cuda backend is not available.
     MemoryError
-        On a device, a matrix over the device-memory budget, as lu_factor's.
+        A matrix over the memory budget that may not go out of core, as lu_factor's.
 
     See Also
     --------
@@ -145,11 +184,11 @@ def geqlf(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, loo
     True
     """
     return _householder_factors(a, QL, overwrite_a, check_finite, backend, nb, lookahead,
-                                panel, trace)
+                                panel, trace, progress, ooc)
 
 
 def gelqf(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, lookahead=None,
-          panel=None, trace=None):
+          panel=None, trace=None, progress=False, ooc=None):
     """LAPACK gelqf: the LQ factorization A = L Q in LAPACK's storage, (factors, tau).
 
     What lq(mode="raw") returns without building L (see lq).
@@ -162,9 +201,9 @@ def gelqf(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, loo
         Whether the factors may be written over `a`, as lu_factor's (default False).
     check_finite : bool, optional
         Check that `a` holds no infs or NaNs before any work (default True).
-    backend, nb, lookahead, panel, trace : optional
+    backend, nb, lookahead, panel, trace, progress, ooc : optional
         Keyword-only engine options, as lu_factor's, with configuration keys under "qr."
-        ("qr.nb", "qr.lookahead", "qr.panel").
+        ("qr.nb", "qr.lookahead", "qr.panel"; ooc: "device.ooc", lapack/geqrf_ooc.py).
 
     Returns
     -------
@@ -185,7 +224,7 @@ def gelqf(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, loo
     RuntimeError
         backend="cuda" where the cuda backend is not available.
     MemoryError
-        On a device, a matrix over the device-memory budget, as lu_factor's.
+        A matrix over the memory budget that may not go out of core, as lu_factor's.
 
     See Also
     --------
@@ -204,13 +243,13 @@ def gelqf(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, loo
     True
     """
     return _householder_factors(a, LQ, overwrite_a, check_finite, backend, nb, lookahead,
-                                panel, trace)
+                                panel, trace, progress, ooc)
 
 
 def _householder_factors(a, form, overwrite_a, check_finite, backend, nb, lookahead, panel,
-                         trace):
+                         trace, progress, ooc):
     overwrite_a = _flag("overwrite_a", overwrite_a)
     factors, _, tau = _householder_factor(a, form, overwrite_a, check_finite, backend,
                                           dict(nb=nb, lookahead=lookahead, panel=panel,
-                                               trace=trace))
+                                               trace=trace, progress=progress, ooc=ooc))
     return factors, (np.zeros(0, _shape_and_dtype(factors)[1]) if tau is None else tau)

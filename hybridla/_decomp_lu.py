@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _stacked
+from . import _stacked, _stacked_device
 from . import backend as _backends
 from ._common import (
     _TRANS,
     _common_dtype,
     _flag,
     _check_solve_shapes,
+    _device_backend,
     _device_solve,
     _factor,
     _host_matrix,
@@ -17,12 +18,12 @@ from ._common import (
     _warn_singular,
     is_device_array,
 )
-from .lapack import gecon, getrf, getrs
+from .lapack import gecon, getrf, getrf_ooc, getrs
 
 
 # -- LU ------------------------------------------------------------------------------------------
 def lu_factor(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, lookahead=None,
-              panel=None, trace=None, progress=False):
+              panel=None, trace=None, progress=False, ooc=None):
     """LU factorization with partial pivoting, P A = L U, as scipy.linalg.lu_factor.
 
     Parameters
@@ -31,11 +32,12 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None,
         The matrix to factor, real or complex. A NumPy array (or anything array-like) is the CPU
         interface: the factors come back in host memory, in the LAPACK precision scipy would use
         (integers: float64, float16: float32). A device array (any ``__cuda_array_interface__``:
-        CuPy, PyTorch, PyCUDA GPUArray) is the GPU interface: float32, float64, complex64 or
-        complex128, factored on the cuda backend, the factors left on the device as the same
-        kind of array. A stack (..., M, N), as scipy >= 1.15 takes it, is validated once and
-        factored member by member on the host, in one batched computation on the device (see
-        Notes).
+        CuPy, PyTorch, PyCUDA GPUArray, Numba; or DLPack on a CUDA device: JAX, ...) is the GPU
+        interface: float32, float64, complex64 or complex128, on the device the cuda backend
+        runs on, factored there after the work that produced it (its stream), the factors left
+        on the device as the same kind of array. A stack (..., M, N), as scipy >= 1.15 takes
+        it, is validated once and factored member by member on the host, in one batched
+        computation on the device (see Notes).
     overwrite_a : bool, optional
         Whether the factors may be written over `a` (default False: `a` is left as it is). A
         host `a` is factored in place, and returned as `lu`, when it is an F-ordered, writeable
@@ -69,32 +71,48 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None,
         Perfetto; ``hybridla trace FILE`` renders it). None (the default): configuration
         "trace" (none).
     progress : bool, optional
-        Keyword-only: show a progress bar (tqdm) over the run's tasks (default False).
+        Keyword-only: show a progress bar (tqdm, on stderr) over the run's tasks (default
+        False), as every long routine of hybridla takes it. A task counts once its work has
+        finished: a CPU task when it returns, a GPU task when the CUDA event recorded after
+        its work completes, not when it is queued. One bar per run of the engine (a QR with
+        Q: geqrf's, then orgqr's), removed when the run ends.
+    ooc : {None, "auto", "always", "never"}, optional
+        Keyword-only engine option, as every factorization of hybridla that has an
+        out-of-core version takes it: what happens to a host matrix (the CPU interface) that
+        does not fit the memory budget (configuration "device.memory_budget"; on the host
+        backend none unless one is set). "auto": it is factored out of core, left-looking over
+        wide block columns as wide as the budget allows, each brought up, updated by the
+        finished columns to its left streamed through, factored by the engine and sent home,
+        every copy overlapping the work (the same pivots; lapack/getrf_ooc.py); "always": so
+        is every host matrix; "never": MemoryError, before any work. A device array is
+        factored where it is. None (the default): configuration "device.ooc" ("auto").
 
     Returns
     -------
     lu : (..., M, N) ndarray or device array
         U on and above the diagonal, L (unit diagonal, not stored) below it, where `a` lives,
         in `a`'s LAPACK dtype.
-    piv : (..., K) ndarray of int32
-        The pivots, K = min(M, N), 0-based: row i was interchanged with row piv[i]. A host
-        array on either interface, except for a stack on the device: there a device array of
-        `a`'s kind (as torch.linalg.lu_factor's, but 0-based).
+    piv : (..., K) ndarray or device array of int32
+        The pivots, K = min(M, N), 0-based: row i was interchanged with row piv[i]. Where `a`
+        lives: a host array on the CPU interface, a device array of `a`'s kind on the GPU
+        interface (as cupyx.scipy.linalg.lu_factor's; torch.linalg.lu_factor's are 1-based).
 
     Raises
     ------
     ValueError
         `a` is not 2-D, or holds infs or NaNs (check_finite); overwrite_a is not True or False;
         backend, nb, lookahead or panel has a bad value (the message names it), or a device
-        array comes with backend="host"; a device array has no unit stride along either axis.
+        array comes with backend="host"; a device array has no unit stride along either axis,
+        or lives on another GPU than the one the cuda backend runs on.
     TypeError
         `a` does not hold numbers, is a scipy.sparse matrix (pass ``a.toarray()``), or is a
         device array of another dtype than float32, float64, complex64, complex128.
     RuntimeError
         backend="cuda" where the cuda backend is not available (the message says why).
     MemoryError
-        On a device, a matrix that does not fit the device-memory budget (configuration
-        "device.memory_budget"), before any work.
+        A matrix that does not fit the memory budget (configuration "device.memory_budget")
+        and may not go out of core (a device array, or ooc="never"), or whose out-of-core
+        working store would not fit it either, before any work.
 
     Warns
     -----
@@ -142,9 +160,19 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None,
     dtype('float32')
     """
     overwrite_a = _flag("overwrite_a", overwrite_a)
-    options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace, progress=progress)
+    options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace, progress=progress,
+                   ooc=ooc)
     if _stacked.is_stack((a, 2)):  # (..., M, N): _stacked.py
         return _stacked.lu_factor(a, check_finite, backend, options)
+    lu, piv = lu_factor_2d(a, overwrite_a, check_finite, backend, options)
+    if is_device_array(lu):  # the GPU interface's pivots stay on the device too
+        piv = _stacked_device.device_pivots(_backends.get_backend("cuda"), lu, piv)
+    return lu, piv
+
+
+def lu_factor_2d(a, overwrite_a, check_finite, backend, options):
+    """lu_factor of one matrix: (lu where `a` lives, the pivots on the host); a singular
+    matrix warns."""
     lu, piv, info, _, _ = _getrf(a, overwrite_a, check_finite, backend, options)
     _warn_singular(info)
     return lu, piv
@@ -159,7 +187,13 @@ def _getrf(a, overwrite_a, check_finite, backend, options, condition=False, then
     ||A||_1 itself overflows (no estimate: LAPACK's would be 0, "singular", for a matrix of
     well-conditioned but huge entries).
     `then(backend, A)` runs on the factors' store before it is freed (on a device: while the
-    factors are still there) when they are usable (no zero pivot, rcond neither 0 nor NaN)."""
+    factors are still there) when they are usable (no zero pivot, rcond neither 0 nor NaN).
+    Without either, a host matrix over the memory budget is factored out of core
+    (lapack/getrf_ooc.py; options["ooc"] says when)."""
+    def out_of_core(source, result, plan):
+        pivots, info, trace = getrf_ooc(source, result, plan)
+        return info, (pivots, None, None), trace
+
     def driver(A, plan):
         if condition:
             A.track_one_norm()
@@ -175,7 +209,8 @@ def _getrf(a, overwrite_a, check_finite, backend, options, condition=False, then
         if then is not None and info == 0 and (rcond is None or rcond > 0):
             result = then(plan.backend, A)
         return info, (pivots.copy(), rcond, result), trace
-    lu, info, extra = _factor(a, overwrite_a, check_finite, backend, options, "lu", driver)
+    lu, info, extra = _factor(a, overwrite_a, check_finite, backend, options, "lu", driver,
+                              ooc_driver=None if condition or then is not None else out_of_core)
     pivots, rcond, result = (np.zeros(0, np.int32), 1.0, None) if extra is None else extra
     return lu, pivots, info, rcond, result
 
@@ -187,7 +222,7 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, ba
     ----------
     lu_and_piv : tuple of (lu, piv)
         The result of lu_factor: the (..., N, N) factors `lu` and the 0-based pivots `piv`
-        (shape (..., N); of a device stack on the host or the device).
+        (shape (..., N), int32; with device factors, on the device or the host).
     b : (N,) or (..., N, K) array_like or device array
         The right-hand side(s); host factors need a host `b`, device factors a device `b` of
         their dtype. With stacks, as scipy: a 1-D `b` is one vector for every member, and the
@@ -253,10 +288,14 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, ba
         raise ValueError("lu and b must both be host arrays or both device arrays")
     if _stacked.is_stack((lu, 2), (piv, 1), (b, 2)):  # stacks: _stacked.py
         return _stacked.lu_solve(lu, piv, b, trans, check_finite, backend)
-    piv = np.asarray(piv)
     if is_device_array(lu):
+        piv = _stacked_device.host_pivots(_device_backend("lu", backend), piv) \
+            if is_device_array(piv) else np.asarray(piv)
         return _device_solve("lu", lu, b, overwrite_b, check_finite, backend,
                              lambda ops, LU, B: getrs(ops, LU, B, _TRANS[trans]), pivots=piv)
+    if is_device_array(piv):
+        raise ValueError("piv is a device array: lu and b must then be device arrays too")
+    piv = np.asarray(piv)
     lu, dtype = _host_matrix("lu", lu, check_finite)
     b_array, b_dtype = _host_matrix("b", b, check_finite, ndims=(1, 2))
     n = _check_solve_shapes(lu.shape, piv.shape, b_array.shape)

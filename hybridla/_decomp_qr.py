@@ -7,14 +7,13 @@ import numpy as np
 from . import _stacked, _stacked_qr
 from . import backend as _backends
 from ._common import _check_mode_and_lwork, _flag, _shape_and_dtype, is_device_array
-from ._decomp_householder import _householder_factor
+from ._decomp_householder import _householder_factor, _qr_results
 from ._decomp_qr_pivoted import _pivoted_qr
-from .lapack._householder import LQ, QL, QR, copy_triangle
-from .lapack.orgqr import form_q
-from .scheduler.plan import make_plan
+from .lapack._householder import LQ, QL, QR
 
 def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_finite=True, *,
-       backend=None, nb=None, lookahead=None, panel=None, trace=None):
+       backend=None, nb=None, lookahead=None, panel=None, trace=None, progress=False,
+       ooc=None):
     """QR decomposition A = Q R (LAPACK geqrf), or A[:, P] = Q R (geqp3), as scipy.linalg.qr.
 
     Every argument is checked before any work.
@@ -29,9 +28,10 @@ def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_fini
         orgqr / ungqr through scipy.linalg.lapack, larger ones by the engine; pivoting too). On
         the device modes "r" and "raw" are one cuBLAS geqrfBatched (tau a device array of `a`'s
         kind), "full" and "economic" the 2-D device qr of each member in turn (no batched
-        routine forms Q); pivoting raises NotImplementedError. As scipy's stacks, mode="r"
-        returns R itself, not the tuple (R,); mode="raw" returns ((factors, tau), R) stacked
-        (scipy's stacks fail there); an empty batch gives empty results.
+        routine forms Q); with pivoting the 2-D device qr of each member, P a host stack. As
+        scipy's stacks, mode="r" returns R itself, not the tuple (R,) ((R, P) with pivoting);
+        mode="raw" returns ((factors, tau), R) stacked (scipy's stacks fail there); an empty
+        batch gives empty results.
     overwrite_a : bool, optional
         Whether the factors may be written over `a`, as lu_factor's (default False). True or
         False, or 0, 1, as scipy's LAPACK flags.
@@ -41,14 +41,13 @@ def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_fini
     mode : {"full", "r", "economic", "raw"}, optional
         What to return (default "full"); see Returns.
     pivoting : bool, optional
-        Whether to factor with column pivoting, A[:, P] = Q R with |R(j, j)| non-increasing
-        (default False), and return the permutation P last, as scipy. Host arrays only for now
-        (LAPACK geqp3 and orgqr / ungqr through scipy.linalg.lapack; nb, lookahead, panel are
-        checked but unused and no trace is written); a device array raises
-        NotImplementedError.
+        Whether to factor with column pivoting, A[:, P] = Q R with ``|R(j, j)|`` non-increasing
+        (default False), and return the permutation P last (a host array on either
+        interface), as scipy: geqp3 (see there) on a device backend, LAPACK's on the host
+        backend, then Q formed where the factors are.
     check_finite : bool, optional
         Check that `a` holds no infs or NaNs before any work (default True).
-    backend, nb, lookahead, panel, trace : optional
+    backend, nb, lookahead, panel, trace, progress, ooc : optional
         Keyword-only engine options, as lu_factor's, with configuration keys under "qr."
         ("qr.nb", "qr.lookahead", "qr.panel").
 
@@ -71,9 +70,6 @@ def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_fini
 
     Raises
     ------
-    NotImplementedError
-        pivoting=True with a device array `a`: the GPU version of QR with column pivoting is
-        not implemented yet.
     ValueError
         mode is not one of its values; lwork is not None or an integer; overwrite_a or pivoting is
         not True or False; `a` is not 2-D, or holds infs or NaNs (check_finite); a bad engine
@@ -84,7 +80,7 @@ def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_fini
     RuntimeError
         backend="cuda" where the cuda backend is not available.
     MemoryError
-        On a device, a matrix over the device-memory budget, as lu_factor's.
+        A matrix over the memory budget that may not go out of core, as lu_factor's.
 
     See Also
     --------
@@ -120,7 +116,8 @@ def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_fini
     >>> np.allclose(q @ r, a[:, p]), bool(abs(r[0, 0]) >= abs(r[1, 1]))
     (True, True)
     """
-    options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace)
+    options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace, progress=progress,
+                   ooc=ooc)
     if _stacked.is_stack((a, 2)):  # (..., M, N): _stacked.py, _stacked_qr.py
         return _stacked_qr.qr(a, overwrite_a, lwork, mode, _flag("pivoting", pivoting),
                               check_finite, backend, options)
@@ -130,7 +127,7 @@ def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_fini
 
 
 def ql(a, overwrite_a=False, lwork=None, mode="full", check_finite=True, *, backend=None,
-       nb=None, lookahead=None, panel=None, trace=None):
+       nb=None, lookahead=None, panel=None, trace=None, progress=False, ooc=None):
     """QL decomposition A = Q L (LAPACK geqlf; scipy has none), with qr's modes.
 
     Parameters
@@ -147,7 +144,7 @@ def ql(a, overwrite_a=False, lwork=None, mode="full", check_finite=True, *, back
         What to return (default "full"); see Returns.
     check_finite : bool, optional
         Check that `a` holds no infs or NaNs before any work (default True).
-    backend, nb, lookahead, panel, trace : optional
+    backend, nb, lookahead, panel, trace, progress, ooc : optional
         Keyword-only engine options, as lu_factor's, with configuration keys under "qr."
         ("qr.nb", "qr.lookahead", "qr.panel").
 
@@ -176,7 +173,7 @@ def ql(a, overwrite_a=False, lwork=None, mode="full", check_finite=True, *, back
     RuntimeError
         backend="cuda" where the cuda backend is not available.
     MemoryError
-        On a device, a matrix over the device-memory budget, as lu_factor's.
+        A matrix over the memory budget that may not go out of core, as lu_factor's.
 
     See Also
     --------
@@ -204,11 +201,12 @@ def ql(a, overwrite_a=False, lwork=None, mode="full", check_finite=True, *, back
     ((3, 2), (2, 2), True)
     """
     return _householder(a, QL, mode, overwrite_a, lwork, check_finite, backend,
-                        dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace))
+                        dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace,
+                             progress=progress, ooc=ooc))
 
 
 def lq(a, overwrite_a=False, lwork=None, mode="full", check_finite=True, *, backend=None,
-       nb=None, lookahead=None, panel=None, trace=None):
+       nb=None, lookahead=None, panel=None, trace=None, progress=False, ooc=None):
     """LQ decomposition A = L Q (LAPACK gelqf; scipy has none), with qr's modes.
 
     Parameters
@@ -225,7 +223,7 @@ def lq(a, overwrite_a=False, lwork=None, mode="full", check_finite=True, *, back
         What to return (default "full"); see Returns.
     check_finite : bool, optional
         Check that `a` holds no infs or NaNs before any work (default True).
-    backend, nb, lookahead, panel, trace : optional
+    backend, nb, lookahead, panel, trace, progress, ooc : optional
         Keyword-only engine options, as lu_factor's, with configuration keys under "qr."
         ("qr.nb", "qr.lookahead", "qr.panel").
 
@@ -253,7 +251,7 @@ def lq(a, overwrite_a=False, lwork=None, mode="full", check_finite=True, *, back
     RuntimeError
         backend="cuda" where the cuda backend is not available.
     MemoryError
-        On a device, a matrix over the device-memory budget, as lu_factor's.
+        A matrix over the memory budget that may not go out of core, as lu_factor's.
 
     See Also
     --------
@@ -279,39 +277,15 @@ def lq(a, overwrite_a=False, lwork=None, mode="full", check_finite=True, *, back
     ((2, 2), (2, 3), True)
     """
     return _householder(a, LQ, mode, overwrite_a, lwork, check_finite, backend,
-                        dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace))
+                        dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace,
+                             progress=progress, ooc=ooc))
 
 
 def _householder(a, form, mode, overwrite_a, lwork, check_finite, backend, options):
     """Factor with the form's driver (geqrf, geqlf, gelqf) through `_factor`, then build what
-    `mode` asks for where the factors are (the host, or the device for a device array), with
-    the same ops on tile stores on either. Returns (Q, T) ((T, Q) for LQ), (T,) or
-    ((factors, tau), T). The arguments are checked first (the rest, a and the engine options,
-    by `_factor` before it factors)."""
+    `mode` asks for where the factors are (_qr_results). The arguments are checked first (the
+    rest, a and the engine options, by `_factor` before it factors)."""
     overwrite_a = _flag("overwrite_a", overwrite_a)
     _check_mode_and_lwork(mode, lwork)
     factors, _, tau = _householder_factor(a, form, overwrite_a, check_finite, backend, options)
-    (m, n), dtype = _shape_and_dtype(factors)
-    k = min(m, n)
-    tau = np.zeros(0, dtype) if tau is None else tau
-    order, cols = form.shape(m, n)
-    economic = mode in ("economic", "raw")
-    ops = _backends.get_backend("cuda" if is_device_array(factors) else "host")
-    plan = make_plan(ops, m, n, dtype, routine="qr", nb=options["nb"],
-                     lookahead=options["lookahead"])
-    stores = [ops.wrap(factors, tau=tau)]
-    try:
-        triangle = ops.empty(form.shape(k, cols) if economic else (m, n), dtype, like=factors)
-        stores.append(ops.wrap(triangle))
-        copy_triangle(ops, stores[0], form, stores[1])
-        if mode in ("r", "raw"):
-            ops.synchronize()
-            return (triangle,) if mode == "r" else ((factors, tau), triangle)
-        q = ops.empty(form.shape(order, k) if economic else (order, order), dtype, like=factors)
-        stores.append(ops.wrap(q))
-        form_q(stores[0], stores[2], plan, form)
-        ops.synchronize()
-    finally:
-        for store in stores:
-            store.close()
-    return (triangle, q) if form.transpose else (q, triangle)
+    return _qr_results(factors, tau, form, mode, options)

@@ -1,28 +1,33 @@
-"""QR with column pivoting: qr(pivoting=True) and LAPACK's geqp3, on host arrays for now (LAPACK
-geqp3 through scipy.linalg.lapack; the GPU version, MAGMA's geqp3 shape, is still to come)."""
+"""QR with column pivoting: qr(pivoting=True) and LAPACK's geqp3. On a device backend (either
+interface) the blocked geqp3 of lapack/geqp3.py (MAGMA's shape: laqps's panel where the matrix
+lives); on the host backend LAPACK's own, through scipy.linalg.lapack."""
 from __future__ import annotations
 
 import numpy as np
-from scipy.linalg.lapack import get_lapack_funcs
 
+from . import backend as _backends
 from . import lapack as _lapack
-from ._common import _check_mode_and_lwork, _flag, _host_backend, _host_matrix, is_device_array
+from ._common import (_check_mode_and_lwork, _factor, _flag, _host_backend, _host_matrix,
+                      _shape_and_dtype, is_device_array)
+from ._decomp_householder import _qr_results
+from .lapack._householder import QR
 from .scheduler.plan import make_plan
 
 
-# -- QR with column pivoting (host arrays only for now) ------------------------------------------
+# -- QR with column pivoting -----------------------------------------------------------------------
 def geqp3(a, overwrite_a=False, check_finite=True, *, backend=None):
     """LAPACK geqp3: QR with column pivoting, A[:, jpvt] = Q R, in LAPACK's storage.
 
     As scipy.linalg.lapack's dgeqp3 returns (qr, jpvt, tau), except that jpvt is 0-based, as
     scipy.linalg.qr(pivoting=True) returns it (LAPACK's and scipy.linalg.lapack's are 1-based).
-    Host arrays only for now (LAPACK through scipy.linalg.lapack); the GPU version is not
-    implemented yet.
+    On a device backend (a device array, or a host array with the cuda backend) LAPACK's
+    blocked algorithm with its laqps panel runs where the matrix lives (lapack/geqp3.py; cuSOLVER
+    has none); on the host backend, LAPACK's geqp3.
 
     Parameters
     ----------
-    a : (M, N) array_like
-        The matrix to factor, a host array (a device array raises NotImplementedError).
+    a : (M, N) array_like or device array
+        The matrix to factor, host or device as for lu_factor.
     overwrite_a : bool, optional
         Whether the factors may be written over `a` (default False); they are where `a` is
         F-ordered, writeable and of its LAPACK dtype.
@@ -34,7 +39,7 @@ def geqp3(a, overwrite_a=False, check_finite=True, *, backend=None):
     Returns
     -------
     factors : (M, N) ndarray
-        R on and above the diagonal (|R(j, j)| non-increasing), the Householder reflectors
+        R on and above the diagonal (``|R(j, j)|`` non-increasing), the Householder reflectors
         below it, in `a`'s LAPACK dtype.
     jpvt : (N,) ndarray of int32
         The column permutation, 0-based: column j of A[:, jpvt] (= Q R) is column jpvt[j] of A.
@@ -73,18 +78,25 @@ def geqp3(a, overwrite_a=False, check_finite=True, *, backend=None):
     True
     """
     overwrite_a = _flag("overwrite_a", overwrite_a)
-    return _geqp3(a, overwrite_a, check_finite, backend, {}, "geqp3")
+    return _geqp3(a, overwrite_a, check_finite, backend, {})
 
 
-def _geqp3(a, overwrite_a, check_finite, backend, options, caller):
-    """Validate (a, backend, the engine options, which pivoted QR does not use), then LAPACK
-    geqp3 on the host: (factors, jpvt 0-based, tau); an empty matrix gives a new empty array,
-    jpvt = 0, ..., N - 1 and an empty tau, as scipy."""
-    if is_device_array(a):
-        raise NotImplementedError(
-            f"{caller}: QR with column pivoting (LAPACK geqp3) of a device array: the GPU "
-            f"version is not implemented yet; pass a host (NumPy) array, or use "
-            f"pivoting=False on the device")
+def _geqp3(a, overwrite_a, check_finite, backend, options):
+    """Validate (a, backend, the engine options), then QR with column pivoting: (factors, jpvt
+    0-based, tau), factors where `a` lives; an empty matrix gives a new empty array, jpvt =
+    0, ..., N - 1 and an empty tau, as scipy."""
+    if is_device_array(a) or _host_backend(backend).has_device:
+        def driver(A, plan):
+            jpvt, tau, info, trace = _lapack.geqp3(A, plan)
+            return info, (jpvt, tau), trace
+        factors, _, results = _factor(a, overwrite_a, check_finite, backend, options, "qr",
+                                      driver)
+        if results is None:  # empty: a new array, never the user's own
+            (m, n), dtype = _shape_and_dtype(factors)
+            if is_device_array(factors):
+                factors = _backends.get_backend("cuda").empty((m, n), dtype, like=factors)
+            return factors, np.arange(n, dtype=np.int32), np.zeros(0, dtype)
+        return (factors, *results)
     array, dtype = _host_matrix("a", a, check_finite)
     ops = _host_backend(backend)
     m, n = array.shape
@@ -95,42 +107,16 @@ def _geqp3(a, overwrite_a, check_finite, backend, options, caller):
     work = array if array.dtype == dtype else array.astype(dtype, order="F")
     ours = work is not array
     may_overwrite = ours or (overwrite_a and work.flags.writeable)
-    factors, jpvt, tau, info = _lapack.geqp3(work, overwrite_a=may_overwrite)
+    factors, jpvt, tau, info = _lapack.geqp3_host(work, overwrite_a=may_overwrite)
     if info < 0:  # cannot happen with the arguments given here
         raise ValueError(f"illegal value in argument {-info} of the internal geqp3")
     return factors, jpvt, tau
 
 
 def _pivoted_qr(a, mode, overwrite_a, lwork, check_finite, backend, options):
-    """qr(pivoting=True): scipy.linalg.qr's results, on the host (geqp3, then orgqr / ungqr)."""
+    """qr(pivoting=True): scipy.linalg.qr's results, built where the factors are (geqp3, then
+    orgqr / ungqr as qr's)."""
     overwrite_a = _flag("overwrite_a", overwrite_a)
     _check_mode_and_lwork(mode, lwork)
-    factors, jpvt, tau = _geqp3(a, overwrite_a, check_finite, backend, options, "qr")
-    (m, n), dtype = factors.shape, factors.dtype
-    k = min(m, n)
-    economic = mode in ("economic", "raw")
-    if m == 0 or n == 0:  # scipy's empty results
-        r = np.empty((k, n) if economic else (m, n), dtype)
-        if mode == "r":
-            return r, jpvt
-        if mode == "raw":
-            return (factors, tau), r, jpvt
-        q = np.eye(m, k if economic else m, dtype=dtype)
-        return q, r, jpvt
-    r = np.triu(factors[:k] if economic else factors)
-    if mode == "r":
-        return r, jpvt
-    if mode == "raw":
-        return (factors, tau), r, jpvt
-    if m < n:
-        q = factors[:, :m]
-    elif economic:
-        q = factors
-    else:
-        q = np.empty((m, m), dtype, order="F")
-        q[:, :n] = factors
-    (orgqr,) = get_lapack_funcs(("orgqr",), (q,))
-    q, _, info = orgqr(q, tau, lwork=max(q.shape[1], 1) * 64, overwrite_a=True)
-    if info < 0:  # cannot happen with the arguments given here
-        raise ValueError(f"illegal value in argument {-info} of the internal orgqr / ungqr")
-    return q, r, jpvt
+    factors, jpvt, tau = _geqp3(a, overwrite_a, check_finite, backend, options)
+    return (*_qr_results(factors, tau if tau.size else None, QR, mode, options), jpvt)

@@ -17,6 +17,7 @@ from ._common import (
     _flag,
     _host_backend,
     _host_matrix,
+    _shape_and_dtype,
     is_device_array,
 )
 from ._decomp_householder import _householder_factor
@@ -28,19 +29,22 @@ from .scheduler.plan import make_plan
 
 # -- least squares -------------------------------------------------------------------------------
 def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=True,
-          lapack_driver=None, *, backend=None, nb=None, lookahead=None, panel=None, trace=None):
+          lapack_driver=None, *, backend=None, nb=None, lookahead=None, panel=None, trace=None,
+          progress=False):
     """Least squares by QR (m >= n) or LQ (m < n), LAPACK gels or gelsy, as scipy.linalg.lstsq.
 
     The minimum-norm least-squares solution of a x = b. For `a` of full rank, by QR (m >= n) or
-    LQ (m < n) on the hybrid engine; a host `a` that the rank test finds rank deficient is
-    solved again by QR with column pivoting (LAPACK gelsy through scipy.linalg.lapack, as
-    scipy's lapack_driver="gelsy"), which reveals the effective rank. Every argument is checked
-    before any work.
+    LQ (m < n) on the hybrid engine; an `a` that the rank test finds rank deficient is solved
+    again by QR with column pivoting (LAPACK gelsy's algorithm, as scipy's
+    lapack_driver="gelsy"), which reveals the effective rank: on a device backend the pivoted
+    QR runs on the GPU (geqp3) and gelsy's rank decision and minimum-norm solve on its R on the
+    host; on the host backend LAPACK's gelsy through scipy.linalg.lapack. Every argument is
+    checked before any work.
 
     Parameters
     ----------
     a : (..., M, N) array_like or device array
-        The matrix, host or device as for lu_factor; of full rank on a device. A stack, as
+        The matrix, host or device as for lu_factor. A stack, as
         scipy >= 1.15 takes it: on the host member by member (members of order up to 256 by
         LAPACK gels through scipy.linalg.lapack, with the same rank test and gelsy), on the
         device the 2-D device lstsq of each member in turn (no batched routine has the rank
@@ -59,10 +63,9 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
     check_finite : bool, optional
         Check that `a` and `b` hold no infs or NaNs before any work (default True).
     lapack_driver : {None, "gelsy"}, optional
-        None (the default): gels (QR or LQ), and gelsy where `a` is found rank deficient (host
-        arrays). "gelsy": gelsy directly (host arrays only). scipy's SVD drivers ("gelsd",
-        "gelss") are not available.
-    backend, nb, lookahead, panel, trace : optional
+        None (the default): gels (QR or LQ), and gelsy where `a` is found rank deficient.
+        "gelsy": gelsy directly. scipy's SVD drivers ("gelsd", "gelss") are not available.
+    backend, nb, lookahead, panel, trace, progress : optional
         Keyword-only engine options, as qr's (lu_factor's, configuration keys under "qr.").
 
     Returns
@@ -88,11 +91,9 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
     Raises
     ------
     LinAlgError
-        A device `a` is rank deficient: the triangular factor T has a diagonal entry with
-        |T(i, i)| <= tol max_j |T(j, j)| (the message names i; `b` is not touched); the
-        rank-revealing solve on the GPU is not implemented yet.
-    NotImplementedError
-        lapack_driver="gelsy" with device arrays (not implemented yet).
+        A device `a` with overwrite_a=True fails the rank test (``|T(i, i)| <= tol max_j
+        |T(j, j)|``, the message names i; `b` is not touched): its factors are written over it,
+        and the pivoted solve has no `a` left to start from.
     ValueError
         lapack_driver is not None or "gelsy"; cond is not None or a real number >= 0;
         overwrite_a or overwrite_b is not True or False; one of `a` and `b` is a device array
@@ -113,11 +114,11 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
     Notes
     -----
     The rank test sees what QR without pivoting sees: T has a diagonal entry with
-    |T(i, i)| <= tol max_j |T(j, j)|. A numerically rank-deficient `a` whose |T(i, i)| all stay
-    large passes it (and is solved as of full rank); one that fails it is, on the host, solved
-    by gelsy from the original `a` (rebuilt from its factors, to rounding, where overwrite_a
-    let the factorization write over it). As LAPACK's gels, `a` and `b` whose largest entry
-    lies outside the safe range
+    ``|T(i, i)| <= tol max_j |T(j, j)|``. A numerically rank-deficient `a` whose
+    ``|T(i, i)|`` all stay large passes it (and is solved as of full rank); one that fails it
+    is solved by gelsy from the original `a` (on the host rebuilt from its factors, to
+    rounding, where overwrite_a let the factorization write over it). As LAPACK's gels, `a`
+    and `b` whose largest entry lies outside the safe range
     [safmin / eps, eps / safmin] (entries near overflow, or tiny ones) are scaled into it
     first, by powers of two, and x scaled back (lapack/gels.py). An empty `a` (M or N zero)
     gives scipy's results: x = 0, residues the squared norms of b's columns when N == 0 (else
@@ -152,7 +153,8 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
         raise ValueError(f"cond must be a real number >= 0 or None; got cond={cond!r}")
     if _stacked.is_stack((a, 2), (b, 2)):  # stacks: _stacked.py, _stacked_qr.py
         return _stacked_qr.lstsq(a, b, cond, check_finite, lapack_driver, backend,
-                              dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace))
+                              dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace,
+                                   progress=progress))
     device = is_device_array(a)
     if device != is_device_array(b):
         raise ValueError("a and b must both be host arrays or both device arrays")
@@ -177,24 +179,22 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
     nrhs = 1 if len(b_shape) == 1 else b_shape[1]
     # the stages after the factorization run where the factors are
     ops = _backends.get_backend("cuda" if device else "host")
-    if device and lapack_driver == "gelsy":
-        raise NotImplementedError("lapack_driver='gelsy' with device arrays: the GPU version of "
-                                  "the rank-revealing solve is not implemented yet; pass host "
-                                  "arrays, or lapack_driver=None")
     if m == 0 or n == 0:
         return _empty(ops, b, b_array, m, n, nrhs, b_shape, dtype)
     # gelsy's rcond: scipy passes cond as it is (None: eps); ours defaults to the rank test's
     rank_tol = max(m, n) * np.finfo(dtype).eps if cond is None else float(cond)
+    options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace, progress=progress)
     if lapack_driver == "gelsy":
-        return _gelsy(array, array, b_array, dtype, rank_tol, overwrite_a)
+        return _gelsy_where(engine, a if device else array, array, b, b_array, b_shape, dtype,
+                            rank_tol, overwrite_a, backend, options)
 
     may_overwrite_a = overwrite_a  # the user's word, for gelsy
     a_work, overwrite_a, scale_a = _scaled_matrix(ops, a, array, dtype, overwrite_a)
     rhs = b if device else np.asfortranarray(b_array.reshape(m, nrhs), dtype=dtype)
     form = QR if m >= n else LQ
-    options = dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace)
     factors, _, tau = _householder_factor(a_work, form, overwrite_a, False, backend, options)
-    plan = make_plan(ops, m, n, dtype, routine="qr", nb=nb, lookahead=lookahead)
+    plan = make_plan(ops, m, n, dtype, routine="qr", nb=nb, lookahead=lookahead,
+                     progress=progress)
     # the right-hand side goes into the max(m, n) x nrhs array the solve overwrites; x is its
     # first n rows, copied out when there are more (m > n: the rest holds the residuals)
     work = ops.empty((max(m, n), nrhs), dtype, like=b)
@@ -213,18 +213,23 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
     finally:
         for store in stores:
             store.close()
-    if info > 0:
-        name = "R" if form is QR else "L"
-        if not device:  # rank-revealing: QR with column pivoting, LAPACK gelsy
+    if info > 0:  # rank-revealing: QR with column pivoting, LAPACK gelsy
+        if not device:
             intact = not (np.may_share_memory(factors, array) or
                           (a_work is array and scale_a != 1))
             original = array if intact else _rebuilt(factors, tau, form, scale_a)
-            return _gelsy(original, array, b_array, dtype, rank_tol, may_overwrite_a)
+            return _gelsy_where(engine, original, array, b, b_array, b_shape, dtype, rank_tol,
+                                may_overwrite_a, backend, options)
+        if factors is not a:  # the user's device a is intact (gels factored a copy)
+            return _gelsy_where(engine, a, None, b, None, b_shape, dtype, rank_tol, False,
+                                backend, options)
+        name = "R" if form is QR else "L"
         raise LinAlgError(
             f"a is rank deficient, or too close to it for a solve by {form.storage}: "
             f"|{name}({info}, {info})| <= {rank_tol:.3g} * max_j |{name}(j, j)| "
-            f"(a has shape {(m, n)}); the rank-revealing solve (pivoted QR, gelsy) of device "
-            f"arrays is not implemented yet: pass host arrays, or use scipy.linalg.lstsq")
+            f"(a has shape {(m, n)}), and its factors are written over it (overwrite_a=True), "
+            f"so the rank-revealing solve (pivoted QR, gelsy) has no a to start from: call "
+            f"again with overwrite_a=False")
     if residues is None:
         residues = np.empty(0, dtype=dtype)  # scipy's: x's dtype
     else:
@@ -232,6 +237,67 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
         residues = residues[0] if len(b_shape) == 1 else residues
     rank = min(m, n)
     return (x.reshape(n) if len(b_shape) == 1 else x), residues, rank, None
+
+
+def _gelsy_where(engine, matrix, array, b, b_array, b_shape, dtype, rcond, overwrite_a, backend,
+                 options):
+    """gelsy's results for `matrix` (the user's a, `array` its host form, or a copy rebuilt
+    from its factors): on a device backend (either interface) by the pivoted QR of
+    lapack/geqp3.py and gelsy_factored; on the host backend by LAPACK's gelsy."""
+    if engine.has_device or is_device_array(matrix):
+        return _gelsy_engine(matrix, array, b, b_array, b_shape, dtype, rcond, overwrite_a,
+                             backend, options)
+    return _gelsy(matrix, array, b_array, dtype, rcond, overwrite_a)
+
+
+def _gelsy_engine(matrix, array, b, b_array, b_shape, dtype, rcond, overwrite_a, backend,
+                  options):
+    """gelsy by the engine: s_a A P = Q R where `matrix` lives (geqp3), s_b B's copy, Q^H
+    applied there (gelsy_factored), the rank and the minimum-norm y on the host, x = P y s_a
+    / s_b; x where b is."""
+    from ._decomp_qr_pivoted import _geqp3
+    device = is_device_array(matrix)
+    ops = _backends.get_backend("cuda" if device else "host")
+    m, n = _shape_and_dtype(matrix)[0]
+    nrhs = 1 if len(b_shape) == 1 else b_shape[1]
+    ours = not device and matrix is not array  # a copy rebuilt from factors
+    a_work, may_overwrite, scale_a = _scaled_matrix(ops, matrix, None if device else matrix,
+                                                    dtype, True if ours else overwrite_a)
+    factors, jpvt, tau = _geqp3(a_work, may_overwrite, False, backend, options)
+    plan = make_plan(ops, m, n, dtype, routine="qr", nb=options["nb"])
+    work = ops.empty((m, nrhs), dtype, like=b)
+    rhs = b if device else np.asfortranarray(b_array.reshape(m, nrhs), dtype=dtype)
+    B, _b_copy = _device_store(ops, b) if device else (ops.wrap(rhs), None)
+    stores = [B, ops.wrap(work), ops.wrap(factors, tau=tau)]
+    try:
+        scale_b = gels_load_rhs(ops, B, stores[1], m, nrhs, dtype)
+        y, rank, tail, info = _lapack.gelsy_factored(stores[2], stores[1], plan, rcond)
+    finally:
+        for store in stores:
+            store.close()
+    if info < 0:  # cannot happen with the arguments given here
+        raise ValueError(f"illegal value in argument {-info} of the internal gelsy")
+    x = np.empty_like(y)
+    x[jpvt] = y * (scale_a / scale_b)
+    residues = np.empty(0, dtype=dtype)
+    if rank == n and m > n:
+        residues = (np.abs(tail / scale_b) ** 2).sum(axis=0)
+        residues = residues[0] if len(b_shape) == 1 else residues
+    if device:
+        x = _to_device(ops, x, b)
+    return (x.reshape(n) if len(b_shape) == 1 else x), residues, rank, None
+
+
+def _to_device(ops, host, like):
+    """A new device array of `like`'s kind holding the host array."""
+    out = ops.empty(host.shape, host.dtype, like=like)
+    store = ops.wrap(out)
+    try:
+        lane = ops.lane("gpu:update")
+        ops.from_host(lane, host, store.block(0, store.m, 0, store.n))
+    finally:
+        store.close()
+    return out
 
 
 def _gelsy(matrix, array, b_array, dtype, rcond, overwrite_a):

@@ -34,7 +34,7 @@ _log = get_logger("mixed")
 def solve_mixed(a, b, assume_a="gen", lower=False, overwrite_a=False, overwrite_b=False,
                 check_finite=True, *, lowest=None, refinement=None, tol=None, max_iter=None,
                 inner_tol=None, max_inner=None, fallback=True, equilibrate=None, backend=None,
-                nb=None, lookahead=None, panel=None, trace=None):
+                nb=None, lookahead=None, panel=None, trace=None, progress=False):
     """Solve a x = b to working precision with the factorization in a lower precision, refined.
 
     The working precision is a's dtype (float64, complex128, or float32); the O(n^3)
@@ -93,7 +93,7 @@ def solve_mixed(a, b, assume_a="gen", lower=False, overwrite_a=False, overwrite_
         Keyword-only: scale `a` by powers of two before rounding (rows and columns; symmetric
         for "pos"), so that half precision neither overflows nor underflows on it. None (the
         default): configuration "mixed.equilibrate" (True). True or False, or 0, 1.
-    backend, nb, lookahead, panel, trace : optional
+    backend, nb, lookahead, panel, trace, progress : optional
         Keyword-only engine options of the low-precision factorization, as lu_factor's, with
         configuration keys under "mixed." (its panels default to "gpu").
 
@@ -190,17 +190,18 @@ def solve_mixed(a, b, assume_a="gen", lower=False, overwrite_a=False, overwrite_
 
     def full_precision():
         return solve(a, b, lower=lower, check_finite=False, assume_a=assume_a,
-                     backend=backend)
+                     backend=backend, progress=progress)
     return _mixed("a", a, b, True, solver, extra, full_precision, check_finite, fallback,
                   dict(lowest=lowest, refinement=refinement, tol=tol, max_iter=max_iter,
                        inner_tol=inner_tol, max_inner=max_inner, equilibrate=equilibrate),
-                  dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace), backend,
+                  dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace, progress=progress),
+                  backend,
                   "Matrix is singular." if not hermitian else None)
 
 
 def lstsq_mixed(a, b, check_finite=True, *, lowest=None, refinement=None, tol=None,
                 max_iter=None, inner_tol=None, max_inner=None, fallback=True, equilibrate=None,
-                backend=None, nb=None, lookahead=None, panel=None, trace=None):
+                backend=None, nb=None, lookahead=None, panel=None, trace=None, progress=False):
     """Least squares (m >= n, full rank) to working precision, with the QR in a lower precision.
 
     The least-squares solution of a x = b: the QR factorization in a lower precision and
@@ -225,7 +226,7 @@ def lstsq_mixed(a, b, check_finite=True, *, lowest=None, refinement=None, tol=No
         Keyword-only, as solve_mixed's; the fallback is hybridla.lstsq.
     equilibrate : bool, optional
         Keyword-only, as solve_mixed's, but scaling columns only.
-    backend, nb, lookahead, panel, trace : optional
+    backend, nb, lookahead, panel, trace, progress : optional
         Keyword-only engine options of the low-precision QR, as solve_mixed's.
 
     Returns
@@ -275,12 +276,13 @@ def lstsq_mixed(a, b, check_finite=True, *, lowest=None, refinement=None, tol=No
     fallback = _flag("fallback", fallback)
 
     def full_precision():
-        return lstsq(a, b, check_finite=False, backend=backend)[0]
+        return lstsq(a, b, check_finite=False, backend=backend, progress=progress)[0]
     return _mixed("a", a, b, False, _lapack.gels_mixed, {}, full_precision, check_finite,
                   fallback, dict(lowest=lowest, refinement=refinement, tol=tol,
                                  max_iter=max_iter, inner_tol=inner_tol, max_inner=max_inner,
                                  equilibrate=equilibrate),
-                  dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace), backend,
+                  dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace, progress=progress),
+                  backend,
                   "the matrix is rank deficient in the low precision")
 
 

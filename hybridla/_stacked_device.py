@@ -18,7 +18,8 @@ PyTorch, PyCUDA), each member column-major.
 
 A stack is never factored in place: the results are new arrays (overwrite_a and overwrite_b
 are checked and ignored). The pivots of lu_factor and the tau of qr(mode="raw") stay on the
-device too, int32 and 0-based, of the input's kind (a 2-D device matrix gives host ones).
+device too, int32 and 0-based, of the input's kind (so do a 2-D device matrix's pivots:
+`device_pivots`; lu_solve takes them on the device or the host, `host_pivots`).
 """
 from __future__ import annotations
 
@@ -43,6 +44,9 @@ from .scheduler.plan import make_plan
 # crossovers belong in the device's tuning entry.
 DEVICE_WARP_LU = True
 DEVICE_CUBLAS_LU_UP_TO = 128
+# Cholesky up to 32 x 32 by a warp per member (our kernel: the member read where it is, the
+# other triangle written on the way out), larger members by cuSOLVER's potrfBatched
+DEVICE_WARP_CHOLESKY = True
 _DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128))
 _ASSUME_NAME = {"upper": "upper triangular", "lower": "lower triangular"}  # solve's own names
 
@@ -121,8 +125,9 @@ def lu_factor(a, check_finite, backend, options, method=None):
     _check_memory(ops, count * (m * n * dtype.itemsize + 4 * k + 4 + 3 * 8))
     with batched.Batched(ops, a) as call:
         lu, piv = call.stack(batch, (m, n), dtype), call.stack(batch, (k,), np.int32)
-        _copy_in(call, a, batch, 2, lu, check_finite, "a")
-        infos = call.getrf(lu, piv, method, _nb(options))
+        if check_finite:  # the check reads the copy, before any factorization
+            _copy_in(call, a, batch, 2, lu, check_finite, "a")
+        infos = call.getrf(lu, piv, method, _nb(options), source=None if check_finite else a)
     for info in infos[infos > 0]:
         warnings.warn(f"Diagonal number {info} is exactly zero. Singular matrix.",
                       LinAlgWarning, stacklevel=4)
@@ -132,17 +137,39 @@ def lu_factor(a, check_finite, backend, options, method=None):
 def _lu_factor_loop(ops, a, batch, m, n, dtype, check_finite, options):
     """Members too tall for the batched panels: the 2-D device lu_factor of each, a loop on the
     device (its pivots, host arrays there, gathered into one device stack)."""
-    from ._decomp_lu import lu_factor as lu_factor_2d
-    k = min(m, n)
+    from ._decomp_lu import lu_factor_2d
     results = _loop(ops, batch, [(a, 2)], lambda member: lu_factor_2d(
-        member, False, check_finite, backend="cuda", **options))
+        member, False, check_finite, "cuda", options))
     lu, pivots = results
+    host = np.stack(pivots).reshape(tuple(batch) + (min(m, n),))
+    return _cb().as_kind(a, lu), device_pivots(ops, a, host)
+
+
+def device_pivots(ops, template, host):
+    """The host pivots (batch + (k,), 0-based) as a new int32 device array of the kind of the
+    user's `template` (from its library's allocator where it has one)."""
+    batch, k = host.shape[:-1], host.shape[-1]
     cb = _cb()
-    piv = cb.StackArray(ops, batch, (k,), np.int32, like=a)
-    host = np.ascontiguousarray(np.stack(pivots), dtype=np.int32)
-    with batched.Batched(ops, a) as call:
-        call.pivots_from_host(host, piv, k)
-    return cb.as_kind(a, lu), cb.as_kind(a, piv)
+    piv = cb.StackArray(ops, batch, (k,), np.int32, like=template)
+    if piv.count and k:
+        with batched.Batched(ops, template) as call:
+            call.pivots_from_host(np.ascontiguousarray(host.reshape(-1, k), dtype=np.int32), piv,
+                                  k)
+    return cb.as_kind(template, piv)
+
+
+def host_pivots(ops, piv):
+    """A device array of 0-based int32 pivots (..., k), in any layout, as a host array."""
+    cai = piv.__cuda_array_interface__
+    shape, dtype = tuple(int(s) for s in cai["shape"]), np.dtype(cai["typestr"])
+    if dtype != np.int32:
+        raise TypeError(f"piv on the device must be int32; got dtype {dtype}")
+    if len(shape) < 1:
+        raise ValueError(f"piv must have at least one dimension; got shape {shape}")
+    if math.prod(shape) == 0:
+        return np.empty(shape, np.int32)
+    with batched.Batched(ops, piv) as call:
+        return call.pivots_to_host(piv, shape[:-1], shape[-1])
 
 
 def lu_solve(lu, piv, b, trans, check_finite, backend):
@@ -255,15 +282,18 @@ def potrf(a, lower, check_finite, backend, options, clean):
     _check_memory(ops, count * (n * n * dtype.itemsize + 4 + 8))
     uplo = "L" if lower else "U"
     other = "strict_upper" if lower else "strict_lower"
+    warp = DEVICE_WARP_CHOLESKY and n <= _cb().WARP_LU_LARGEST
     with batched.Batched(ops, a) as call:
-        _copy_in(call, a, batch, 2, c, check_finite, "a")
-        infos = call.potrf(uplo, c)
+        if check_finite:  # the check reads the copy, before any factorization
+            _copy_in(call, a, batch, 2, c, check_finite, "a")
+        infos = call.potrf(uplo, c, method="warp" if warp else "cusolver",
+                           source=None if check_finite else a, keep=not clean)
         failing = np.flatnonzero(infos > 0)
         if failing.size:
             raise LinAlgError(f"{infos[failing[0]]}-th leading minor of the array is not "
                               f"positive definite")
-        # the other triangle was cuSOLVER's workspace: zero (cholesky) or a's again
-        call.laset_other(other, c, None if clean else a, batch)
+        if not warp:  # the other triangle was cuSOLVER's workspace: zero (cholesky) or a's
+            call.laset_other(other, c, None if clean else a, batch)
     return cb.as_kind(a, c)
 
 
@@ -291,13 +321,12 @@ def cho_solve(c, lower, b, check_finite, backend):
 def qr(a, mode, pivoting, check_finite, backend, options):
     """qr of a device stack: "r" and "raw" by cuBLAS geqrfBatched (R copied out of the factors
     by one launch); "full" and "economic" by the 2-D device qr of each member in turn (Q has no
-    batched routine: cuBLAS and cuSOLVER have no batched orgqr)."""
-    if pivoting:
-        raise NotImplementedError(
-            "qr: QR with column pivoting (LAPACK geqp3) of a device array: the GPU version is "
-            "not implemented yet; pass a host (NumPy) array, or use pivoting=False on the "
-            "device")
+    batched routine: cuBLAS and cuSOLVER have no batched orgqr); with pivoting, every mode by
+    the 2-D device qr of each member (no batched geqp3 anywhere), the permutations a host
+    stack."""
     ops = _device_backend("a", backend)
+    if pivoting:
+        return _pivoted_qr_loop(ops, a, mode, check_finite, options)
     shape, dtype = _shape("a", a, 2)
     batch, (m, n) = shape[:-2], shape[-2:]
     make_plan(ops, m, n, dtype, routine="qr", **options)
@@ -331,13 +360,39 @@ def _qr_loop(ops, a, batch, mode, check_finite, options):
     return q, r
 
 
-def _empty_device(ops, template, batch, shapes, dtype, mode):
+def _pivoted_qr_loop(ops, a, mode, check_finite, options):
+    from ._decomp_qr import qr as qr_2d
+    shape, dtype = _shape("a", a, 2)
+    batch, (m, n) = shape[:-2], shape[-2:]
+    make_plan(ops, m, n, dtype, routine="qr", **options)
+    if math.prod(batch) == 0:
+        return _empty_device(ops, a, batch, qr_shapes(m, n, mode, True), dtype, mode,
+                             pivoting=True)
+
+    def member(x):  # flat: the loop stacks device results and gathers host ones
+        result = qr_2d(x, False, None, mode, True, check_finite, backend="cuda", **options)
+        return (*result[0], *result[1:]) if mode == "raw" else result
+    results = _loop(ops, batch, [(a, 2)], member)
+    jpvt = np.stack(results[-1]).reshape(batch + (n,))
+    if mode == "raw":
+        factors, tau, r = results[0], np.stack(results[1]).reshape(batch + (min(m, n),)), \
+            results[2]
+        return (factors, tau), r, jpvt
+    return (*results[:-1], jpvt)
+
+
+def _empty_device(ops, template, batch, shapes, dtype, mode, pivoting=False):
+    """Empty stacks of qr's core shapes; with pivoting, the last (P) a host int32 stack, as
+    the pivoted loop returns it."""
     cb = _cb()
 
     def make(shape):
         if isinstance(shape[0], tuple):
             return tuple(make(s) for s in shape)
         return cb.as_kind(template, cb.StackArray(ops, batch, shape, dtype, like=template))
+    if pivoting:
+        results = (*(make(s) for s in shapes[:-1]), np.empty(tuple(batch) + shapes[-1], np.int32))
+        return results
     results = tuple(make(s) for s in shapes)
     return results[0] if mode == "r" else results
 
@@ -345,12 +400,19 @@ def _empty_device(ops, template, batch, shapes, dtype, mode):
 # -- the loops: functions without a batched routine ----------------------------------------------
 def _member(obj, core_ndim, index, batch):
     """obj's member for the broadcast batch index: obj[own index] (the user's kind of array,
-    a view), own index 0 along obj's axes of size 1 and without its missing leading axes."""
+    a view), own index 0 along obj's axes of size 1 and without its missing leading axes; a
+    copy (C-ordered, by the array's own library) where the view has no unit stride along
+    either axis, as the 2-D functions need (a stack whose batch axis varies fastest)."""
     shape = tuple(obj.__cuda_array_interface__["shape"])
     own = shape[:len(shape) - core_ndim]
     lead = len(batch) - len(own)
     own_index = tuple(0 if size == 1 else index[lead + i] for i, size in enumerate(own))
-    return obj[own_index] if own_index else obj
+    member = obj[own_index] if own_index else obj
+    _, core, dtype, strides = _cb().layout(member, core_ndim)
+    if core_ndim == 2 and min(core) > 1 and dtype.itemsize not in strides[-2:]:
+        # C-ordered copies: PyTorch's contiguous(), CuPy's copy()
+        member = member.contiguous() if hasattr(member, "contiguous") else member.copy()
+    return member
 
 
 def _loop(ops, batch, inputs, member_fn):
@@ -382,7 +444,7 @@ def _loop(ops, batch, inputs, member_fn):
 def lstsq(a, b, cond, check_finite, lapack_driver, backend, options):
     """lstsq of device stacks: the 2-D device lstsq of each member in turn (a loop on the
     device): x stacked on the device, residues and rank on the host as the 2-D function gives
-    them (a rank-deficient member raises its LinAlgError)."""
+    them (a rank-deficient member by the device's pivoted QR, gelsy's answer)."""
     ops = _device_backend("a", backend)
     a_shape, dtype = _shape("a", a, 2)
     b_shape, b_dtype = _shape("b", b, 1)
@@ -391,10 +453,6 @@ def lstsq(a, b, cond, check_finite, lapack_driver, backend, options):
     core = rhs_core("b", b_shape, m, "a", a_shape)
     batch = batch_shape(("a", a_shape[:-2]), ("b", b_shape[:len(b_shape) - len(core)]))
     make_plan(ops, m, n, dtype, routine="qr", **options)
-    if lapack_driver == "gelsy":
-        raise NotImplementedError("lapack_driver='gelsy' with device arrays: the GPU version of "
-                                  "the rank-revealing solve is not implemented yet; pass host "
-                                  "arrays, or lapack_driver=None")
     cb = _cb()
     if math.prod(batch) == 0:
         x = cb.as_kind(b, cb.StackArray(ops, batch, (n,) + core[1:], dtype, like=b))
@@ -402,8 +460,8 @@ def lstsq(a, b, cond, check_finite, lapack_driver, backend, options):
     from ._lstsq import lstsq as lstsq_2d
     x, residues, ranks, _ = _loop(ops, batch, [(a, 2), (b, len(core))],
                                   lambda am, bm: lstsq_2d(am, bm, cond, False, False,
-                                                          check_finite, None, backend="cuda",
-                                                          **options))
+                                                          check_finite, lapack_driver,
+                                                          backend="cuda", **options))
     return (x, stacked_residues(batch, residues, dtype),
             np.asarray(ranks, np.int64).reshape(batch), None)
 

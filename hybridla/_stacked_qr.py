@@ -55,8 +55,8 @@ def qr(a, overwrite_a, lwork, mode, pivoting, check_finite, backend, options):
     make_plan(ops, m, n, dtype, routine="qr", **options)
     _finite(check_finite, ("a", array))
     if math.prod(batch) == 0:
-        return _unwrap_r(mode, _empty_results(batch, qr_shapes(m, n, mode, pivoting), dtype,
-                                              pivoting))
+        return _unwrap_r(mode, pivoting, _empty_results(batch, qr_shapes(m, n, mode, pivoting),
+                                                        dtype, pivoting))
     from ._decomp_qr import _householder
     from ._decomp_qr_pivoted import _pivoted_qr
     from .lapack._householder import QR
@@ -70,11 +70,12 @@ def qr(a, overwrite_a, lwork, mode, pivoting, check_finite, backend, options):
         else:
             result = _householder(member, QR, mode, False, lwork, False, backend, options)
         stacked.put(index, result)
-    return _unwrap_r(mode, stacked.out)
+    return _unwrap_r(mode, pivoting, stacked.out)
 
 
-def _unwrap_r(mode, results):
-    return results[0] if mode == "r" else results
+def _unwrap_r(mode, pivoting, results):
+    """A stack's mode="r" result is R itself, as scipy's; with pivoting (R, P), as scipy's."""
+    return results[0] if mode == "r" and not pivoting else results
 
 
 def _lapack_qr(a, mode):

@@ -11,7 +11,8 @@ C-contiguous: row-major members, as PyTorch makes them; Cholesky: X X^T + n I), 
 the same process on the same GPU by
 
   hybridla    hybridla.lu_factor(A, check_finite=False) / hybridla.cholesky(A, lower=True,
-              check_finite=False) on the torch tensor (the GPU interface: results are torch
+              check_finite=False) on the torch tensor (Cholesky: a warp per member up to 32 x 32,
+              cuSOLVER potrfBatched above) (the GPU interface: results are torch
               tensors, pivots on the device, as torch's); --method picks the batched LU
               ("auto": hybridla's choice; "warp": a warp per member, n <= 32; "cublas": cuBLAS
               getrfBatched; "blocked": the blocked batched LU with panel width --nb; "all": a
@@ -24,7 +25,8 @@ does) and copy A first (neither overwrites it). check_finite=False: torch checks
 
 Timing: the median of --repeats calls after one untimed warm-up each, the two libraries
 alternating, each call between torch.cuda.synchronize() (wall time, host overhead included).
-Columns: n, count, implementation, time (ms), TFLOP/s by LAPACK's counts (hybridla/bench/
+Columns: n, count, implementation, time (ms), spread (max - min of the --repeats, ms; torch's
+row: its calls alternating with the last implementation's), TFLOP/s by LAPACK's counts (hybridla/bench/
 flops.py: getrf_flops, potrf_flops, times count), "torch / this" (>= 1: at least as fast as
 torch), the residual of --sample members (the first, the last and ones between): LU
 ||P A - L U||_1 / (n ||A||_1 eps), Cholesky ||A - L L^T||_1 / (n ||A||_1 eps), the largest
@@ -137,9 +139,9 @@ def main(argv=None):
     print(f"# python3 perf/batched.py {' '.join(argv if argv is not None else sys.argv[1:])}")
     print(f"# float64, {args.gbytes} GiB per stack, median of {args.repeats}, "
           f"check_finite={args.check_finite}")
-    print("| n | count | routine | implementation | time (ms) | TFLOP/s | torch / this | "
-          "residual |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| n | count | routine | implementation | time (ms) | spread (ms) | TFLOP/s | "
+          "torch / this | residual |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for n in args.sizes:
         count = max(1, int(args.gbytes * 2**30) // (8 * n * n))
         members = sample_members(count, args.sample)
@@ -147,8 +149,8 @@ def main(argv=None):
             a = torch.randn(count, n, n, dtype=torch.float64, device="cuda")
             a_host = a[members].cpu().numpy()
             flops = count * getrf_flops(n, n)
-            torch_time, (lu, piv) = timed(lambda a=a: torch.linalg.lu_factor(a), 1, torch)
-            rows = []
+            _, (lu, piv) = timed(lambda a=a: torch.linalg.lu_factor(a), 1, torch)  # warm-up
+            torch_times, rows = [], []
             for method in lu_methods(n, args.method):
                 ours = hybridla_lu(torch, a, method, args.nb, args.check_finite)
                 ours()  # warm-up: kernels compiled, pools filled
@@ -162,12 +164,12 @@ def main(argv=None):
                 residual = max(lu_ratio(a_host[j], our_lu[i].cpu().numpy(),
                                         our_piv[i].cpu().numpy(), one_based=False)
                                for j, i in enumerate(members))
-                rows.append((f"hybridla ({method})", statistics.median(t_ours), residual))
-                torch_time = statistics.median(t_torch)
+                rows.append((f"hybridla ({method})", t_ours, residual))
+                torch_times = t_torch
             torch_residual = max(lu_ratio(a_host[j], lu[i].cpu().numpy(), piv[i].cpu().numpy(),
                                           one_based=True) for j, i in enumerate(members))
-            rows.append(("torch.linalg.lu_factor", torch_time, torch_residual))
-            _print_rows(n, count, "getrf", rows, torch_time, flops)
+            rows.append(("torch.linalg.lu_factor", torch_times, torch_residual))
+            _print_rows(n, count, "getrf", rows, statistics.median(torch_times), flops)
             del a, lu, piv, result
         if "chol" in args.routines:
             x = torch.randn(count, n, n, dtype=torch.float64, device="cuda")
@@ -187,22 +189,24 @@ def main(argv=None):
                 t_ours.append(t)
                 t, c_torch = timed(lambda a=a: torch.linalg.cholesky(a), 1, torch)
                 t_torch.append(t)
-            torch_time = statistics.median(t_torch)
-            rows = [("hybridla (potrfBatched)", statistics.median(t_ours),
+            method = "warp" if n <= 32 else "potrfBatched"  # _stacked_device's choice
+            rows = [(f"hybridla ({method})", t_ours,
                      max(chol_ratio(a_host[j], c[i].cpu().numpy()) for j, i in enumerate(members))),
-                    ("torch.linalg.cholesky", torch_time,
+                    ("torch.linalg.cholesky", t_torch,
                      max(chol_ratio(a_host[j], c_torch[i].cpu().numpy())
                          for j, i in enumerate(members)))]
-            _print_rows(n, count, "potrf", rows, torch_time, flops)
+            _print_rows(n, count, "potrf", rows, statistics.median(t_torch), flops)
             del a, c, c_torch
         torch.cuda.empty_cache()
 
 
 def _print_rows(n, count, routine, rows, torch_time, flops):
-    for name, seconds, residual in rows:
+    """One row per implementation: the median of its times, their spread (max - min)."""
+    for name, times, residual in rows:
+        seconds = statistics.median(times)
         print(f"| {n} | {count} | {routine} | {name} | {seconds * 1e3:.3f} | "
-              f"{flops / seconds / 1e12:.2f} | {torch_time / seconds:.2f} | {residual:.2g} |",
-              flush=True)
+              f"{(max(times) - min(times)) * 1e3:.3f} | {flops / seconds / 1e12:.2f} | "
+              f"{torch_time / seconds:.2f} | {residual:.2g} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ runs in CI without a GPU. Plain functions and classes, no pytest in here.
   kernel source, read from cuda/), an emulated backend made hybridla's "cuda" one for the
   test, and hybridla's user layer and drivers pointed at the copy. Returns an `Emulation`.
 - The kernels of cuda/batched.cu are emulated by what their comments specify (stack_copy,
-  fill_pointers, pivots_gather, getrf_panel_batched, laswp_batched, getrf_warp): a change to a
+  fill_pointers, pivots_gather, getrf_panel_batched, laswp_batched, getrf_warp, potrf_warp): a
+  change to a
   kernel's contract changes both. The CUDA code itself is tested on the GPU (-m cuda).
 - Device memory is host memory: pointers are addresses of NumPy buffers, every one checked to
   lie in memory registered here (an AssertionError, not a stray write).
@@ -134,10 +135,12 @@ class Kernels:
         self.launches.append(name)
         values = [a.value if a.value is not None else 0 for a in args]
         for prefix in ("stack_copy", "fill_pointers", "pivots_gather", "getrf_panel_batched",
-                       "laswp_batched", "getrf_warp"):
+                       "laswp_batched", "getrf_warp", "potrf_warp"):
             if name.startswith(prefix):
                 if prefix == "getrf_panel_batched":
                     assert shared <= self.shared[name], (name, shared, self.shared)
+                if prefix == "laswp_batched":
+                    assert shared <= 48 * 1024, (name, shared)
                 return getattr(self, prefix)(name, *values)
         raise AssertionError(f"no emulation of kernel {name}")
 
@@ -183,7 +186,8 @@ class Kernels:
             if first and infos[b] == 0:
                 infos[b] = k + first
 
-    def laswp_batched(self, name, a, stride, lda, n, c0, c1, ipiv, ipiv_stride, k0, k1, count):
+    def laswp_batched(self, name, a, stride, lda, m, n, c0, c1, ipiv, ipiv_stride, k0, k1, count,
+                      cols):
         mem, dtype = self.memory, np.dtype(_WORD[name.rsplit("_", 1)[1]])
         size = dtype.itemsize
         columns = [c for c in range(n) if not c0 <= c < c1]
@@ -197,15 +201,39 @@ class Kernels:
                     matrix[i, columns] = matrix[p, columns]
                     matrix[p, columns] = row
 
-    def getrf_warp(self, name, a, stride, lda, m, n, ipiv, ipiv_stride, info, count):
+    def getrf_warp(self, name, src, offsets, src_stride, rs, cs, a, stride, lda, m, n, ipiv,
+                   ipiv_stride, info, count):
         _, prefix, largest = name.rsplit("_", 2)
         assert max(m, n) <= int(largest), (name, m, n)
         mem, dtype = self.memory, np.dtype(_TYPE[prefix])
+        size = dtype.itemsize
+        offs = mem.view(offsets, (count,), (8,), np.int64) if offsets else None
         infos = mem.view(info, (count,), (4,), np.int32)
         for b in range(count):
-            matrix = mem.matrix(a + b * stride * dtype.itemsize, m, n, lda, dtype)
+            offset = int(offs[b]) if offs is not None else b * src_stride
+            source = mem.view(src + offset * size, (m, n), (rs * size, cs * size), dtype).copy()
+            matrix = mem.matrix(a + b * stride * size, m, n, lda, dtype)
+            matrix[:] = source
             pivots = mem.view(ipiv + b * ipiv_stride * 4, (min(m, n),), (4,), np.int32)
             infos[b] = _getf2(matrix, pivots)
+
+
+    def potrf_warp(self, name, src, offsets, src_stride, rs, cs, a, stride, lda, n, upper, keep,
+                   info, count):
+        _, prefix, largest = name.rsplit("_", 2)
+        assert n <= int(largest), (name, n)
+        mem, dtype = self.memory, np.dtype(_TYPE[prefix])
+        size = dtype.itemsize
+        offs = mem.view(offsets, (count,), (8,), np.int64) if offsets else None
+        infos = mem.view(info, (count,), (4,), np.int32)
+        (potrf,) = sl.lapack.get_lapack_funcs(("potrf",), dtype=dtype)
+        factor_part = np.triu(np.ones((n, n), bool)) if upper else np.tril(np.ones((n, n), bool))
+        for b in range(count):
+            offset = int(offs[b]) if offs is not None else b * src_stride
+            source = mem.view(src + offset * size, (n, n), (rs * size, cs * size), dtype).copy()
+            factor, infos[b] = potrf(source, lower=not upper, clean=False)
+            matrix = mem.matrix(a + b * stride * size, n, n, lda, dtype)
+            matrix[:] = np.where(factor_part, factor, source if keep else 0)
 
 
 def _libraries(memory):
@@ -319,12 +347,27 @@ class Lane:
 
 
 class EmulatedBackend:
-    """The cuda backend's public methods that cuda_batched and the user layer call."""
+    """The cuda backend's public methods that cuda_batched and the user layer call. The
+    device primitives of backend/device_arrays.admit record what they are asked (`waits`:
+    ("stream", s) or ("device",), in order); `devices` says which device owns a pointer
+    (default: ordinal 0, hybridla's)."""
 
     name, has_device, device_name = "cuda", True, "emulated"
+    ordinal = 0
+    CONSUMER_STREAM = 0x5EED  # the stream of ours handed to DLPack producers
 
     def __init__(self, memory):
         self.memory, self.lanes, self.allocations = memory, {}, {}
+        self.waits, self.devices = [], {}
+
+    def pointer_device(self, pointer):
+        return self.devices.get(pointer, self.ordinal)
+
+    def consumer_stream(self):
+        return self.CONSUMER_STREAM
+
+    def stream_synchronize(self, stream):
+        self.waits.append(("stream", stream))
 
     @contextlib.contextmanager
     def active(self):
@@ -346,7 +389,7 @@ class EmulatedBackend:
         self.allocations.pop(int(allocation)).free()
 
     def synchronize(self):
-        pass
+        self.waits.append(("device",))
 
     def free_memory(self):
         return 1 << 40

@@ -436,9 +436,9 @@ def test_gpu_lu_factor_returns_device_array_of_input_kind(device_kind, dtype, rn
     lu_dev, piv = hybridla.lu_factor(a_dev, backend="cuda", nb=32)
     assert is_on_device(lu_dev, device_kind), \
         f"lu is {type(lu_dev)} ({device_kind_of(lu_dev)}), expected a {device_kind} device array"
-    assert isinstance(piv, np.ndarray)
-    lu = to_host(lu_dev)
-    assert lu.shape == a.shape and lu.dtype == np.dtype(dtype)
+    assert is_on_device(piv, device_kind), "the GPU interface's pivots stay on the device"
+    lu, piv = to_host(lu_dev), to_host(piv)
+    assert lu.shape == a.shape and lu.dtype == np.dtype(dtype) and piv.dtype == np.int32
     assert getrf_ratio(a, lu, piv) < THRESH
     _, piv_cpu = hybridla.lu_factor(a, backend="cuda", nb=32)
     np.testing.assert_array_equal(piv, piv_cpu)
@@ -459,7 +459,7 @@ def test_gpu_factors_identical_whatever_part_runs_while_recording(cuda_backend, 
             a_dev = to_device(a, "cupy" if importlib.util.find_spec("cupy") else "pycuda")
             if routine == "lu":
                 lu, piv = hybridla.lu_factor(a_dev, overwrite_a=True, **options)
-                return to_host(lu), piv
+                return to_host(lu), to_host(piv)
             if routine == "cholesky":
                 c, lower = hybridla.cho_factor(a_dev, lower=True, **options)
                 return np.tril(to_host(c)), lower
@@ -479,7 +479,7 @@ def test_gpu_lu_factor_overwrite_false_leaves_device_input_untouched(device_kind
     a_dev = to_device(a, device_kind)
     lu_dev, piv = hybridla.lu_factor(a_dev, overwrite_a=False, backend="cuda", nb=32)
     assert to_host(a_dev).tobytes() == a.tobytes(), "overwrite_a=False modified the device input"
-    assert getrf_ratio(a, to_host(lu_dev), piv) < THRESH
+    assert getrf_ratio(a, to_host(lu_dev), to_host(piv)) < THRESH
 
 
 @pytest.mark.cuda

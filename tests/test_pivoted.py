@@ -1,16 +1,19 @@
-"""QR with column pivoting (qr(pivoting=True), geqp3) and rank-revealing lstsq (gelsy), on host
-arrays: scipy.linalg.qr(pivoting=True) and scipy.linalg.lstsq(lapack_driver="gelsd") are the
-references. The GPU versions are not implemented yet: device arrays are refused (cuda-marked)."""
+"""QR with column pivoting (qr(pivoting=True), geqp3) and rank-revealing lstsq (gelsy):
+scipy.linalg.qr(pivoting=True), LAPACK's geqp3 and scipy.linalg.lstsq(lapack_driver="gelsd")
+are the references. The host backend runs LAPACK's; the blocked driver of a device backend
+(lapack/geqp3.py) runs here on the host backend's stores (CI), and on the GPU (cuda-marked)."""
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import pytest
 import scipy.linalg
 import scipy.linalg.lapack
-from _lapack_checks import DTYPES, eps_of, random_matrix, to_device
+from _lapack_checks import DTYPES, eps_of, is_on_device, random_matrix, to_device, to_host
 
 import hybridla
-from hybridla import _decomp_qr, _decomp_qr_pivoted, geqp3
+from hybridla import geqp3
 
 HOST = dict(backend="host")
 SHAPES = [(13, 7), (7, 13), (9, 9)]
@@ -122,31 +125,151 @@ def test_qr_pivoting_checks_arguments_first(kwargs, match):
         hybridla.qr(np.ones(3), pivoting=True, **HOST)
 
 
-class _FakeDeviceArray:
-    """Only what is_device_array looks at: pivoted QR refuses it before touching it (called
-    unwrapped here: the public wrapper would want the cuda backend for it)."""
-    __cuda_array_interface__ = {"shape": (3, 3), "typestr": "<f8", "data": (0, False),
-                                "version": 3}
+# -- the blocked driver (lapack/geqp3.py) on the host backend's stores ------------------------
+def _driver_geqp3(a, panel_width=None, monkeypatch=None):
+    from hybridla import backend as backends
+    from hybridla import lapack
+    from hybridla.scheduler.plan import make_plan
+    if panel_width is not None:
+        monkeypatch.setattr(sys.modules["hybridla.lapack.geqp3"], "PANEL_WIDTH", panel_width)
+    ops = backends.get_backend("host")
+    factors = np.asfortranarray(a.copy())
+    plan = make_plan(ops, *a.shape, a.dtype, routine="qr", nb=8)
+    store = ops.host_matrix(factors, factors, plan.nb)
+    try:
+        jpvt, tau, info, _ = lapack.geqp3(store, plan)
+    finally:
+        store.close()
+    return factors, jpvt, tau, info
 
 
-def test_qr_pivoting_of_a_device_array_is_not_implemented_yet():
-    for call in (lambda: _decomp_qr.qr(_FakeDeviceArray(), pivoting=True),
-                 lambda: _decomp_qr_pivoted.geqp3(_FakeDeviceArray())):
-        with pytest.raises(NotImplementedError, match="GPU version is not implemented yet"):
-            call()
+def _check_geqp3(a, factors, jpvt, tau, rank=None):
+    """LAPACK's tester ratios for A P = Q R, |R(i, i)| non-increasing, and R's trailing
+    diagonal negligible after a matrix's known rank."""
+    m, n = a.shape
+    k = min(m, n)
+    eps, dtype = eps_of(a.dtype), a.dtype
+    assert jpvt.dtype == np.int32
+    np.testing.assert_array_equal(np.sort(jpvt), np.arange(n))
+    (orgqr,) = scipy.linalg.lapack.get_lapack_funcs(("orgqr",), (factors,))
+    q, _, info = orgqr(np.asfortranarray(factors[:, :k]), tau)
+    assert info == 0
+    r = np.triu(factors[:k])
+    norm = max(np.linalg.norm(a, 1), np.finfo(dtype).tiny)
+    assert np.linalg.norm(a[:, jpvt] - q @ r, 1) / (norm * max(m, n) * eps) < THRESH
+    assert np.linalg.norm(np.eye(k) - q.conj().T @ q, 1) / (m * eps) < THRESH
+    diagonal = np.abs(np.diagonal(r))
+    assert np.all(diagonal[:-1] >= diagonal[1:] * (1 - 10 * eps))
+    if rank is not None and rank < k:
+        assert diagonal[rank] <= 1e2 * max(m, n) * eps * diagonal[0]
+        assert diagonal[rank - 1] > 1e-3 * diagonal[0]
+
+
+@pytest.mark.parametrize("panel_width", [None, 3], ids=["panels32", "panels3"])
+@pytest.mark.parametrize("shape", [(70, 45), (45, 70), (50, 50)], ids=SHAPE_IDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_blocked_geqp3_driver_is_lapacks(dtype, shape, panel_width, rng, monkeypatch):
+    """The device algorithm on the host backend: LAPACK's pivots on graded matrices (no ties),
+    its ratios, and on a matrix of known rank (whose norms' downdates lose their accuracy and
+    end panels early) the rank in R's diagonal."""
+    a = _graded(*shape, dtype, rng)
+    factors, jpvt, tau, info = _driver_geqp3(a, panel_width, monkeypatch)
+    assert info == 0
+    _check_geqp3(a, factors, jpvt, tau)
+    (func,) = scipy.linalg.lapack.get_lapack_funcs(("geqp3",), (a,))
+    np.testing.assert_array_equal(jpvt, func(a)[1] - 1)
+    low, _ = _known_rank(*shape, 7, dtype, rng, kappa=10.0)
+    factors, jpvt, tau, _ = _driver_geqp3(low, panel_width, monkeypatch)
+    _check_geqp3(low, factors, jpvt, tau, rank=7)
+
+
+# -- on the GPU: both interfaces --------------------------------------------------------------
+GPU_SHAPES = [(300, 200), (200, 300), (257, 257)]
 
 
 @pytest.mark.cuda
-def test_pivoting_and_gelsy_refuse_real_device_arrays(device_kind, rng):
-    a = to_device(random_matrix(6, 4, np.float64, rng), device_kind)
-    with pytest.raises(NotImplementedError, match="not implemented yet"):
-        hybridla.qr(a, pivoting=True)
-    b = to_device(random_matrix(6, 1, np.float64, rng), device_kind)
-    with pytest.raises(NotImplementedError, match="not implemented yet"):
-        hybridla.lstsq(a, b, lapack_driver="gelsy")
-    low_rank = random_matrix(6, 2, np.float64, rng) @ random_matrix(2, 4, np.float64, rng)
-    with pytest.raises(hybridla.LinAlgError, match="not implemented yet"):
-        hybridla.lstsq(to_device(low_rank, device_kind), b)
+@pytest.mark.parametrize("interface", ["gpu", "cpu"])
+@pytest.mark.parametrize("shape", GPU_SHAPES, ids=SHAPE_IDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_gpu_geqp3(device_kind, dtype, shape, interface, rng):
+    """geqp3 on the GPU (a device array, or a host array with the cuda backend): LAPACK's
+    ratios and pivots (graded columns: no near ties), the rank of a known-rank matrix, the
+    input left as it was."""
+    for a, rank in ((_graded(*shape, dtype, rng), None),
+                    (_known_rank(*shape, 40, dtype, rng, kappa=10.0)[0], 40)):
+        x = to_device(a, device_kind) if interface == "gpu" else a.copy()
+        factors, jpvt, tau = geqp3(x, backend="cuda")
+        assert is_on_device(factors, device_kind) == (interface == "gpu")
+        factors = to_host(factors)
+        _check_geqp3(a, factors, jpvt, tau, rank=rank)
+        if rank is None:
+            (func,) = scipy.linalg.lapack.get_lapack_funcs(("geqp3",), (a,))
+            np.testing.assert_array_equal(jpvt, func(a)[1] - 1)
+        np.testing.assert_array_equal(to_host(x), a)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_gpu_qr_pivoting_is_scipys(device_kind, dtype, mode, rng):
+    a = _graded(90, 60, dtype, rng)
+    ours = hybridla.qr(to_device(a, device_kind), mode=mode, pivoting=True)
+    ref = scipy.linalg.qr(a, mode=mode, pivoting=True)
+    ours_flat, ref_flat = _as_tuple(ours), _as_tuple(ref)
+    assert [x.shape for x in ours_flat] == [x.shape for x in ref_flat]
+    np.testing.assert_array_equal(ours[-1], ref[-1])
+    r = to_host(ours[-2])
+    eps = eps_of(dtype)
+    diagonal = np.abs(np.diagonal(r))
+    assert np.all(diagonal[:-1] >= diagonal[1:] * (1 - 10 * eps))
+    if mode in ("full", "economic"):
+        q = to_host(ours[0])
+        assert np.abs(q.conj().T @ q - np.eye(q.shape[1])).max() / (90 * eps) < THRESH
+        assert np.abs(q @ r - a[:, ours[-1]]).max() / (np.linalg.norm(a, 1) * 90 * eps) < THRESH
+    if device_kind == "cupy":  # a stack (to_device makes 3-D arrays of CuPy only), whose
+        # members are strided views (the batch axis varies fastest in an F-ordered stack)
+        stacked = hybridla.qr(to_device(np.stack([a, a[::-1]]), device_kind), mode=mode,
+                              pivoting=True)
+        assert stacked[-1].shape == (2, 60)
+        np.testing.assert_array_equal(stacked[-1][0], ref[-1])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("driver", [None, "gelsy"])
+@pytest.mark.parametrize("interface", ["gpu", "cpu"])
+@pytest.mark.parametrize("shape", [(300, 120), (120, 300), (150, 150)], ids=SHAPE_IDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_gpu_lstsq_rank_deficient(device_kind, dtype, shape, interface, driver, rng):
+    """The minimum-norm solution and the rank of a rank-deficient a, by the GPU's pivoted QR
+    (lapack_driver None: after the full-rank solve's rank test fails), against scipy's gelsd;
+    then gelsy on a full-rank a, residues included."""
+    m, n = shape
+    a, kappa = _known_rank(m, n, 25, dtype, rng)
+    b = random_matrix(m, 2, dtype, rng)
+    # the reference's cutoff above a's rounding (its default, eps, can count rounding's
+    # singular values of a rank-deficient a as its own: a solution of norm 1e15)
+    x_ref = scipy.linalg.lstsq(a, b, cond=1e-3, lapack_driver="gelsd")[0]
+    if interface == "gpu":
+        x, residues, rank, s = hybridla.lstsq(to_device(a, device_kind),
+                                              to_device(b, device_kind), lapack_driver=driver)
+        assert is_on_device(x, device_kind)
+        x = to_host(x)
+    else:
+        x, residues, rank, s = hybridla.lstsq(a, b, lapack_driver=driver, backend="cuda")
+    assert rank == 25 and s is None and residues.shape == (0,)
+    error = np.linalg.norm(x - x_ref) / np.linalg.norm(x_ref)
+    assert error / (kappa ** 2 * max(m, n) * eps_of(dtype)) < THRESH
+    # full rank, well conditioned (as wide or tall as a, twice as long as it is short)
+    rows, cols = (m, m // 2) if m >= n else (n // 2, n)
+    full, _ = _known_rank(rows, cols, min(rows, cols), dtype, rng, kappa=10.0)
+    b = random_matrix(rows, 2, dtype, rng)
+    x, residues, rank, _ = hybridla.lstsq(full, b, lapack_driver="gelsy", backend="cuda")
+    x_ref, residues_ref, _, _ = scipy.linalg.lstsq(full, b, lapack_driver="gelsd")
+    eps = eps_of(dtype)
+    assert rank == min(rows, cols)
+    assert np.abs(x - x_ref).max() <= 1e3 * eps * np.abs(x_ref).max() * max(rows, cols)
+    if rows > cols:
+        assert np.abs(residues - residues_ref).max() <= 1e3 * eps * residues_ref.max() * rows
 
 
 # -- geqp3 ----------------------------------------------------------------------------------------
@@ -196,7 +319,7 @@ def test_lstsq_rank_deficient_is_the_minimum_norm_solution(dtype, shape, nrhs, o
     b = b[:, 0] if nrhs is None else b
     a0, b0 = a.copy(), b.copy()
     # the references first: overwrite_a may leave a written over
-    x_ref = scipy.linalg.lstsq(a0, b0, lapack_driver="gelsd")[0]
+    x_ref = scipy.linalg.lstsq(a0, b0, cond=1e-3, lapack_driver="gelsd")[0]  # above rounding
     x, residues, rank, s = hybridla.lstsq(a, b, overwrite_a=overwrite_a, **HOST)
     assert rank == r and s is None
     assert residues.shape == (0,)

@@ -447,22 +447,25 @@ def kind_of(x):
     return type(x).__module__.split(".")[0]
 
 
-@pytest.mark.parametrize("method", ["auto", "cublas", "blocked"])
-@pytest.mark.parametrize("shape", [(5, 5), (40, 40), (70, 30), (30, 70)],
-                         ids=["5", "40", "tall", "wide"])
+@pytest.mark.parametrize("check_finite", [True, False], ids=["checked", "unchecked"])
+@pytest.mark.parametrize("method", ["auto", "warp", "cublas", "blocked"])
+@pytest.mark.parametrize("shape", [(5, 5), (32, 32), (40, 40), (70, 30), (30, 70), (32, 20)],
+                         ids=["5", "32", "40", "tall", "wide", "tall32"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-def test_gpu_lu_factor(device_kind, dtype, shape, method, rng):
-    if method == "cublas" and shape[0] != shape[1]:
-        pytest.skip("cuBLAS getrfBatched takes square members")
+def test_gpu_lu_factor(device_kind, dtype, shape, method, check_finite, rng):
+    """Every batched LU, the input read through a copy (check_finite) or where it is (the warp
+    LU reads the user's C-ordered members directly)."""
+    if (method == "cublas" and shape[0] != shape[1]) or (method == "warp" and max(shape) > 32):
+        pytest.skip("the method does not take these members")
     from hybridla import _stacked_device
     batch = (2, 3)
     a = stack(batch, *shape, dtype, rng)
     a_dev = device_stack(a, device_kind)
     if method == "auto":
-        lu_dev, piv_dev = hybridla.lu_factor(a_dev, nb=8)
+        lu_dev, piv_dev = hybridla.lu_factor(a_dev, nb=8, check_finite=check_finite)
     else:
         with hybridla.backend.get_backend("cuda").call():
-            lu_dev, piv_dev = _stacked_device.lu_factor(a_dev, True, None, {"nb": 8},
+            lu_dev, piv_dev = _stacked_device.lu_factor(a_dev, check_finite, None, {"nb": 8},
                                                         method=method)
     assert kind_of(lu_dev) == kind_of(piv_dev) == device_kind
     lu, piv = stack_to_host(lu_dev), stack_to_host(piv_dev)
@@ -527,28 +530,39 @@ def test_gpu_solve(device_kind, dtype, form, rng):
 
 @pytest.mark.parametrize("lower", [False, True])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-def test_gpu_cholesky_cho_factor_cho_solve(device_kind, dtype, lower, rng):
-    a = hpd_stack((2, 3), 16, dtype, rng)
-    other = np.triu_indices(16, 1) if lower else np.tril_indices(16, -1)
+@pytest.mark.parametrize("n, check_finite", [(16, True), (16, False), (40, True), (40, False)],
+                         ids=["warp-checked", "warp-unchecked", "cusolver-checked",
+                              "cusolver-unchecked"])
+def test_gpu_cholesky_cho_factor_cho_solve(device_kind, dtype, lower, n, check_finite, rng):
+    """Members up to 32 by the warp kernel, larger ones by cuSOLVER's potrfBatched; the input
+    read through a checked copy or where it is."""
+    a = hpd_stack((2, 3), n, dtype, rng)
+    other = np.triu_indices(n, 1) if lower else np.tril_indices(n, -1)
     marked = a.copy()
     marked[(...,) + other] = 7
-    c = stack_to_host(hybridla.cholesky(device_stack(marked, device_kind), lower=lower))
-    cf_dev, low = hybridla.cho_factor(device_stack(marked, device_kind, order="F"), lower=lower)
+    c = stack_to_host(hybridla.cholesky(device_stack(marked, device_kind), lower=lower,
+                                        check_finite=check_finite))
+    cf_dev, low = hybridla.cho_factor(device_stack(marked, device_kind, order="F"), lower=lower,
+                                      check_finite=check_finite)
     cf = stack_to_host(cf_dev)
     assert low is lower and kind_of(cf_dev) == device_kind
     for index in members((2, 3)):
         assert potrf_ratio(a[index], c[index], lower) < THRESH
         assert potrf_ratio(a[index], cf[index], lower) < THRESH
     assert not c[(...,) + other].any() and (cf[(...,) + other] == 7).all()
-    b = random_matrix(16, 2, dtype, rng)
+    b = random_matrix(n, 2, dtype, rng)
     x = stack_to_host(hybridla.cho_solve((cf_dev, low), device_stack(b, device_kind)))
-    assert x.shape == (2, 3, 16, 2)
+    assert x.shape == (2, 3, n, 2)
     for index in members((2, 3)):
         assert solve_backward_error(a[index], x[index], b) < THRESH
     bad = a.copy()
-    bad[1, 0] = -np.eye(16)
+    bad[1, 0] = -np.eye(n)
     with pytest.raises(LinAlgError, match="1-th leading minor"):
-        hybridla.cholesky(device_stack(bad, device_kind))
+        hybridla.cholesky(device_stack(bad, device_kind), check_finite=check_finite)
+    bad = a.copy()
+    bad[0, 2, 5, 5] = -1e3  # the 6-th leading minor is the first that is not
+    with pytest.raises(LinAlgError, match="6-th leading minor"):
+        hybridla.cholesky(device_stack(bad, device_kind), check_finite=check_finite)
 
 
 @pytest.mark.parametrize("mode", ["full", "economic", "r", "raw"])
@@ -621,8 +635,8 @@ def test_gpu_errors(device_kind, rng):
     bad[1, 1, 1] = np.nan
     with pytest.raises(ValueError, match="infs or NaNs"):
         hybridla.lu_factor(device_stack(bad, device_kind))
-    with pytest.raises(NotImplementedError, match="column pivoting"):
-        hybridla.qr(a, pivoting=True)
+    q, r, p = hybridla.qr(a, pivoting=True)  # a loop of the 2-D device geqp3
+    assert p.shape == (2, 3) and p.dtype == np.int32
 
 
 # -- device stacks on an emulated device (CI: tests/_batched_emulation.py) -----------------------
@@ -639,12 +653,13 @@ def emulated_stack(emulated, a, order):
     return emulated.array(np.ascontiguousarray(a) if order == "C" else a)
 
 
+@pytest.mark.parametrize("check_finite", [True, False], ids=["checked", "unchecked"])
 @pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize("method", [None, "warp", "cublas", "blocked"])
 @pytest.mark.parametrize("shape", [(5, 5), (40, 40), (70, 30), (30, 70)],
                          ids=["5", "40", "tall", "wide"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-def test_emulated_device_lu_factor(emulated, dtype, shape, method, order, rng):
+def test_emulated_device_lu_factor(emulated, dtype, shape, method, order, check_finite, rng):
     if (method == "cublas" and shape[0] != shape[1]) or (method == "warp" and max(shape) > 32):
         pytest.skip("the method does not take these members")
     from hybridla import _stacked_device
@@ -654,9 +669,10 @@ def test_emulated_device_lu_factor(emulated, dtype, shape, method, order, rng):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if method is None:
-            lu, piv = hybridla.lu_factor(a_dev, nb=8)
+            lu, piv = hybridla.lu_factor(a_dev, nb=8, check_finite=check_finite)
         else:
-            lu, piv = _stacked_device.lu_factor(a_dev, True, None, {"nb": 8}, method=method)
+            lu, piv = _stacked_device.lu_factor(a_dev, check_finite, None, {"nb": 8},
+                                                method=method)
     assert [str(w.message) for w in caught if issubclass(w.category, LinAlgWarning)] == \
         ["Diagonal number 4 is exactly zero. Singular matrix."]
     lu, piv = emulated.host(lu), emulated.host(piv)
@@ -713,25 +729,28 @@ def test_emulated_device_solve(emulated, dtype, transposed, form, rng):
 
 @pytest.mark.parametrize("lower", [False, True])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-def test_emulated_device_cholesky(emulated, dtype, lower, rng):
-    a = hpd_stack((2, 3), 16, dtype, rng)
-    other = np.triu_indices(16, 1) if lower else np.tril_indices(16, -1)
+@pytest.mark.parametrize("n, check_finite", [(16, True), (16, False), (40, False)])
+def test_emulated_device_cholesky(emulated, dtype, lower, n, check_finite, rng):
+    a = hpd_stack((2, 3), n, dtype, rng)
+    other = np.triu_indices(n, 1) if lower else np.tril_indices(n, -1)
     marked = a.copy()
     marked[(...,) + other] = 7
-    c = emulated.host(hybridla.cholesky(emulated_stack(emulated, marked, "C"), lower=lower))
-    cf_dev, low = hybridla.cho_factor(emulated_stack(emulated, marked, "F"), lower=lower)
+    c = emulated.host(hybridla.cholesky(emulated_stack(emulated, marked, "C"), lower=lower,
+                                       check_finite=check_finite))
+    cf_dev, low = hybridla.cho_factor(emulated_stack(emulated, marked, "F"), lower=lower,
+                                      check_finite=check_finite)
     cf = emulated.host(cf_dev)
     assert low is lower
     for index in members((2, 3)):
         assert potrf_ratio(a[index], c[index], lower) < THRESH
         assert potrf_ratio(a[index], cf[index], lower) < THRESH
     assert not c[(...,) + other].any() and (cf[(...,) + other] == 7).all()
-    b = random_matrix(16, 2, dtype, rng)
+    b = random_matrix(n, 2, dtype, rng)
     x = emulated.host(hybridla.cho_solve((cf_dev, low), emulated.array(b)))
     for index in members((2, 3)):
         assert solve_backward_error(a[index], x[index], b) < THRESH
     bad = a.copy()
-    bad[1, 0] = -np.eye(16)
+    bad[1, 0] = -np.eye(n)
     with pytest.raises(LinAlgError, match="1-th leading minor"):
         hybridla.cholesky(emulated.array(bad))
 

@@ -49,7 +49,7 @@ def _mixed_calls(backend, rng, device_kind=None):
         (lambda x: x)
     if choice == 0:
         lu, piv = hybridla.lu_factor(move(a), backend=backend, nb=32)
-        return "lu_factor", getrf_ratio(a, to_host(lu), piv)
+        return "lu_factor", getrf_ratio(a, to_host(lu), to_host(piv))
     if choice == 1:
         x = hybridla.solve(move(a), move(b), backend=backend, nb=32)
         return "solve", solve_backward_error(a, to_host(x), b)

@@ -8,12 +8,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .cuda import CudaBackend, DeviceMatrix
     from .host import HostBackend, HostMatrix
-    from .ops import Backend, DeviceBackend, StreamedTileStore, TileStore
+    from .ops import Backend, DeviceBackend, StagedTileStore, StreamedTileStore, TileStore
 
     def host_backend(backend: HostBackend) -> Backend:
         return backend
 
     def host_store(store: HostMatrix) -> TileStore:
+        return store
+
+    def host_staged_store(store: HostMatrix) -> StagedTileStore:
         return store
 
     def cuda_backend(backend: CudaBackend) -> DeviceBackend:

@@ -10,6 +10,8 @@ import ctypes
 
 _cuda = ctypes.CDLL("libcuda.so.1")
 _CU_EVENT_DEFAULT = 0
+_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
+_CUDA_ERROR_NOT_READY = 600  # cuEventQuery, cuStreamQuery: work still pending
 _CU_STREAM_NON_BLOCKING = 1
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 _CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
@@ -42,6 +44,16 @@ def stream_create(priority: int) -> int:
     _check(_cuda.cuStreamCreateWithPriority(ctypes.byref(handle), _CU_STREAM_NON_BLOCKING,
                                             ctypes.c_int(priority)), "cuStreamCreateWithPriority")
     return handle.value
+
+
+def pointer_device(pointer: int) -> int | None:
+    """The ordinal of the device whose memory `pointer` points into (cuPointerGetAttribute),
+    or None where the driver does not know the pointer (host memory)."""
+    ordinal = ctypes.c_int()
+    status = _cuda.cuPointerGetAttribute(ctypes.byref(ordinal),
+                                         _CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                         ctypes.c_void_p(pointer))
+    return ordinal.value if status == 0 else None
 
 
 def stream_synchronize(stream: int) -> None:
@@ -121,6 +133,15 @@ class Event:
 
     def synchronize(self) -> None:
         _check(_cuda.cuEventSynchronize(ctypes.c_void_p(self.handle)), "cuEventSynchronize")
+
+    def query(self) -> bool:
+        """Whether the work before the event has completed, without waiting (the progress
+        bars count finished device work by it)."""
+        status = _cuda.cuEventQuery(ctypes.c_void_p(self.handle))
+        if status == _CUDA_ERROR_NOT_READY:
+            return False
+        _check(status, "cuEventQuery")
+        return True
 
     def time_since(self, earlier: "Event") -> float:
         """Milliseconds from `earlier` to this event (both completed)."""

@@ -146,7 +146,30 @@ class TileStore(Protocol):
         """Free the store's device memory and buffers (always: use finally)."""
 
 
-class StreamedTileStore(TileStore, Protocol):
+class StagedTileStore(TileStore, Protocol):
+    """Copies between a store and host arrays through staging slots (pinned on a device), so
+    that they overlap compute: `use_staging(up, down)` takes the slots (slot_elements each,
+    held until end_staging or close), a CPU task fills an up slot from any 2-D host array
+    (stage_array) and the DMA follows (upload_staged: the slot into the store's rectangle);
+    downwards DMA into a down slot (download_staged), then a CPU task copies it into a host
+    array (unstage_array). Out-of-core's working store moves its wide columns and finished
+    block columns so (lapack/_ooc.py); a streamed store its own host matrix."""
+
+    staged: bool
+    up_slots: int
+    down_slots: int
+    slot_elements: int
+
+    def use_staging(self, up_slots: int, down_slots: int) -> None: ...
+    def end_staging(self) -> None: ...
+    def stage_array(self, lane: Any, slot: int, source: Any) -> None: ...
+    def upload_staged(self, lane: Any, slot: int, r0: int, r1: int, c0: int, c1: int) -> None: ...
+    def download_staged(self, lane: Any, slot: int, r0: int, r1: int, c0: int,
+                        c1: int) -> None: ...
+    def unstage_array(self, lane: Any, slot: int, target: Any) -> None: ...
+
+
+class StreamedTileStore(StagedTileStore, Protocol):
     """The transfers of a store whose home is a host array (the CPU interface on a device).
     Each moves one rectangle; the transfer plan records them as tasks and updates residency.
 
@@ -157,17 +180,10 @@ class StreamedTileStore(TileStore, Protocol):
     goes down to a pinned buffer and back on its own copy lanes (panel_to_host,
     panel_to_device)."""
 
-    staged: bool
     pin: bool
-    up_slots: int
-    down_slots: int
-    slot_elements: int
     transfer: str
 
     def stage_block(self, lane: Any, slot: int, r0: int, r1: int, c0: int, c1: int) -> None: ...
-    def upload_staged(self, lane: Any, slot: int, r0: int, r1: int, c0: int, c1: int) -> None: ...
-    def download_staged(self, lane: Any, slot: int, r0: int, r1: int, c0: int,
-                        c1: int) -> None: ...
     def unstage_block(self, lane: Any, slot: int, r0: int, r1: int, c0: int, c1: int) -> None: ...
     def plan_pin_pieces(self, pieces: int) -> Any: ...
     def pin_piece(self, piece: int) -> None: ...
@@ -209,11 +225,15 @@ class RuntimeOps(Protocol):
 
 class MemoryOps(Protocol):
     def allocated_bytes(self) -> int:
-        """Device bytes held by live stores and arrays (0 on the host)."""
+        """Bytes held by live stores and arrays where the backend computes (device memory; on
+        the host, the working stores of its own: `matrix`'s)."""
     def cached_bytes(self) -> int:
         """Device bytes the pool keeps for reuse."""
     def free_cached(self) -> None:
         """Give the pool's cached memory back to the driver."""
+    def required_bytes(self, m: int, n: int, dtype: Any, nb: int) -> int:
+        """The most memory a tile store of an m x n matrix and its workspaces take where the
+        backend computes (what the budget device.memory_budget is held against)."""
 
 
 class StoreOps(Protocol):
@@ -228,6 +248,11 @@ class StoreOps(Protocol):
         streamed (StreamedTileStore) or uploaded whole, per the run's DeviceSettings. A
         narrower `dtype` (a mixed solver's low-precision copy, `result` None) is rounded on
         the way."""
+    def window(self, A: Any, r0: int, r1: int, c0: int, c1: int) -> Any:
+        """A store over rows r0:r1 x columns c0:c1 of store A, in place: a part of a working
+        area factored in-core (out-of-core's wide columns). Its results are its own (pivots,
+        tau, infos); A's workspaces, scratch blocks and panel buffers it shares (a graph
+        Region keeps a workspace's name, so the graph orders their reuse). Freed with A."""
     def wrap(self, a: Any, pivots: Any = None, tau: Any = None) -> Any:
         """A store over an existing array, in place (the stages after a factorization)."""
     def empty(self, shape: Any, dtype: Any, like: Any = None) -> Any:
@@ -314,8 +339,24 @@ class QrOps(Protocol):
                           work: Any = None) -> None:
         """larft: "forward" T upper, H(1)...H(k) = I - V T V^H; "backward" T lower,
         H(k)...H(1); tau_i = 0 gives a zero row and column i; T's other triangle zero."""
-    def larfg(self, lane: Any, x: Any, tau: Any) -> None:
-        """LAPACK larfg on the column block x (alpha on top), in place; tau (1 x 1) := it."""
+    def larfg(self, lane: Any, x: Any, tau: Any, beta: Any = None) -> None:
+        """LAPACK larfg on the column block x (alpha on top), in place; tau (1 x 1) := it; with
+        beta (1 x 1): beta := beta and x[0] := 1 (v in place)."""
+    # QR with column pivoting's panel (lapack/geqp3.py, LAPACK laqps): norms is a cols x 2
+    # block of the real dtype (vn1, vn2), flags and jpvt int32 cols x 1, stop int32 1 x 1
+    def column_norms(self, lane: Any, A: Any, norms: Any, flags: Any, stop: Any,
+                     every: bool = False) -> None:
+        """norms[j] := (||A[:, j]||, the same) for every column (every) or the flagged ones
+        (flags cleared); stop := 0."""
+    def laqps_pivot(self, lane: Any, A: Any, k: int, F: Any, norms: Any, jpvt: Any) -> None:
+        """p = k + argmax(norms[k:, 0]) (the first on a tie); columns k, p of A, rows k, p of
+        F[:, 0:k] and jpvt[k], jpvt[p] exchanged; norms[p] := norms[k]."""
+    def laqps_f_column(self, lane: Any, F: Any, k: int, y: Any, tau: Any) -> None:
+        """F[:, k] := tau (y masked to rows > k - F[:, k] when k > 0)."""
+    def laqps_downdate(self, lane: Any, row: Any, k: int, norms: Any, flags: Any, stop: Any,
+                       diagonal: Any, beta: Any, downdate: bool = True) -> None:
+        """LAPACK laqps's downdate of norms[j], j > k, from the final row `row` (flags[j] and
+        stop := 1 where it lost accuracy); then diagonal := beta."""
     def t_column(self, lane: Any, t: Any, tau: Any) -> None:
         """larft's column: t[0:i] *= -tau, t[i] = tau."""
     def apply(self, lane: Any, A: Any, X: Any, Y: Any, trans: str = "N",
@@ -394,11 +435,18 @@ class DeviceBackend(Backend, Protocol):
         """Context manager: the device context current for a block (push, pop in finally)."""
     def alloc(self, nbytes: int) -> Any: ...
     def free_memory(self) -> int: ...
-    def required_bytes(self, m: int, n: int, dtype: Any, nb: int) -> int: ...
     def device_matrix(self, obj: Any, nb: int, overwrite: bool) -> Any:
         """A store over the user's device array (in place with overwrite, else a copy)."""
     def zero_triangle(self, obj: Any, upper: bool) -> None: ...
     def has_nonfinite(self, obj: Any) -> bool: ...
+    # a user's device array as it comes in (backend/device_arrays.admit): the device it must be
+    # on, the device owning a pointer (None: unknown), a stream of ours for DLPack producers to
+    # order their work before, a host wait for a stream
+    ordinal: int
+
+    def pointer_device(self, pointer: int) -> int | None: ...
+    def consumer_stream(self) -> int: ...
+    def stream_synchronize(self, stream: int) -> None: ...
     def potrf_panel(self, lane: Any, A: Any, step: int, uplo: str, k0: int, k1: int) -> None:
         """A[k0:k1, k0:k1] = L L^H by the device's potrf; info to the step's slot."""
     def householder_panel(self, lane: Any, A: Any, step: int, storage: str, rows: Any,

@@ -70,6 +70,14 @@ def upload_all(A, plan):
     plan.backend.synchronize()  # the caller's next graph reads A from any lane
 
 
+def run_graph(graph, plan, name, trace=None):
+    """Run a graph recorded whole, with the plan's workers, device settings and progress bar
+    (named `name`, over the graph's tasks as their work finishes); returns the trace."""
+    with progress_bar(plan, len(graph), name) as progress:
+        return run(graph, plan.backend, workers=plan.workers, trace=trace, progress=progress,
+                   settings=plan.device_settings)
+
+
 def run_recording(graph, steps, A, plan, trace, name):
     """Run the graph that `steps` records into `graph`, one step per item; returns the trace.
     A matrix already on the device starts on its first plan.head_steps steps while the rest are

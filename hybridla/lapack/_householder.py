@@ -69,17 +69,21 @@ def reserve_reflector_slots(F, count, rows, nb):
         F.workspace(f"T{slot}", nb, nb)
 
 
-def record_reflectors(graph, ops, F, resource, form, step, slot, panel, rows, kb, taus):
+def record_reflectors(graph, ops, F, resource, form, step, slot, panel, rows, kb, taus,
+                      tau_of=None):
     """Task: V := the explicit reflectors of the factored `panel` (a rectangle of F, the graph's
     `resource`), T := larft(V, tau[taus]), into workspace slot `slot`. Returns (V, T, regions
     of the slot) for the updates that read them. Reusing the slot waits for the readers of its
-    previous step (the graph's write-after-read)."""
+    previous step (the graph's write-after-read). `tau_of`: the store whose tau they are,
+    where F holds the panel but not its scalars (out-of-core's finished panels, whose tau
+    belong to the wide column that made them: lapack/geqrf_ooc.py); default F."""
+    tau_of = F if tau_of is None else tau_of
     V, T = F.workspace(f"V{slot}", rows, kb), F.workspace(f"T{slot}", kb, kb)
     slot_regions = [Region(f"V{slot}", 0, 1), Region(f"T{slot}", 0, 1)]
 
     def form_reflectors(lane):
         ops.explicit_reflectors(lane, F.block(*panel), V, form.storage)
-        ops.triangular_factor(lane, V, F.tau_block(*taus), T, form.direction,
+        ops.triangular_factor(lane, V, tau_of.tau_block(*taus), T, form.direction,
                               work=F.scratch(lane, kb, kb))
 
     graph.add("larft", step, "gpu:panel", form_reflectors,

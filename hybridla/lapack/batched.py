@@ -60,12 +60,14 @@ def panel_width(backend, m, itemsize, nb=None) -> int:
     return width if m * width * itemsize <= capacity else 0
 
 
-def getrf_batched(backend, lane, ws, A, piv, info, method="blocked", nb=None):
+def getrf_batched(backend, lane, ws, A, piv, info, method="blocked", nb=None, source=None):
     """P_b A_b = L_b U_b for every member of the stack A (m x n), in place: L below the diagonal
     (unit, not stored), U on and above it; piv (count x min(m, n) int32) := the pivots, 0-based;
     info (count int32, zeroed by the caller) := each member's first exactly zero U(i, i)
     (1-based), as LAPACK's. method "warp" (members up to 32 x 32), "cublas" (square members:
-    cuBLAS getrfBatched) or "blocked" (panel width nb, see panel_width, which must be > 0)."""
+    cuBLAS getrfBatched) or "blocked" (panel width nb, see panel_width, which must be > 0).
+    `source` (an Operand of A's batch and shape): the matrices to factor, copied into A first
+    (the warp LU reads them where they are instead); default: A holds them."""
     k_all = min(A.m, A.n)
     if A.count == 0 or k_all == 0:
         return
@@ -74,8 +76,10 @@ def getrf_batched(backend, lane, ws, A, piv, info, method="blocked", nb=None):
         if max(A.m, A.n) > ops.WARP_LU_LARGEST:
             raise ValueError(f"the warp LU takes members up to {ops.WARP_LU_LARGEST} x "
                              f"{ops.WARP_LU_LARGEST}; got {A.m} x {A.n}")
-        ops.getrf_warp(backend, lane, A, piv, info)
+        ops.getrf_warp(backend, lane, A, piv, info, source=source)
         return
+    if source is not None:
+        ops.copy_stack(backend, lane, source, A)
     if method == "cublas":
         if A.m != A.n:
             raise ValueError(f"cuBLAS getrfBatched takes square members; got {A.m} x {A.n}")
@@ -107,13 +111,25 @@ def getrs_batched(backend, lane, ws, trans, LU, piv1, B):
     _ops().getrs(backend, lane, ws, trans, LU, piv1, B)
 
 
-def potrf_batched(backend, lane, ws, uplo, A, info):
+def potrf_batched(backend, lane, ws, uplo, A, info, method="cusolver", source=None,
+                  keep=False):
     """A_b = L_b L_b^H (uplo "L") or U_b^H U_b ("U") for every member, the factor in that
-    triangle; the other triangle is left undefined (cuSOLVER's workspace). info (count int32)
-    := the order of each member's first leading minor that is not positive definite."""
+    triangle. info (count int32) := the order of each member's first leading minor that is not
+    positive definite. method "cusolver" (potrfBatched): the other triangle is left undefined
+    (its workspace), `source` copied into A first; "warp" (members up to 32 x 32, our kernel):
+    `source` (an Operand) read where it is, the other triangle the source's (keep) or zeros."""
     if A.count == 0 or A.n == 0:
         return
-    _ops().potrf(backend, lane, ws, uplo, A, info)
+    ops = _ops()
+    if method == "warp":
+        if A.n > ops.WARP_LU_LARGEST:
+            raise ValueError(f"the warp Cholesky takes members up to {ops.WARP_LU_LARGEST} x "
+                             f"{ops.WARP_LU_LARGEST}; got {A.n} x {A.n}")
+        ops.potrf_warp(backend, lane, A, info, uplo, keep, source=source)
+        return
+    if source is not None:
+        ops.copy_stack(backend, lane, source, A)
+    ops.potrf(backend, lane, ws, uplo, A, info)
 
 
 def potrs_batched(backend, lane, ws, uplo, C, B):
@@ -204,17 +220,24 @@ class Batched:
         """The members' infos on the host: a named wait for the lane."""
         return self.ops.download(self.lane, info, np.empty(count, np.int32))
 
-    def getrf(self, A, piv, method, nb):
-        """getrf_batched on the dense stack A (pivots to piv); returns the members' infos, a
-        host int32 array (a named wait for the lane)."""
+    def getrf(self, A, piv, method, nb, source=None):
+        """getrf_batched on the dense stack A (pivots to piv), of the user's device array
+        `source` (broadcast to A's batch) where given, else of what A holds; returns the
+        members' infos, a host int32 array (a named wait for the lane)."""
         info = self._zeroed_infos(A.count)
-        getrf_batched(self.backend, self.lane, self.ws, A, piv, info, method=method, nb=nb)
+        operand = None if source is None else self.ws.operand(source, A.batch, 2)
+        getrf_batched(self.backend, self.lane, self.ws, A, piv, info, method=method, nb=nb,
+                      source=operand)
         return self._infos(info, A.count)
 
-    def potrf(self, uplo, A):
-        """potrf_batched on the dense stack A; returns the members' infos (host int32)."""
+    def potrf(self, uplo, A, method="cusolver", source=None, keep=False):
+        """potrf_batched on the dense stack A, of the user's device array `source` (broadcast to
+        A's batch) where given, else of what A holds; returns the members' infos (host
+        int32)."""
         info = self._zeroed_infos(A.count)
-        potrf_batched(self.backend, self.lane, self.ws, uplo, A, info)
+        operand = None if source is None else self.ws.operand(source, A.batch, 2)
+        potrf_batched(self.backend, self.lane, self.ws, uplo, A, info, method=method,
+                      source=operand, keep=keep)
         return self._infos(info, A.count)
 
     def _pivots_one_based(self, piv, batch, n):
@@ -261,6 +284,15 @@ class Batched:
         self.ops.gather_pivots(self.backend, self.lane,
                                self.ops.Operand(source, 1, k, k, 0, k, 1, piv.dtype), piv.ptr,
                                k, piv.count, 0)
+
+    def pivots_to_host(self, piv, batch, k):
+        """The device pivots piv (int32, k per member, any layout, broadcast to the batch) as a
+        host int32 array batch + (k,) (a named wait for the lane: the caller reads them)."""
+        count = math.prod(batch)
+        dense = self.ws.alloc(max(4 * count * k, 1))
+        self.ops.gather_pivots(self.backend, self.lane, self.ws.operand(piv, batch, 1), dense,
+                               k, count, 0)
+        return self.ops.download(self.lane, dense, np.empty(tuple(batch) + (k,), np.int32))
 
     def lacpy_member(self, r, out, index):
         """Member `index` of the stack out := the device array r (one member's shape)."""

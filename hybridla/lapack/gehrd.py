@@ -58,11 +58,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..scheduler import Region, TaskGraph, run
-from ..scheduler.plan import progress_bar
+from ..scheduler import Region, TaskGraph
 from ..update.qr import apply_block_reflector, larfb_flops
 from ..scheduler.transfers import TransferPlan
-from ._blocked import trailing_chunks
+from ._blocked import run_graph, trailing_chunks
 
 # the reduction's workspaces in the tile store, and the graph Regions that order their reuse:
 # V, Y, T of the current panel, and a short vector and the scalars tau of the panel loop
@@ -119,10 +118,7 @@ def gehrd(A, plan, lo=0, hi=None, trace=None, stats=None):
     lo, hi = check_lo_hi(A.n, lo, A.n - 1 if hi is None else hi)
     tau = np.zeros(max(A.n - 1, 0), dtype=A.dtype)
     graph = record_gehrd(A, plan, lo, hi, tau, HessenbergStats() if stats is None else stats)
-    with progress_bar(plan, len(graph), "gehrd") as progress:
-        trace = run(graph, plan.backend, workers=plan.workers, trace=trace, progress=progress,
-                    settings=plan.device_settings)
-    return tau, 0, trace
+    return tau, 0, run_graph(graph, plan, "gehrd", trace)
 
 
 def zero_below_subdiagonal(ops, F):

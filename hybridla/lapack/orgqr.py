@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import functools
 
-from ..scheduler import Region, TaskGraph, run
+from ..scheduler import Region, TaskGraph
+from ._blocked import run_graph
 from ._householder import LQ, QL, QR
 from .ormqr import record_apply_q
 
@@ -44,7 +45,7 @@ def form_q(F, Q, plan, form, trace=None):
               functools.partial(_identity, ops=ops, Q=Q, square=form.rect(Q.m, Q.n, 0, c, 0, c)),
               writes=[Region("C", 0, Q.m, 0, Q.n)])
     record_apply_q(graph, F, Q, plan, form, "R" if form.transpose else "L", "N")
-    return run(graph, ops, workers=plan.workers, trace=trace, settings=plan.device_settings)
+    return run_graph(graph, plan, f"org{form.storage.lower()}", trace)
 
 
 def _identity(lane, ops, Q, square):

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..scheduler import TaskGraph, run
+from ..scheduler import TaskGraph
 from ..update.qr import larfb_flops
+from ._blocked import run_graph
 from ._householder import LQ, QL, QR, record_block_update, record_reflectors, \
     reserve_reflector_slots
 
@@ -50,8 +51,7 @@ def apply_q(F, C, plan, form, side, trans, trace=None):
     F.tau's k reflectors. Returns the run's trace."""
     graph = TaskGraph()
     record_apply_q(graph, F, C, plan, form, side, trans)
-    return run(graph, plan.backend, workers=plan.workers, trace=trace,
-               settings=plan.device_settings)
+    return run_graph(graph, plan, f"orm{form.storage.lower()}", trace)
 
 
 def record_apply_q(graph, F, C, plan, form, side, trans):

@@ -16,6 +16,10 @@ Only the `uplo` triangle is read and written; the other keeps what it held (LAPA
 A host-resident matrix streams as in getrf: block columns up as they are first needed, and each
 step's finished block column (row, for upper) back to the host while the factorization goes on.
 info as LAPACK's: 0, or the order of the first leading minor that is not positive definite.
+
+A tall store (lower, m > n) or a wide one (upper, m < n) is a Cholesky panel of order min(m, n):
+the same steps factor its leading square, and the solves and updates reach its last row (column),
+so that the rows below are L21 := A21 L11^-H (out-of-core's wide columns: lapack/potrf_ooc.py).
 """
 from __future__ import annotations
 
@@ -60,16 +64,17 @@ def zero_other_triangle(c, upper, ops=None, width=512):
 
 def record_potrf(graph, A, plan, uplo):
     """Record the factorization's tasks into `graph`, yielding after each step."""
-    ops, n = plan.backend, A.n
+    ops, n = plan.backend, min(A.m, A.n)  # the order
+    reach = chol_update.extent(A, uplo)  # where the factor's block columns (rows) end
     steps = BlockedSteps(graph, A, plan, n,
-                         lambda k0, k1: chol_update.herk_flops(n, k0, k1, k1, n))
+                         lambda k0, k1: chol_update.herk_flops(reach, k0, k1, k1, n))
     for step, k0, k1 in steps:
         if n - k0 <= _tail(plan, A):
             record_tail(graph, A, plan, uplo, step, k0)
             yield step
             return
         diagonal = Region("A", k0, k1, k0, k1)
-        panel = Region("A", *chol_update.finished_region(uplo, n, k0, k1))
+        panel = Region("A", *chol_update.finished_region(uplo, reach, k0, k1))
 
         # A11 = L11 L11^H
         where = plan.panel_placement(k1 - k0, k1 - k0, steps.previous_update_flops,
@@ -88,12 +93,12 @@ def record_potrf(graph, A, plan, uplo):
                   functools.partial(chol_update.solve_off_diagonal, ops, A=A, uplo=uplo, k0=k0,
                                     k1=k1),
                   reads=[diagonal], writes=[panel, Region("diagonal inverse", 0, 1)],
-                  flops=float((k1 - k0) ** 2 * (n - k1)))
+                  flops=float((k1 - k0) ** 2 * (reach - k1)))
 
         # rounded once for all the step's herks, where they are gemms on rounded operands; the
         # slots in turn, so that this step's rounding need not wait for the last step's herks
         rounded_slot = None
-        if ops.herk_is_gemm and k1 < n:
+        if ops.herk_is_gemm and k1 < reach:
             rounded_slot = step % ops.herk_panel_slots
             graph.add("round", step, "gpu:panel",
                       functools.partial(chol_update.round_panel, ops, A=A, uplo=uplo, k0=k0,
@@ -105,7 +110,7 @@ def record_potrf(graph, A, plan, uplo):
             graph, ops, A, uplo, step, k0, k1, c0, c1, lane, rounded_slot))
 
         # this step's block column (row) of the factor is final
-        steps.send_home(step, *chol_update.finished_region(uplo, n, k0, k1))
+        steps.send_home(step, *chol_update.finished_region(uplo, reach, k0, k1))
         yield step
 
 
@@ -113,8 +118,9 @@ def _tail(plan, A):
     """The order up to which the trailing matrix goes to the device's potrf in one call: its
     last steps are bound by the diagonal block, the off-diagonal solve and the look-ahead column
     one after the other, which cuSOLVER's own potrf does without a task hand-off between them.
-    Not for a streamed matrix, whose tail would then come home in one piece after the rest."""
-    return plan.tail if plan.backend.has_device and not A.streamed else 0
+    Not for a streamed matrix, whose tail would then come home in one piece after the rest, nor
+    for a panel (a tall or wide store), whose rows (columns) past the order need a solve."""
+    return plan.tail if plan.backend.has_device and not A.streamed and A.m == A.n else 0
 
 
 def record_tail(graph, A, plan, uplo, step, k0):
@@ -137,7 +143,7 @@ def _rounded_region(slot):
 def record_update(graph, ops, A, uplo, step, k0, k1, c0, c1, lane, rounded_slot=None):
     """A22 -= A21 A21^H on block columns (rows) c0:c1, from the finished panel k0:k1 (or its
     rounded copy in `rounded_slot`)."""
-    n, nb = A.n, k1 - k0  # a step with a trailing matrix has a full block
+    n, nb = chol_update.extent(A, uplo), k1 - k0  # a step with a trailing matrix: a full block
     reads = [Region("A", c0, n, k0, k1) if uplo == "L" else Region("A", k0, k1, c0, n)]
     if rounded_slot is not None:
         reads.append(_rounded_region(rounded_slot))

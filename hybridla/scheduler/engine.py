@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 import dask.threaded
 from dask.task_spec import Task as DaskTask, TaskRef
 
+from .progress import FinishedWork
 from .trace import Trace
 
 
@@ -42,7 +43,7 @@ class _Run:
         self.worker_names = {}
         self.origin_time = None
         self.origin_event = None
-        self.progress = None
+        self.progress: FinishedWork | None = None  # reports tasks as their work finishes
         self.started = threading.Event()  # a task has started (or there was none to start)
 
     def cpu_lane_name(self) -> str:
@@ -58,8 +59,8 @@ class _Run:
             self.in_flight += 1
         try:
             self._execute(self.graph.tasks[index])
-            if self.progress is not None:
-                self.progress(self.graph.tasks[index])
+            if self.progress is not None:  # now (CPU work) or once its device event completes
+                self.progress.done(self.graph.tasks[index], self.events.get(index))
         except BaseException as exc:
             self.failure = self.failure or exc
             raise
@@ -100,13 +101,15 @@ class _Run:
 def run(graph, backend, *, workers: int = 4, trace: Trace | None = None, progress=None,
         recording=None, head_steps: int = 0, settings=None) -> Trace:
     """Execute every task of `graph`; return the trace. Raises the first task failure after all
-    running tasks have returned and the device is idle. `progress(task)`, if given, is called as
-    each task is done (the CLI's progress bar). `recording`, if given, is the iterator that
-    records `graph` step by step: its first `head_steps` steps run while it records the rest.
+    running tasks have returned and the device is idle. `progress(task)`, if given, is called
+    once per task when its work has finished, not when it is queued: a CPU task when it
+    returns, a device task when the event recorded after its work completes (the progress
+    bars; progress.py). `recording`, if given, is the iterator that records `graph` step by
+    step: its first `head_steps` steps run while it records the rest.
     `settings`: the plan's DeviceSettings, for the backend's run (None: its defaults)."""
     trace = trace if trace is not None else Trace()
     state = _Run(graph, backend, trace)
-    state.progress = progress
+    state.progress = None if progress is None else FinishedWork(progress, backend)
     if recording is not None and head_steps <= 0:
         for _ in recording:
             pass
@@ -115,6 +118,8 @@ def run(graph, backend, *, workers: int = 4, trace: Trace | None = None, progres
     try:
         return _run(state, graph, backend, workers, trace, recording, head_steps)
     finally:
+        if state.progress is not None:
+            state.progress.close()
         backend.end_run()
 
 
@@ -201,6 +206,8 @@ def _run(state, graph, backend, workers, trace, recording, head_steps):
     if backend.has_device:
         backend.synchronize()  # device times are read from events, which must have completed
         trace.add_later(functools.partial(_device_records, backend, state))
+    if state.progress is not None:
+        state.progress.finish()  # the device is idle: every task's work has finished
     return trace
 
 

@@ -125,3 +125,44 @@ class TaskGraph:
 
     def __len__(self):
         return len(self.tasks)
+
+
+class WindowGraph:
+    """A TaskGraph as a recorder sees it that works on a window of a larger store (out-of-core's
+    wide column, factored in-core: lapack/_ooc.py): its "A" regions are moved by the window's
+    offset (`r0`, `c0`) onto `resource`, the larger store's; its own results ("piv", "tau") get
+    the window's `prefix`, so that each window's are apart; every other resource (workspaces,
+    panel buffers) keeps its name, since the window shares the larger store's and the graph
+    must order their reuse. Steps are moved by `step0` (the trace numbers steps of the whole
+    matrix)."""
+
+    OWN = ("piv", "tau")
+
+    def __init__(self, graph: TaskGraph, resource: str, r0: int, c0: int, prefix: str,
+                 step0: int = 0):
+        self.graph, self.resource, self.r0, self.c0 = graph, resource, r0, c0
+        self.prefix, self.step0 = prefix, step0
+
+    def region(self, region: Region) -> Region:
+        """The window's region as the larger graph knows it."""
+        if region.resource == "A":
+            return Region(self.resource, region.r0 + self.r0, region.r1 + self.r0,
+                          region.c0 + self.c0, region.c1 + self.c0)
+        if region.resource in self.OWN:
+            return Region(self.prefix + region.resource, region.r0, region.r1, region.c0,
+                          region.c1)
+        return region
+
+    def add(self, name, step, lane, fn, *, reads=(), writes=(), flops=0.0, bytes=0.0,
+            chain=None, after=()) -> Task:
+        return self.graph.add(name, step + self.step0, lane, fn,
+                              reads=[self.region(r) for r in reads],
+                              writes=[self.region(w) for w in writes], flops=flops,
+                              bytes=bytes, chain=chain and self.prefix + chain,
+                              after=[self.prefix + c for c in after])
+
+    def counter(self, name) -> int:
+        return self.graph.counter(self.prefix + name)
+
+    def __len__(self):
+        return len(self.graph)

@@ -22,6 +22,9 @@ RANDOMIZED_ONLY = ("window",)
 _log = get_logger("plan")
 
 PANEL_CHOICES = ("cpu", "gpu", "auto")
+# device.ooc / ooc=: a host matrix over the memory budget factored out of core ("auto"), every
+# one ("always"), or none: MemoryError ("never")
+OOC_CHOICES = ("auto", "always", "never")
 
 
 class CostModel:
@@ -126,6 +129,10 @@ class Plan:
     tail: int = 0  # Cholesky on a device: the trailing matrix of this order or less is factored
     #                in one call of the device's potrf (config cho.tail); 0: never
     pivot_window: int = 2  # "window" pivoting's block rows (config <routine>.pivot_window)
+    ooc: str = "auto"  # out of core: "auto", "always", "never" (config device.ooc)
+    ooc_buffers: int = 2  # out of core: wide column buffers, 1 or 2 (config device.ooc_buffers)
+    memory_budget: int | None = None  # bytes an out-of-core run's working store may take
+    #                                   (set by the user layer once it goes out of core)
     # the device.* settings the backend's run and stores take (config device.*; the backend
     # reads no configuration): SMs for the panels, memory pool, host transfers, copy threads
     device_settings: DeviceSettings = DeviceSettings()
@@ -173,7 +180,7 @@ def device_settings() -> DeviceSettings:
 
 
 def make_plan(backend, m, n, dtype, *, routine="lu", nb=None, lookahead=None, panel=None,
-              trace=None, progress=False, table_routine=None) -> Plan:
+              trace=None, progress=False, table_routine=None, ooc=None) -> Plan:
     """Resolve the engine options: call keywords win over `config` (which merges defaults, tuning
     files, HYBRIDLA_* environment and `config.set`). Bad values raise ValueError naming them.
     `table_routine`: a more specific name for the device table's entries ("mixed_lu": its
@@ -197,6 +204,12 @@ def make_plan(backend, m, n, dtype, *, routine="lu", nb=None, lookahead=None, pa
         panel = table.get(f"{routine}_panel", "auto")
     if panel not in PANEL_CHOICES:
         raise ValueError(f"panel must be one of {PANEL_CHOICES}; got panel={panel!r}")
+    ooc = cfg.get("device.ooc", "auto") if ooc is None else ooc
+    if not isinstance(ooc, str) or ooc not in OOC_CHOICES:
+        raise ValueError(f"ooc must be one of {OOC_CHOICES}; got ooc={ooc!r}")
+    ooc_buffers = _positive_int("device.ooc_buffers", cfg.get("device.ooc_buffers", 2), 1)
+    if ooc_buffers > 2:
+        raise ValueError(f"device.ooc_buffers must be 1 or 2; got {ooc_buffers}")
     workers = _positive_int("scheduler.workers", cfg.get("scheduler.workers"), 1)
     pin_pieces = _positive_int("device.pin_pieces", cfg.get("device.pin_pieces"), 1)
     panel_leaf = _positive_int(f"{routine}.panel_leaf", cfg.get(f"{routine}.panel_leaf", 0), 0)
@@ -230,5 +243,5 @@ def make_plan(backend, m, n, dtype, *, routine="lu", nb=None, lookahead=None, pa
                    else "none (host backend)", trace or "none")
     return Plan(backend, nb, lookahead, panel, workers, CostModel(table, dtype),
                 str(trace) if trace else None, bool(progress), pin_pieces, panel_leaf,
-                panel_pivoting, upload_group, head_steps, tail, pivot_window,
-                device_settings())
+                panel_pivoting, upload_group, head_steps, tail, pivot_window, ooc=ooc,
+                ooc_buffers=ooc_buffers, device_settings=device_settings())

@@ -60,14 +60,8 @@ class TransferPlan:
         if A.staged:
             for index, (r0, r1, c0, c1) in enumerate(blocks):
                 slot = index % A.up_slots
-                buffer = Region("stage-up", slot, slot + 1)  # the pinned slot's memory
-                nbytes = (r1 - r0) * (c1 - c0) * A.dtype.itemsize
-                rectangle = dict(slot=slot, r0=r0, r1=r1, c0=c0, c1=c1)
-                graph.add("stage", -1, "cpu", functools.partial(A.stage_block, **rectangle),
-                          writes=[buffer], chain=_STAGING, bytes=nbytes)
-                graph.add("upload", -1, "copy:h2d", functools.partial(A.upload_staged, **rectangle),
-                          reads=[buffer], writes=[Region("A", r0, r1, c0, c1)], chain=_UPLOADS,
-                          bytes=nbytes)
+                self._staged_up(-1, slot, r0, r1, c0, c1, functools.partial(
+                    A.stage_block, slot=slot, r0=r0, r1=r1, c0=c0, c1=c1))
                 A.residency.arrived(DEVICE, r0, r1, c0, c1)
             return plan.upload_group
         self.piece_starts = A.plan_pin_pieces(plan.pin_pieces) if A.pin else [0]
@@ -98,22 +92,58 @@ class TransferPlan:
                       reads=[Region("A", r0, r1, c0, c1)], chain=_DOWNLOADS, after=[_PINNING],
                       bytes=(r1 - r0) * (c1 - c0) * A.dtype.itemsize)
         else:
-            width = max(1, A.slot_elements // max(r1 - r0, 1))
-            for j0 in range(c0, c1, width):
-                j1 = min(j0 + width, c1)
-                slot = graph.counter("stage-down") % A.down_slots
-                buffer = Region("stage-down", slot, slot + 1)  # the pinned slot's memory
-                nbytes = (r1 - r0) * (j1 - j0) * A.dtype.itemsize
-                graph.add("download", step, "copy:d2h",
-                          functools.partial(A.download_staged, slot=slot, r0=r0, r1=r1, c0=j0,
-                                            c1=j1),
-                          reads=[Region("A", r0, r1, j0, j1)], writes=[buffer],
-                          chain=_DOWNLOADS, bytes=nbytes)
-                graph.add("unstage", step, "cpu",
-                          functools.partial(A.unstage_block, slot=slot, r0=r0, r1=r1, c0=j0,
-                                            c1=j1),
-                          reads=[buffer], writes=[buffer], chain=_UNSTAGING, bytes=nbytes)
+            self._staged_down(step, r0, r1, c0, c1, lambda slot, j0, j1: functools.partial(
+                A.unstage_block, slot=slot, r0=r0, r1=r1, c0=j0, c1=j1))
         A.residency.arrived(A.residency.home, r0, r1, c0, c1)
+
+    def upload(self, step, source, r0, r1, c0, c1, reads=()):
+        """Rows r0:r1 x columns c0:c1 of the store := the host array `source` (of that shape),
+        staged through the next up slot in turn: the copies of a store whose contents come from
+        a host matrix that is not its home (out-of-core's working store: lapack/_ooc.py, which
+        cuts them to fit a slot). `reads`: the host regions the copy reads, so that it follows
+        the tasks that write them."""
+        slot = self.graph.counter("stage-up") % self.A.up_slots
+        self._staged_up(step, slot, r0, r1, c0, c1, functools.partial(
+            self.A.stage_array, slot=slot, source=source), reads)
+
+    def download(self, step, r0, r1, c0, c1, target, writes=()):
+        """The host array `target` (of the rectangle's shape) := rows r0:r1 x columns c0:c1 of
+        the store, staged through the down slots in pieces that fit one; `writes`: the host
+        regions it writes, so that their later readers follow it."""
+        self._staged_down(step, r0, r1, c0, c1, lambda slot, j0, j1: functools.partial(
+            self.A.unstage_array, slot=slot, target=target[:, j0 - c0:j1 - c0]), writes)
+
+    def _staged_up(self, step, slot, r0, r1, c0, c1, stage, reads=()):
+        """A CPU task of the staging chain fills pinned slot `slot` (`stage(lane)`), and the DMA
+        of the copy chain takes it to the store's rectangle; a slot is filled again once its
+        DMA has read it (the graph's write-after-read)."""
+        buffer = Region("stage-up", slot, slot + 1)  # the pinned slot's memory
+        nbytes = (r1 - r0) * (c1 - c0) * self.A.dtype.itemsize
+        self.graph.add("stage", step, "cpu", stage, reads=reads, writes=[buffer],
+                       chain=_STAGING, bytes=nbytes)
+        self.graph.add("upload", step, "copy:h2d",
+                       functools.partial(self.A.upload_staged, slot=slot, r0=r0, r1=r1, c0=c0,
+                                         c1=c1),
+                       reads=[buffer], writes=[Region("A", r0, r1, c0, c1)], chain=_UPLOADS,
+                       bytes=nbytes)
+
+    def _staged_down(self, step, r0, r1, c0, c1, unstage, writes=()):
+        """The rectangle down in pieces that fit a slot: the DMA into the next down slot in turn
+        (the copy chain), then a CPU task of the unstaging chain, `unstage(slot, j0, j1)`'s,
+        copies the piece out."""
+        graph, A = self.graph, self.A
+        width = max(1, A.slot_elements // max(r1 - r0, 1))
+        for j0 in range(c0, c1, width):
+            j1 = min(j0 + width, c1)
+            slot = graph.counter("stage-down") % A.down_slots
+            buffer = Region("stage-down", slot, slot + 1)  # the pinned slot's memory
+            nbytes = (r1 - r0) * (j1 - j0) * A.dtype.itemsize
+            graph.add("download", step, "copy:d2h",
+                      functools.partial(A.download_staged, slot=slot, r0=r0, r1=r1, c0=j0, c1=j1),
+                      reads=[Region("A", r0, r1, j0, j1)], writes=[buffer], chain=_DOWNLOADS,
+                      bytes=nbytes)
+            graph.add("unstage", step, "cpu", unstage(slot, j0, j1), reads=[buffer],
+                      writes=[buffer, *writes], chain=_UNSTAGING, bytes=nbytes)
 
     def steps_hidden_by_upload(self, step_update_flops) -> int:
         """How many steps' trailing updates to cut into upload-sized column groups, so that the

@@ -10,8 +10,19 @@ upper, A = U^H U: the same with rows and columns exchanged:
                         A[c0:c1, c1:]  -= A[K, c0:c1]^H A[K, c1:]
 The bulk of a step's update is one task over the whole trailing triangle: its diagonal blocks of
 nb in one batched call, the rest cut by recursive halving into gemms (see `_triangle_update`).
+
+A tall store (lower, m > n) or a wide one (upper, m < n) is a Cholesky panel of order
+min(m, n): its factor's block columns (rows) reach past the order to `extent(A, uplo)`, and
+the solves and updates follow them there (out-of-core's wide columns: lapack/potrf_ooc.py).
+`trapezoid_update` is the update on blocks wherever they are.
 """
 from __future__ import annotations
+
+
+def extent(A, uplo: str) -> int:
+    """How far the factor's block columns (lower: rows, to A.m) or block rows (upper: columns,
+    to A.n) reach: the order n for a square matrix."""
+    return A.m if uplo == "L" else A.n
 
 
 def solve_off_diagonal(ops, lane, A, uplo: str, k0: int, k1: int) -> None:
@@ -27,7 +38,7 @@ def solve_off_diagonal(ops, lane, A, uplo: str, k0: int, k1: int) -> None:
     X[:, J] = A21[:, :j1] W[J, :j1]^H. With blocks of kb / 4 that is 1.25 kb^2 flops per row
     where one gemm with all of W takes 2 kb^2 (a trsm's are kb^2); over the first half of an
     n = 32768 Cholesky with kb = 1024 that is 0.3 of 11 TFLOP of device work."""
-    n, kb = A.n, k1 - k0
+    n, kb = extent(A, uplo), k1 - k0
     if k1 >= n:
         return
     inverse = A.workspace("diagonal inverse", kb, kb)
@@ -73,7 +84,7 @@ def round_panel(ops, lane, A, uplo: str, k0: int, k1: int, slot) -> None:
     once, into `slot`, for all the herks of the step, on a backend whose herk is gemms on
     rounded operands (backend/reduced.py): the look-ahead column's and the rest's each rounded
     it (the rest's rows again) before."""
-    n = A.n
+    n = extent(A, uplo)
     if uplo == "L":
         ops.round_herk_panel(lane, A.block(k1, n, k0, k1), "N", slot)
     else:
@@ -83,11 +94,11 @@ def round_panel(ops, lane, A, uplo: str, k0: int, k1: int, slot) -> None:
 def herk_update(ops, lane, A, uplo: str, k0: int, k1: int, c0: int, c1: int,
                 rounded_slot=None) -> None:
     """Update the block column (lower) or row (upper) c0:c1 with the finished panel k0:k1: its
-    triangle on the diagonal, then the rectangle beyond it in one gemm. A backend whose herk is
-    a gemm on the square (backend/reduced.py: the tensor cores have no herk) takes the whole
-    block column in one herk on the trapezoid, from the panel `round_panel` rounded into
-    `rounded_slot` (or that it rounds itself, when None)."""
-    n = A.n
+    triangle on the diagonal, then the rectangle beyond it in one gemm (`trapezoid_update`). A
+    backend whose herk is a gemm on the square (backend/reduced.py: the tensor cores have no
+    herk) takes the whole block column in one herk on the trapezoid, from the panel
+    `round_panel` rounded into `rounded_slot` (or that it rounds itself, when None)."""
+    n = extent(A, uplo)
     if ops.herk_is_gemm:
         rounded = None if rounded_slot is None else (rounded_slot, c0 - k1)
         if uplo == "L":
@@ -97,49 +108,71 @@ def herk_update(ops, lane, A, uplo: str, k0: int, k1: int, c0: int, c1: int,
             ops.herk(lane, "U", "C", -1, A.block(k0, k1, c0, n), 1, A.block(c0, c1, c0, n),
                      rounded=rounded)
         return
-    _triangle_update(ops, lane, A, uplo, k0, k1, c0, c1)
-    if c1 < n:
-        _rectangle_update(ops, lane, A, uplo, k0, k1, (c1, n), (c0, c1))
-
-
-def _triangle_update(ops, lane, A, uplo, k0, k1, c0, c1):
-    """The diagonal triangle c0:c1: its diagonal blocks of nb at once (`herk_diagonal_blocks`:
-    one strided-batched gemm on a device), the rest by recursive halving into gemms (the square
-    between two half triangles, then each half). BLAS herk/syrk runs far below gemm's rate on a
-    GPU (a whole trailing triangle in one cuBLAS dsyrk: perf/RESULTS.md, "Measurements formerly
-    in docstrings"), while the halving keeps almost all flops in large gemms."""
-    _below_diagonal_blocks(ops, lane, A, uplo, k0, k1, c0, c1)
-    panel = A.block(c0, c1, k0, k1) if uplo == "L" else A.block(k0, k1, c0, c1)
-    ops.herk_diagonal_blocks(lane, uplo, "N" if uplo == "L" else "C", -1, panel,
-                             A.block(c0, c1, c0, c1), A.nb, A.scratch(lane, A.nb, c1 - c0))
-
-
-def _below_diagonal_blocks(ops, lane, A, uplo, k0, k1, c0, c1):
-    """The triangle c0:c1 less its diagonal blocks of nb, by recursive halving at multiples of nb
-    past c0 (so that the blocks left out are those `herk_diagonal_blocks` updates). The largest
-    gemm is enqueued first: while the host enqueues the many small ones after it (slowly, when
-    other threads hold the GIL: with the small gemms first, step 0's update took much longer
-    than step 1's; perf/RESULTS.md, "potrf, geqrf, geqlf, gelqf (issue 3)"), the device
-    already has most of the flops to work on."""
-    if c1 - c0 <= A.nb:
-        return
-    mid = c0 + -(-(c1 - c0) // (2 * A.nb)) * A.nb  # a multiple of nb past c0, near the middle
-    _rectangle_update(ops, lane, A, uplo, k0, k1, (mid, c1), (c0, mid))
-    _below_diagonal_blocks(ops, lane, A, uplo, k0, k1, c0, mid)
-    _below_diagonal_blocks(ops, lane, A, uplo, k0, k1, mid, c1)
-
-
-def _rectangle_update(ops, lane, A, uplo, k0, k1, rows, cols):
-    """The off-diagonal rectangle rows x cols (lower: rows below cols; upper: its transpose) in
-    one gemm: A[rows, cols] -= A[rows, K] A[cols, K]^H, or for upper
-    A[cols, rows] -= A[K, cols]^H A[K, rows]."""
-    (r0, r1), (c0, c1) = rows, cols
     if uplo == "L":
-        ops.gemm(lane, -1, A.block(r0, r1, k0, k1), A.block(c0, c1, k0, k1), 1,
-                 A.block(r0, r1, c0, c1), trans_b="C")
+        trapezoid_update(ops, lane, uplo, A.block(c0, n, k0, k1), A.block(c0, n, c0, c1),
+                         A.nb, A.scratch)
     else:
-        ops.gemm(lane, -1, A.block(k0, k1, c0, c1), A.block(k0, k1, r0, r1), 1,
-                 A.block(c0, c1, r0, r1), trans_a="C")
+        trapezoid_update(ops, lane, uplo, A.block(k0, k1, c0, n), A.block(c0, c1, c0, n),
+                         A.nb, A.scratch)
+
+
+def trapezoid_update(ops, lane, uplo: str, P, C, nb: int, scratch) -> None:
+    """C := C - P P^H on the trapezoid C, blocks wherever they are. Lower: C is r x w, its
+    w x w top its lower triangle, the rectangle below it whole; P (r x kb) the panel's rows
+    that match C's. Upper: the transposes (C w x r, the upper triangle; P kb x r, C -= P^H P).
+    The triangle first (`_triangle_update`), then the rectangle in one gemm. `scratch(lane,
+    rows, cols)`: the store's scratch blocks."""
+    rows, width = C.shape if uplo == "L" else C.shape[::-1]
+    _triangle_update(ops, lane, uplo, P, C, width, nb, scratch)
+    if width < rows:
+        _rectangle_update(ops, lane, uplo, P, C, (width, rows), (0, width))
+
+
+def _triangle_update(ops, lane, uplo, P, C, width, nb, scratch):
+    """The diagonal triangle of order `width`: its diagonal blocks of nb at once
+    (`herk_diagonal_blocks`: one strided-batched gemm on a device), the rest by recursive
+    halving into gemms (the square between two half triangles, then each half). BLAS herk/syrk
+    runs far below gemm's rate on a GPU (a whole trailing triangle in one cuBLAS dsyrk:
+    perf/RESULTS.md, "Measurements formerly in docstrings"), while the halving keeps almost
+    all flops in large gemms."""
+    _below_diagonal_blocks(ops, lane, uplo, P, C, 0, width, nb)
+    sub, kb = ops.sub_block, _panel_width(uplo, P)
+    panel = sub(P, 0, width, 0, kb) if uplo == "L" else sub(P, 0, kb, 0, width)
+    ops.herk_diagonal_blocks(lane, uplo, "N" if uplo == "L" else "C", -1, panel,
+                             sub(C, 0, width, 0, width), nb, scratch(lane, nb, width))
+
+
+def _below_diagonal_blocks(ops, lane, uplo, P, C, c0, c1, nb):
+    """The triangle c0:c1 less its diagonal blocks of nb, by recursive halving at multiples of
+    nb past c0 (so that the blocks left out are those `herk_diagonal_blocks` updates). The
+    largest gemm is enqueued first: while the host enqueues the many small ones after it
+    (slowly, when other threads hold the GIL: with the small gemms first, step 0's update took
+    much longer than step 1's; perf/RESULTS.md, "potrf, geqrf, geqlf, gelqf (issue 3)"), the
+    device already has most of the flops to work on."""
+    if c1 - c0 <= nb:
+        return
+    mid = c0 + -(-(c1 - c0) // (2 * nb)) * nb  # a multiple of nb past c0, near the middle
+    _rectangle_update(ops, lane, uplo, P, C, (mid, c1), (c0, mid))
+    _below_diagonal_blocks(ops, lane, uplo, P, C, c0, mid, nb)
+    _below_diagonal_blocks(ops, lane, uplo, P, C, mid, c1, nb)
+
+
+def _rectangle_update(ops, lane, uplo, P, C, rows, cols):
+    """The off-diagonal rectangle rows x cols of the trapezoid (lower: rows below cols; upper:
+    its transpose) in one gemm: C[rows, cols] -= P[rows] P[cols]^H, or for upper
+    C[cols, rows] -= P[:, cols]^H P[:, rows]."""
+    (r0, r1), (c0, c1) = rows, cols
+    sub, kb = ops.sub_block, _panel_width(uplo, P)
+    if uplo == "L":
+        ops.gemm(lane, -1, sub(P, r0, r1, 0, kb), sub(P, c0, c1, 0, kb), 1,
+                 sub(C, r0, r1, c0, c1), trans_b="C")
+    else:
+        ops.gemm(lane, -1, sub(P, 0, kb, c0, c1), sub(P, 0, kb, r0, r1), 1,
+                 sub(C, c0, c1, r0, r1), trans_a="C")
+
+
+def _panel_width(uplo, P):
+    return P.shape[1] if uplo == "L" else P.shape[0]
 
 
 def finished_region(uplo: str, n: int, k0: int, k1: int):

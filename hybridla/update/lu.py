@@ -19,10 +19,16 @@ def swap_left(ops, lane, A, k0: int, k1: int) -> None:
 def gemm_update(ops, lane, A, k0: int, k1: int, c0: int, c1: int) -> None:
     """Update columns c0:c1 with the panel of rows/columns k0:k1 (see the module docstring)."""
     ops.laswp(lane, A, c0, c1, k0, k1)
-    L11, A12 = A.block(k0, k1, k0, k1), A.block(k0, k1, c0, c1)
+    eliminate(ops, lane, A.block(k0, k1, k0, k1), A.block(k1, A.m, k0, k1),
+              A.block(k0, k1, c0, c1), A.block(k1, A.m, c0, c1))
+
+
+def eliminate(ops, lane, L11, L21, A12, A22) -> None:
+    """A12 := L11^-1 A12 (L11 unit lower);  A22 := A22 - L21 A12, on blocks wherever they are
+    (out-of-core's left-looking update takes L from a block column streamed up apart from the
+    columns it updates: lapack/getrf_ooc.py)."""
     ops.trsm(lane, "L", "L", "N", "U", 1, L11, A12)
-    A21, A22 = A.block(k1, A.m, k0, k1), A.block(k1, A.m, c0, c1)
-    ops.gemm(lane, -1, A21, A12, 1, A22)
+    ops.gemm(lane, -1, L21, A12, 1, A22)
 
 
 def update_flops(m: int, k0: int, k1: int, c0: int, c1: int) -> float:

@@ -22,8 +22,8 @@ import threading
 import pycuda.driver as drv
 
 from ..ops import BackendDefaults
-from . import (batched, blas, chol, interop, ldl, lu, memory, mixed, qr, runtime, store,
-               transfers)
+from . import (batched, blas, chol, interop, ldl, lu, memory, mixed, pivoted_qr, qr, runtime,
+               store, transfers)
 from .interop import device_array_layout
 from .memory import DeviceArray
 from .runtime import SM_SPLITS, CudaLane
@@ -51,7 +51,8 @@ class CudaBackend(BackendDefaults):
         # `finally` (`active`, the lanes). pycuda.autoprimaryctx would push it for good in the
         # importing thread, which aborts the process when that thread ends first.
         drv.init()
-        self.device = drv.Device(0)
+        self.ordinal = 0  # the device's ordinal: a user's array elsewhere is refused (admit)
+        self.device = drv.Device(self.ordinal)
         self.context = self.device.retain_primary_context()
         self._calls = threading.RLock()
         self._call_depth = 0
@@ -98,10 +99,14 @@ class CudaBackend(BackendDefaults):
     # -- tile stores (store.py) and the user's device arrays (interop.py) ----------------------
     matrix = store.matrix
     host_matrix = store.host_matrix
+    window = store.window
     device_matrix = interop.device_matrix
     wrap = interop.wrap
     empty = interop.empty
     has_nonfinite = interop.has_nonfinite
+    pointer_device = staticmethod(interop.pointer_device)
+    consumer_stream = interop.consumer_stream
+    stream_synchronize = interop.stream_synchronize
 
     # -- pinned staging slots, host copies, host <-> blocks (transfers.py) ---------------------
     staging_slots = transfers.staging_slots
@@ -141,6 +146,12 @@ class CudaBackend(BackendDefaults):
     t_column = staticmethod(qr.t_column)
     apply = staticmethod(qr.apply)
     apply_to_host = qr.apply_to_host
+
+    # -- QR with column pivoting's panel (pivoted_qr.py) --------------------------------------
+    column_norms = staticmethod(pivoted_qr.column_norms)
+    laqps_pivot = staticmethod(pivoted_qr.laqps_pivot)
+    laqps_f_column = staticmethod(pivoted_qr.laqps_f_column)
+    laqps_downdate = staticmethod(pivoted_qr.laqps_downdate)
 
     # -- Cholesky (chol.py) --------------------------------------------------------------------
     potrf_panel = staticmethod(chol.potrf_panel)

@@ -38,7 +38,7 @@ from .runtime import _kernel_source
 __all__ = ["PART", "WARP_LU_LARGEST", "Operand", "StackArray", "Workspace", "as_kind",
            "copy_stack", "dense_operand", "download", "gather_pivots", "gemm", "geqrf",
            "getrf_cublas", "getrf_panel", "getrf_warp", "getrs", "has_nonfinite", "laswp",
-           "layout", "member_offsets", "panel_capacity", "pointers", "potrf", "trsm",
+           "layout", "member_offsets", "panel_capacity", "pointers", "potrf", "potrf_warp", "trsm",
            "zero_ints"]
 
 _PREFIX = {np.dtype(np.float32): "s", np.dtype(np.float64): "d",
@@ -51,10 +51,10 @@ _DIAG = {"N": 0, "U": 1}          # cublasDiagType_t
 PART = {"all": 0, "upper": 1, "lower": 2, "strict_upper": 3, "strict_lower": 4}
 _COPY_BLOCK = (32, 8)             # stack_copy: one 32 x 32 tile per block
 _PANEL_THREADS = 256              # getrf_panel_batched: threads per member's panel
-_LASWP_THREADS = 128              # laswp_batched: one thread per column
+_LASWP_THREADS = 256              # laswp_batched: threads per block (a chunk of columns)
+_LASWP_SHARED = 48 * 1024         # laswp_batched: its dynamic shared memory at most
 _LINEAR_THREADS = 256             # fill_pointers, pivots_gather
 _WARP_SIZES = (8, 16, 32)         # getrf_warp's instantiations: members up to N x N
-_WARPS_PER_BLOCK = 4              # getrf_warp: members per block of threads
 _GRID_Y = 65535                   # the largest grid.y: members beyond it loop
 _LINEAR_BLOCKS = 4096             # a linear kernel's blocks at most (its threads loop)
 
@@ -203,18 +203,43 @@ def getrf_cublas(backend, lane, ws: Workspace, A: StackArray, piv: StackArray, i
 WARP_LU_LARGEST = _WARP_SIZES[-1]
 
 
-def getrf_warp(backend, lane, A: StackArray, piv: StackArray, info_ptr):
+def getrf_warp(backend, lane, A: StackArray, piv: StackArray, info_ptr,
+               source: Operand | None = None):
     """P_b A_b = L_b U_b for members of at most WARP_LU_LARGEST rows and columns
-    (batched.cu's getrf_warp: a warp per member, its rows in the lanes' registers); piv
-    (count x min(m, n)) := the pivots, 0-based; info_ptr (count int32) := each member's first
-    exactly zero pivot (1-based), 0 if none."""
+    (batched.cu's getrf_warp: a warp per member, its rows in the lanes' registers), the factors
+    into A; piv (count x min(m, n)) := the pivots, 0-based; info_ptr (count int32) := each
+    member's first exactly zero pivot (1-based), 0 if none. `source`: the matrices to factor
+    (an Operand of A's batch and shape, read in its own layout: no copy into A first), default
+    A itself."""
     size = next(s for s in _WARP_SIZES if max(A.m, A.n) <= s)
-    blocks = min(-(-A.count // _WARPS_PER_BLOCK), 1 << 20)
+    src = dense_operand(A) if source is None else source
+    warps = 2 if A.itemsize > 8 else 4  # members per block: batched.cu's WarpLuWarps
+    blocks = min(-(-A.count // warps), 1 << 20)
     _kernels(backend).module.launch(
-        f"getrf_warp_{_PREFIX[A.dtype]}_{size}", (blocks,), (32 * _WARPS_PER_BLOCK,),
-        lane.handle, ctypes.c_void_p(A.ptr), ctypes.c_longlong(A.stride), ctypes.c_int(A.ld),
+        f"getrf_warp_{_PREFIX[A.dtype]}_{size}", (blocks,), (32 * warps,),
+        lane.handle, ctypes.c_void_p(src.ptr), ctypes.c_void_p(src.offsets or 0),
+        ctypes.c_longlong(src.stride), ctypes.c_longlong(src.rs), ctypes.c_longlong(src.cs),
+        ctypes.c_void_p(A.ptr), ctypes.c_longlong(A.stride), ctypes.c_int(A.ld),
         ctypes.c_int(A.m), ctypes.c_int(A.n), ctypes.c_void_p(piv.ptr),
         ctypes.c_longlong(piv.stride), ctypes.c_void_p(info_ptr), ctypes.c_longlong(A.count))
+
+
+def potrf_warp(backend, lane, A: StackArray, info_ptr, uplo, keep, source: Operand | None = None):
+    """A_b = L_b L_b^H (uplo "L") or U_b^H U_b ("U") for members of order up to
+    WARP_LU_LARGEST (batched.cu's potrf_warp: a warp per member), the factor into A's `uplo`
+    triangle and the other triangle the source's (keep) or zeros; info_ptr (count int32) := the
+    order of each member's first leading minor that is not positive definite, 0 if none.
+    `source`: the matrices (an Operand of A's batch and shape, read where they are), default A."""
+    size = next(s for s in _WARP_SIZES if A.n <= s)
+    src = dense_operand(A) if source is None else source
+    warps = 2 if A.itemsize > 8 else 4  # members per block: batched.cu's WarpLuWarps
+    _kernels(backend).module.launch(
+        f"potrf_warp_{_PREFIX[A.dtype]}_{size}", (min(-(-A.count // warps), 1 << 20),),
+        (32 * warps,), lane.handle, ctypes.c_void_p(src.ptr), ctypes.c_void_p(src.offsets or 0),
+        ctypes.c_longlong(src.stride), ctypes.c_longlong(src.rs), ctypes.c_longlong(src.cs),
+        ctypes.c_void_p(A.ptr), ctypes.c_longlong(A.stride), ctypes.c_int(A.ld),
+        ctypes.c_int(A.n), ctypes.c_int(int(uplo == "U")), ctypes.c_int(int(keep)),
+        ctypes.c_void_p(info_ptr), ctypes.c_longlong(A.count))
 
 
 def getrf_panel(backend, lane, A: StackArray, piv: StackArray, info_ptr, k, jb):
@@ -236,16 +261,22 @@ def getrf_panel(backend, lane, A: StackArray, piv: StackArray, info_ptr, k, jb):
 
 
 def laswp(backend, lane, A: StackArray, piv: StackArray, k0, k1, c0, c1):
-    """Pivots k0..k1-1 of every member applied, in order, to its columns outside c0:c1."""
+    """Pivots k0..k1-1 of every member applied, in order, to its columns outside c0:c1: the
+    rows they move, at most 2 (k1 - k0), copied once per column (batched.cu's laswp_batched)."""
     columns = A.n - (c1 - c0)
     if columns <= 0 or k1 <= k0 or A.count == 0:
         return
+    jb, rows = k1 - k0, A.m - k0
+    index_bytes = -(-(rows + 2 * jb) * 4 // 16) * 16
+    # columns per block: as many as _LASWP_SHARED holds (staged: 2 jb rows of each), 32 at most
+    cols = max(1, min(32, columns, (_LASWP_SHARED - index_bytes) // (2 * jb * A.itemsize)))
     _kernels(backend).module.launch(
-        f"laswp_batched_{A.itemsize}", (-(-columns // _LASWP_THREADS), min(A.count, _GRID_Y)),
+        f"laswp_batched_{A.itemsize}", (-(-columns // cols), min(A.count, _GRID_Y)),
         (_LASWP_THREADS,), lane.handle, ctypes.c_void_p(A.ptr), ctypes.c_longlong(A.stride),
-        ctypes.c_int(A.ld), ctypes.c_int(A.n), ctypes.c_int(c0), ctypes.c_int(c1),
-        ctypes.c_void_p(piv.ptr), ctypes.c_longlong(piv.stride), ctypes.c_int(k0),
-        ctypes.c_int(k1), ctypes.c_longlong(A.count))
+        ctypes.c_int(A.ld), ctypes.c_int(A.m), ctypes.c_int(A.n), ctypes.c_int(c0),
+        ctypes.c_int(c1), ctypes.c_void_p(piv.ptr), ctypes.c_longlong(piv.stride),
+        ctypes.c_int(k0), ctypes.c_int(k1), ctypes.c_longlong(A.count), ctypes.c_int(cols),
+        shared=index_bytes + 2 * jb * cols * A.itemsize)
 
 
 def trsm(backend, lane, ws: Workspace, side, uplo, trans, diag, alpha, T, t_at,

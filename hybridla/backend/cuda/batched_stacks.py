@@ -22,6 +22,7 @@ import numpy as np
 import pycuda.driver as drv
 
 from .. import _driver
+from ..device_arrays import DLPackArray
 
 _libcuda = ctypes.CDLL("libcuda.so.1")
 
@@ -105,8 +106,11 @@ class StackArray:
 
 
 def as_kind(template, out: StackArray):
-    """`out` as the same kind of array as the user's `template` (CuPy, PyTorch, PyCUDA),
-    sharing memory (the wrapper keeps `out`, or its library's buffer, alive)."""
+    """`out` as the same kind of array as the user's `template` (CuPy, PyTorch, PyCUDA, a
+    DLPack producer's through its library's from_dlpack), sharing memory (the wrapper keeps
+    `out`, or its library's buffer, alive)."""
+    if isinstance(template, DLPackArray):
+        return template.like(out)
     module = type(template).__module__.split(".")[0]
     if out.native is not None:  # a strided view of the library's own buffer
         strides = out.strides()
@@ -172,21 +176,29 @@ def member_offsets(batch, shape, strides, core_ndim, itemsize):
     own = shape[:len(shape) - core_ndim]
     own_strides = strides[:len(shape) - core_ndim]
     lead = len(batch) - len(own)
+    steps = [0 if axis < lead or own[axis - lead] == 1 else own_strides[axis - lead] // itemsize
+             for axis in range(len(batch))]
+    # one stride for the whole batch when the axes (those longer than 1) nest in C order:
+    # decided from the shape alone (arrays of a large batch's offsets cost milliseconds)
+    axes = [(size, step) for size, step in zip(batch, steps) if size != 1]
+    if 0 in batch:
+        return 0, None
+    if len(axes) <= 1:
+        return (axes[0][1] if axes else 0), None
+    stride, span = axes[-1][1], axes[-1][1] * axes[-1][0]
+    for size, step in reversed(axes[:-1]):
+        if step != span:
+            break
+        span *= size
+    else:
+        return stride, None
     offsets = np.zeros(batch, dtype=np.int64)
-    for axis, size in enumerate(batch):
-        i = axis - lead
-        step = 0 if i < 0 or own[i] == 1 else own_strides[i] // itemsize
+    for axis, (size, step) in enumerate(zip(batch, steps)):
         if step:
             view = [1] * len(batch)
             view[axis] = size
             offsets += (np.arange(size, dtype=np.int64) * step).reshape(view)
-    flat = offsets.ravel()
-    if flat.size <= 1:
-        return 0, None
-    step = int(flat[1] - flat[0])
-    if flat[0] == 0 and np.array_equal(flat, np.arange(flat.size, dtype=np.int64) * step):
-        return step, None
-    return None, flat
+    return None, offsets.ravel()
 
 
 class Workspace:

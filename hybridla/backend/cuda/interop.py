@@ -1,6 +1,9 @@
 """The GPU interface of the cuda backend: the user's device arrays (PyCUDA GPUArray, CuPy,
-PyTorch, Numba: anything with __cuda_array_interface__) as tile stores, in place or copied
-column-major, and result arrays of the user's kind.
+PyTorch, Numba: anything with __cuda_array_interface__; a DLPack-only array comes as
+backend/device_arrays.DLPackArray) as tile stores, in place or copied column-major, result
+arrays of the user's kind, and the device primitives with which backend/device_arrays.admit
+checks and orders the user's arrays as they come in (pointer_device, consumer_stream,
+stream_synchronize).
 
 Module-level functions; those over the backend (device_matrix, wrap, empty, has_nonfinite) the
 facade binds.
@@ -12,6 +15,8 @@ import ctypes
 import numpy as np
 import pycuda.driver as drv
 
+from .. import _driver
+from ..device_arrays import DLPackArray
 from ..ops import DeviceSettings
 from .memory import DeviceArray
 
@@ -37,7 +42,10 @@ def _is_column_major(obj) -> bool:
 
 
 def _like(template, out: DeviceArray):
-    """`out` as the same kind of array as the user's input (CuPy, PyTorch, PyCUDA), sharing memory."""
+    """`out` as the same kind of array as the user's input (CuPy, PyTorch, PyCUDA, or a DLPack
+    producer's, through its library's from_dlpack), sharing memory."""
+    if isinstance(template, DLPackArray):
+        return template.like(out)
     module = type(template).__module__.split(".")[0]
     if module == "cupy":
         import cupy
@@ -63,7 +71,10 @@ def device_matrix(backend, obj, nb, overwrite, settings: DeviceSettings | None =
     ptr, (m, n), dtype, strides = device_array_layout(obj)
     itemsize = dtype.itemsize
     lane = backend.lane("gpu:update")
-    backend.synchronize()  # the producer's pending writes to the array must land first
+    # the pending writes to the array land first (a user's array was waited for as it came in,
+    # device_arrays.admit; an array of an earlier stage of this call was written on our lanes)
+    backend.synchronize()
+    overwrite = overwrite and not obj.__cuda_array_interface__["data"][1]  # read-only: a copy
     column_major = strides[0] == itemsize and (n <= 1 or strides[1] >= m * itemsize)
     row_major = strides[1] == itemsize and (m <= 1 or strides[0] >= n * itemsize)
     if column_major and overwrite:
@@ -117,8 +128,10 @@ def empty(backend, shape, dtype, like=None):
 
 
 def has_nonfinite(backend, obj) -> bool:
-    """check_finite for a device array, on the device (one pass)."""
+    """check_finite for a device array, on the device (one pass; an empty one is finite)."""
     ptr, (m, n), dtype, strides = device_array_layout(obj)
+    if m == 0 or n == 0:
+        return False
     words = 2 if dtype.kind == "c" else 1
     real_size = dtype.itemsize // words
     if strides[0] == dtype.itemsize or n <= 1:
@@ -141,3 +154,25 @@ def has_nonfinite(backend, obj) -> bool:
     finally:
         drv.Context.pop()
     return bool(result[0])
+
+
+# -- the user's arrays as they come in (backend/device_arrays.admit) -----------------------------
+def pointer_device(pointer: int) -> int | None:
+    """The device whose memory `pointer` is in (None: the driver does not know it)."""
+    return _driver.pointer_device(pointer)
+
+
+def consumer_stream(backend) -> int:
+    """The stream a DLPack producer orders its work before (``__dlpack__(stream=...)``): the
+    update lane's; admit then waits for it on the host."""
+    return backend.lane("gpu:update").handle
+
+
+def stream_synchronize(backend, stream: int) -> None:
+    """Wait on the host for the work on a user's stream (a raw CUstream; 1: the legacy default
+    stream, 2: the per-thread one)."""
+    backend.context.push()
+    try:
+        _driver.stream_synchronize(stream)
+    finally:
+        drv.Context.pop()

@@ -115,13 +115,15 @@ def _flip(lane, src, dst):
 
 
 # -- gehrd's panel loop: a reflector at a time ---------------------------------------------------
-def larfg(lane, x, tau):
+def larfg(lane, x, tau, beta=None):
     """LAPACK larfg on the column block x (alpha = x[0], the rest below), in place where it
     lives (lapack_aux.cu, one block of threads: no host wait); tau := the scalar, a 1 x 1
-    block. One read and one write of the column."""
+    block. With `beta` (a 1 x 1 block): beta := beta and x[0] := 1, the reflector's v in place
+    (geqp3's panel). One read and one write of the column."""
     lane.backend.kernels.launch(f"larfg_{_PREFIX[x.dtype]}", (1,), (256,), lane.handle,
                                 ctypes.c_void_p(x.ptr), ctypes.c_int(x.rows),
-                                ctypes.c_void_p(tau.ptr))
+                                ctypes.c_void_p(tau.ptr),
+                                ctypes.c_void_p(0 if beta is None else beta.ptr))
 
 
 def t_column(lane, t, tau):

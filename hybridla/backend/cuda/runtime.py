@@ -32,7 +32,7 @@ _LEAF_CLUSTER = {"blocks": 16, "threads": 512, "max_rows": 16 * 512 * 4, "max_wi
 # STRIP)
 _STATS_THREADS, _STATS_STRIP = 256, 64
 SM_SPLITS = ("cublas", "green")  # device.sm_split: how device.panel_sms is kept
-_KERNEL_FILES = ("laswp.cu", "lapack_aux.cu", "convert.cu", "hemv.cu", "getrf_panel.cu",
+_KERNEL_FILES = ("laswp.cu", "lapack_aux.cu", "geqp3.cu", "convert.cu", "hemv.cu", "getrf_panel.cu",
                  "tslu.cu", "getrf_leaf_cluster.cu", "butterfly.cu")
 
 

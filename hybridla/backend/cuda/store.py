@@ -59,11 +59,14 @@ class DeviceMatrix:
     """
 
     def __init__(self, backend, m, n, dtype, nb, *, device_ptr=None, ld=None, host_source=None,
-                 host_result=None, settings: DeviceSettings | None = None):
+                 host_result=None, settings: DeviceSettings | None = None, parent=None):
         self.backend, self.m, self.n, self.dtype, self.nb = backend, m, n, np.dtype(dtype), nb
         self.settings = DeviceSettings() if settings is None else settings
         self.itemsize = self.dtype.itemsize
         self._allocations = []
+        # a window (`window`) allocates through its parent, which frees everything, and shares
+        # its workspaces, scratch blocks, pinned panel buffers and cuSOLVER workspace
+        self._parent = parent
         # CPU interface: the F-ordered host arrays the matrix comes from and the factors go to
         # (the same array when factoring in place); None for a device-resident matrix
         self.host_source, self.host_result = host_source, host_result
@@ -100,10 +103,16 @@ class DeviceMatrix:
         lane = backend.lane("gpu:panel")
         self._workspace_elems = getattr(cusolverDn, _PREFIX[self.dtype] + "getrf_buffer_size")(
             lane.solver, m, min(nb, max(k, 1)), self.ptr, self.ld) if k else 0
-        self.solver_workspace = self._alloc(max(self._workspace_elems, 1) * self.itemsize)
-        self.panel_slots = _FusedPanelSlots(self, backend.multiprocessors) if k else None
-        self._pinned_panels = {}
-        self._extra_workspaces = {}
+        if parent is not None and parent._workspace_elems >= self._workspace_elems:
+            self._workspace_elems, self.solver_workspace = (parent._workspace_elems,
+                                                            parent.solver_workspace)
+        else:
+            self.solver_workspace = self._alloc(max(self._workspace_elems, 1) * self.itemsize)
+        self.panel_slots = None if not k else parent.panel_slots if \
+            parent is not None and parent.panel_slots is not None else \
+            _FusedPanelSlots(self, backend.multiprocessors)
+        self._pinned_panels = {} if parent is None else parent._pinned_panels
+        self._extra_workspaces = {} if parent is None else parent._extra_workspaces
         self._pinned_pivots = None  # allocated with the first CPU panel (pinning costs time)
         self._registered = []  # host page ranges pinned by this store, unpinned by `close`
         self.pin = False  # pin the host matrix as it uploads (CPU interface)
@@ -115,6 +124,8 @@ class DeviceMatrix:
 
     # -- memory --------------------------------------------------------------------------------
     def _alloc(self, nbytes):
+        if self._parent is not None:
+            return self._parent._alloc(nbytes)
         allocation = self.backend.alloc(nbytes, self.settings.memory_pool)
         self._allocations.append(allocation)
         return allocation
@@ -124,19 +135,20 @@ class DeviceMatrix:
         failure), here, with the context current: PyCUDA frees an allocation that the garbage
         collector reaches in a thread without its context current never ("could not be cleaned
         up"), and a user's thread has none outside our calls."""
+        shared_panels = () if self._parent is not None else self._pinned_panels.values()
         with self.backend.active():
             for allocation in self._allocations:
                 self.backend.free(allocation)
             for pointer in self._registered:
                 _driver.host_unregister(pointer)
-            for buffer in (*self._pinned_panels.values(), self._pinned_tau,
-                           self._pinned_pivots):
+            for buffer in (*shared_panels, self._pinned_tau, self._pinned_pivots):
                 free = getattr(getattr(buffer, "base", None), "free", None)
                 if free is not None:  # pagelocked_empty's array: its base is the allocation
                     free()
         self._allocations.clear()
         self._registered.clear()
-        self._pinned_panels.clear()
+        if self._parent is None:  # a window's are its parent's, freed with it
+            self._pinned_panels.clear()
         self._pinned_tau = self._pinned_pivots = None
         self.end_staging()
 
@@ -185,6 +197,8 @@ class DeviceMatrix:
         return float(out.max()) if self.n else 0.0
 
     # -- transfers of a host-resident matrix and CPU panels (transfers.py) ----------------------
+    stage_array = transfers.stage_array
+    unstage_array = transfers.unstage_array
     plan_pin_pieces = transfers.plan_pin_pieces
     pin_piece = transfers.pin_piece
     use_staging = transfers.use_staging
@@ -367,6 +381,15 @@ def matrix(backend, m, n, dtype, nb, settings: DeviceSettings | None = None,
         return DeviceMatrix(backend, m, n, dtype, nb, settings=settings, **kw)
     finally:
         drv.Context.pop()
+
+
+def window(backend, A: DeviceMatrix, r0, r1, c0, c1) -> DeviceMatrix:
+    """A store over rows r0:r1 x columns c0:c1 of store A, in place (backend/ops.StoreOps.window):
+    pivots, tau, infos and row moves of its own; A's workspaces, scratch blocks (a lane's,
+    ordered by its stream), pinned panel buffers, fused-panel slots and cuSOLVER workspace
+    shared; everything it allocates is A's, freed by A's close."""
+    return backend.matrix(r1 - r0, c1 - c0, A.dtype, A.nb, settings=A.settings,
+                          device_ptr=A.block(r0, r1, c0, c1).ptr, ld=A.ld, parent=A)
 
 
 def host_matrix(backend, source: np.ndarray, result: np.ndarray, nb: int, dtype=None,

@@ -208,8 +208,13 @@ def _slot(A, direction, slot, rows, cols):
 def stage_block(A, lane, slot, r0, r1, c0, c1):
     """Host side of an upload: rows r0:r1 x columns c0:c1 of the user's array into an up
     slot (a block column or a block row: at most nb x max(m, n) elements)."""
-    A.backend.host_copy(_slot(A, "up", slot, r1 - r0, c1 - c0), A.host_source[r0:r1, c0:c1],
-                        A.settings.copy_threads)
+    stage_array(A, lane, slot, A.host_source[r0:r1, c0:c1])
+
+
+def stage_array(A, lane, slot, source):
+    """Host side of an upload from any 2-D host array `source` (a rectangle of out-of-core's
+    host matrix: lapack/_ooc.py) into up slot `slot`, by the store's copy threads."""
+    A.backend.host_copy(_slot(A, "up", slot, *source.shape), source, A.settings.copy_threads)
 
 
 def upload_staged(A, lane, slot, r0, r1, c0, c1):
@@ -225,8 +230,12 @@ def download_staged(A, lane, slot, r0, r1, c0, c1):
 
 def unstage_block(A, lane, slot, r0, r1, c0, c1):
     """Host side of a download: a down slot into the user's array at its place."""
-    A.backend.host_copy(A.host_result[r0:r1, c0:c1], _slot(A, "down", slot, r1 - r0, c1 - c0),
-                        A.settings.copy_threads)
+    unstage_array(A, lane, slot, A.host_result[r0:r1, c0:c1])
+
+
+def unstage_array(A, lane, slot, target):
+    """Host side of a download into any 2-D host array `target` (its shape the slot's)."""
+    A.backend.host_copy(target, _slot(A, "down", slot, *target.shape), A.settings.copy_threads)
 
 
 # -- host <-> device: 2-D copies of the store's rectangles --------------------------------------

@@ -11,7 +11,7 @@ same files as the cuda backend's: runtime, memory, store, transfers, blas, lu, q
 from __future__ import annotations
 
 from ..ops import BackendDefaults
-from . import blas, chol, lu, memory, mixed, qr, runtime, store, transfers
+from . import blas, chol, lu, memory, mixed, pivoted_qr, qr, runtime, store, transfers
 from .runtime import HostLane
 from .store import HostMatrix
 
@@ -44,10 +44,12 @@ class HostBackend(BackendDefaults):
     allocated_bytes = staticmethod(memory.allocated_bytes)
     cached_bytes = staticmethod(memory.cached_bytes)
     free_cached = staticmethod(memory.free_cached)
+    required_bytes = staticmethod(memory.required_bytes)
 
     # -- matrices (store.py) -------------------------------------------------------------------
     matrix = staticmethod(store.matrix)
     host_matrix = staticmethod(store.host_matrix)
+    window = staticmethod(store.window)
     wrap = staticmethod(store.wrap)
     empty = staticmethod(store.empty)
 
@@ -83,6 +85,12 @@ class HostBackend(BackendDefaults):
     triangular_factor = staticmethod(qr.triangular_factor)
     larfg = staticmethod(qr.larfg)
     t_column = staticmethod(qr.t_column)
+
+    # -- QR with column pivoting's panel (pivoted_qr.py) --------------------------------------
+    column_norms = staticmethod(pivoted_qr.column_norms)
+    laqps_pivot = staticmethod(pivoted_qr.laqps_pivot)
+    laqps_f_column = staticmethod(pivoted_qr.laqps_f_column)
+    laqps_downdate = staticmethod(pivoted_qr.laqps_downdate)
 
     # -- Cholesky (chol.py) --------------------------------------------------------------------
     herk_diagonal_blocks = staticmethod(chol.herk_diagonal_blocks)

@@ -58,4 +58,6 @@ def laswp(lane, A: HostMatrix, c0, c1, k0, k1, forward=True, pivots_of=None):
     laswp, = get_lapack_funcs(("laswp",), dtype=A.dtype)
     pivots = (pivots_of or A).pivots
     cols = A.a[:, c0:c1]  # full columns of an F-ordered array: contiguous, swapped in place
-    laswp(cols, pivots, k1=k0, k2=k1 - 1, inc=1 if forward else -1, overwrite_a=1)
+    swapped = laswp(cols, pivots, k1=k0, k2=k1 - 1, inc=1 if forward else -1, overwrite_a=1)
+    if not np.shares_memory(swapped, cols):  # a window's columns (backend/ops.window) are
+        cols[...] = swapped                  # strided: f2py swapped a copy

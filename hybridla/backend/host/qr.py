@@ -50,16 +50,19 @@ def triangular_factor(lane, V, tau, T, direction, work=None):
         T[i, i] = tau[i]
 
 
-def larfg(lane, x, tau):
+def larfg(lane, x, tau, beta=None):
     """LAPACK larfg on the column block x (alpha = x[0], the rest below), in place: x :=
-    (beta, v[1:]) with H = I - tau v v^H, H^H x = beta e_1; tau (a 1 x 1 block) := tau."""
+    (beta, v[1:]) with H = I - tau v v^H, H^H x = beta e_1; tau (a 1 x 1 block) := tau. With
+    `beta` (a 1 x 1 block): beta := beta and x[0] := 1 (v in place, geqp3's panel)."""
     larfg, = get_lapack_funcs(("larfg",), dtype=x.dtype)
     n = x.shape[0]
     rest = x[1:, 0] if n > 1 else np.zeros(1, x.dtype)
-    beta, v, tau[0, 0] = larfg(n, x[0, 0], rest)
-    x[0, 0] = beta
+    beta_value, v, tau[0, 0] = larfg(n, x[0, 0], rest)
+    x[0, 0] = beta_value
     if n > 1:
         x[1:, 0] = v[:n - 1]
+    if beta is not None:
+        beta[0, 0], x[0, 0] = beta_value, 1
 
 
 def t_column(lane, t, tau):

@@ -6,6 +6,7 @@ import numpy as np
 from scipy.linalg import get_lapack_funcs
 
 from ..residency import HOST, Residency
+from . import memory
 
 
 class HostMatrix:
@@ -13,19 +14,27 @@ class HostMatrix:
     what its panels produce (LU's pivots, the Householder scalars tau of QR, QL and LQ, per-step
     info) and the workspaces its tasks share."""
 
-    def __init__(self, a: np.ndarray, nb: int):
+    def __init__(self, a: np.ndarray, nb: int, parent: HostMatrix | None = None,
+                 owned: bool = False):
         self.a, self.nb = a, nb
         self.streamed = False  # the matrix is where the work happens: nothing to transfer
         self.pin = False
-        self.staged = False
+        self.staged = False  # staging slots taken (use_staging): out-of-core's working store
+        self._slots: dict | None = None
+        self.up_slots = self.down_slots = self.slot_elements = 0
         self.transfer = None
+        # `owned`: the array is the store's own (matrix()), its bytes counted until close
+        self._held = a.nbytes if owned else 0
+        if self._held:
+            memory.hold(self._held)
         self.m, self.n = a.shape
         self.dtype = a.dtype
         self.pivots = np.zeros(min(self.m, self.n), dtype=np.int32)  # global, 0-based
         self.tau = np.zeros(min(self.m, self.n), dtype=self.dtype)  # QR, QL, LQ: reflector i's
         self.nsteps = -(-min(self.m, self.n) // nb)
         self.info = np.zeros(max(self.nsteps, 1), dtype=np.int32)  # per step, panel-local
-        self._workspaces: dict = {}
+        # a window's workspaces are its parent's (window(): ordered by the graph's regions)
+        self._workspaces: dict = {} if parent is None else parent._workspaces
         # home and workplace at once: every tile is always valid here
         self.residency = Residency(self.m, self.n, nb, home=HOST)
 
@@ -104,14 +113,48 @@ class HostMatrix:
         threads."""
         return np.empty((rows, cols), dtype=self.dtype, order="F")
 
+    # -- staging (backend/ops.StagedTileStore): copies between host arrays and this store
+    # through slots, as a device store moves them; out-of-core's working store (lapack/_ooc.py)
+    # runs the same tasks on both backends
+    def use_staging(self, up_slots, down_slots):
+        """Take `up_slots` and `down_slots` slots of nb x max(m, n) elements each."""
+        self.slot_elements = self.nb * max(self.m, self.n)
+        self._slots = {way: [np.empty(self.slot_elements, dtype=self.dtype) for _ in range(count)]
+                       for way, count in (("up", up_slots), ("down", down_slots))}
+        self.up_slots, self.down_slots, self.staged = up_slots, down_slots, True
+
+    def end_staging(self):
+        self._slots, self.staged = None, False
+
+    def _slot(self, direction, slot, rows, cols):
+        return self._slots[direction][slot][:rows * cols].reshape((rows, cols), order="F")
+
+    def stage_array(self, lane, slot, source):
+        """Up slot `slot` := the host array `source` (any 2-D array)."""
+        self._slot("up", slot, *source.shape)[...] = source
+
+    def upload_staged(self, lane, slot, r0, r1, c0, c1):
+        self.a[r0:r1, c0:c1] = self._slot("up", slot, r1 - r0, c1 - c0)
+
+    def download_staged(self, lane, slot, r0, r1, c0, c1):
+        self._slot("down", slot, r1 - r0, c1 - c0)[...] = self.a[r0:r1, c0:c1]
+
+    def unstage_array(self, lane, slot, target):
+        """The host array `target` := down slot `slot`."""
+        target[...] = self._slot("down", slot, *target.shape)
+
     def close(self):
-        pass
+        """Give back what the store holds: its array's count when it is its own, the slots."""
+        if self._held:
+            memory.release(self._held)
+            self._held = 0
+        self.end_staging()
 
 
 def matrix(m, n, dtype, nb, settings=None) -> HostMatrix:
     """A new m x n working matrix of its own (the low-precision copy of a mixed solve); the
     host has no device settings."""
-    return HostMatrix(np.zeros((m, n), dtype=dtype, order="F"), nb)
+    return HostMatrix(np.zeros((m, n), dtype=dtype, order="F"), nb, owned=True)
 
 
 def host_matrix(source: np.ndarray, result: np.ndarray | None, nb: int, dtype=None,
@@ -125,6 +168,12 @@ def host_matrix(source: np.ndarray, result: np.ndarray | None, nb: int, dtype=No
     if source is not result:
         result[...] = source
     return HostMatrix(result, nb)
+
+
+def window(A: HostMatrix, r0, r1, c0, c1) -> HostMatrix:
+    """A store over rows r0:r1 x columns c0:c1 of A, in place (a view of A's array): results of
+    its own (pivots, tau, infos), A's workspaces (backend/ops.StoreOps.window)."""
+    return HostMatrix(A.a[r0:r1, c0:c1], A.nb, parent=A)
 
 
 def wrap(a: np.ndarray, pivots: np.ndarray | None = None,

@@ -1,0 +1,300 @@
+"""The skeleton every out-of-core factorization shares (getrf_ooc, potrf_ooc, geqrf_ooc): a
+host matrix larger than the memory budget, factored left-looking over wide block columns (the
+shape of MAGMA's magma_dgetrf_m and magma_dpotrf_m), with every transfer a task of the graph
+that overlaps compute. Each driver keeps only its math: how a finished block column updates a
+wide column, and which in-core factorization finishes it.
+
+The working store, within plan.memory_budget, in the routine's canonical coordinates (A's
+columns: LU, QR, lower Cholesky; A's rows: LQ, upper Cholesky; reversed: QL, see `layout`):
+
+    columns [0, W) and [W, 2W)   two buffers, one wide column each, in turn: while one is
+                                 updated and factored, the next comes up into the other and
+                                 the last goes home from it
+            [2W, 2W + 2 nb)      two slots for the finished block columns streamed through
+                                 the device, in turn: one arrives while the other is used
+    rows    the matrix's own (row i of the store is row i of the matrix)
+
+W is the widest multiple of nb that fits the budget (`width_for_budget`); a matrix that fits
+whole is one wide column, in one buffer, with no slots. The wide column just before the one
+being updated is still in the other buffer, so its block columns are read there, not streamed.
+Two buffers cannot make two wide columns (where two of W >= n / 2 fit, the whole matrix does):
+a budget of 1.5 to 3 times less than the matrix gives 3 to 6 of them. With one buffer (config
+device.ooc_buffers: 1) W is twice as wide, so half as much streams (pass 2 of the drivers), but
+a wide column's copies wait for the last one's instead of overlapping its factorization.
+
+Every copy goes through the store's staging slots (backend/ops.StagedTileStore; pinned on a
+device), recorded by the transfer plan (scheduler/transfers.py) as a CPU task on the staging
+chain and a DMA on the copy chain, so that copies run while the device computes; the graph
+orders them by the regions they read and write: "A" the working store, "H" the host matrix.
+The in-core factorization of a wide column is today's engine (getrf, potrf, geqrf's
+recorders) on a window of the working store (backend/ops.StoreOps.window), recorded into the
+same graph (scheduler/graph.WindowGraph), so that one graph holds the whole run.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..scheduler import Region, TaskGraph
+from ..scheduler.graph import WindowGraph
+from ..scheduler.transfers import TransferPlan
+from ._blocked import first_failure, run_graph
+from ._householder import LQ, QL, QR
+
+UP_SLOTS = DOWN_SLOTS = 4  # staging slots each way (the in-core streamed store's count)
+
+
+@dataclass(frozen=True)
+class Orientation:
+    """Which way the wide columns run on the matrix: its columns, or its rows (`transpose`).
+    The canonical coordinates of _householder.Form without the reversal of QL: shape() and
+    rect() as Form's."""
+
+    transpose: bool
+
+    def shape(self, m, n):
+        return (n, m) if self.transpose else (m, n)
+
+    def rect(self, m, n, r0, r1, c0, c1):
+        return (c0, c1, r0, r1) if self.transpose else (r0, r1, c0, c1)
+
+
+COLUMNS, ROWS = Orientation(False), Orientation(True)
+
+
+def layout(routine, uplo="L", lookahead=1, nb=1):
+    """(geometry, workspace columns) of a routine's working store: the orientation of its wide
+    columns (getrf: A's columns; potrf: columns for lower, rows for upper; geqrf, geqlf,
+    gelqf: their Householder form's canonical coordinates), and its workspaces counted as
+    columns of the store's height (the Householder family's V and T slots: lookahead + 2 of
+    the in-core engine's, 2 of the finished panels'; the others' diagonal inverse)."""
+    householder = {"geqrf": QR, "geqlf": QL, "gelqf": LQ}
+    if routine in householder:
+        return householder[routine], nb * (lookahead + 5)
+    return (COLUMNS if routine == "getrf" or uplo == "L" else ROWS), nb
+
+
+def _working_bytes(ops, geometry, rows, cols, dtype, nb, extra):
+    """What a working store of `cols` canonical columns of `rows` and its workspaces take."""
+    return ops.required_bytes(*geometry.shape(rows, cols + extra), dtype, nb)
+
+
+def width_for_budget(ops, geometry, rows, cols, dtype, nb, budget, extra=0, buffers=2):
+    """The wide columns' width W: `cols` itself where the whole matrix fits `budget` (one wide
+    column), else the widest multiple of nb with which `buffers` buffers of W and two slots of
+    nb fit it. MemoryError where not even W = nb does."""
+    if _working_bytes(ops, geometry, rows, cols, dtype, nb, extra) <= budget:
+        return cols
+
+    def fits(blocks):
+        return _working_bytes(ops, geometry, rows, buffers * blocks * nb + 2 * nb, dtype, nb,
+                              extra) <= budget
+    if not fits(1):
+        need = _working_bytes(ops, geometry, rows, (buffers + 2) * nb, dtype, nb, extra)
+        raise MemoryError(f"out of core, the {rows} x {cols} matrix needs at least {need} "
+                          f"bytes ({buffers} wide column buffer(s) and two block columns of "
+                          f"nb = {nb}), over the budget of {budget} bytes (config "
+                          f"device.memory_budget)")
+    low, high = 1, max(1, -(-cols // nb))  # fits(low); the largest such, by bisection
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+    return min(low * nb, cols)
+
+
+def budget_for_width(ops, routine, shape, dtype, nb, width, uplo="L", lookahead=1, buffers=2):
+    """The budget with which `routine`'s out-of-core driver on an m x n matrix (`shape`) takes
+    wide columns of `width` (a multiple of nb; `buffers` of them, plan.ooc_buffers): for tests
+    and benchmarks that cap the budget to a number of wide columns. Where the matrix fits that
+    budget whole, it is one wide column instead."""
+    geometry, extra = layout(routine, uplo, lookahead, nb)
+    rows, _ = geometry.shape(*shape)
+    return _working_bytes(ops, geometry, rows, buffers * width + 2 * nb, dtype, nb, extra)
+
+
+@dataclass
+class WideColumn:
+    """Wide column `index`: canonical columns c0:c1 of the matrix, in the working store's
+    buffer whose first column is b0; `store` and `graph`: the window its in-core factorization
+    runs on and the graph as that sees it (None where it has no rows left to factor)."""
+
+    index: int
+    c0: int
+    c1: int
+    b0: int
+    store: Any = None
+    graph: Any = None
+    factored: int = 0  # its pivot (reflector) columns: min(rows - c0, c1 - c0)
+
+    @property
+    def width(self):
+        return self.c1 - self.c0
+
+    def own(self, resource, i0, i1):
+        """A region of its window's own results ("piv", "tau") as the whole graph names it."""
+        return self.graph.region(Region(resource, i0, i1))
+
+
+@dataclass
+class Panel:
+    """A finished block column k0:k1 of wide column `column` as a left update reads it: the
+    rectangle `rect` (on the working store) holds its rows r0:r1, in the wide column's buffer
+    or streamed into a slot."""
+
+    column: WideColumn
+    k0: int
+    k1: int
+    rect: tuple
+    region: Region = field(init=False)
+
+    def __post_init__(self):
+        self.region = Region("A", *self.rect)
+
+
+class WideColumns:
+    """The wide columns of an out-of-core run of `routine` on the host matrix `source` (the
+    factors go to `result`, the same array with overwrite_a), their working store and the one
+    graph that records them. A context manager: the store and the windows go whatever
+    happens."""
+
+    def __init__(self, source, result, plan, routine, uplo="L"):
+        self.source, self.result, self.plan, self.routine = source, result, plan, routine
+        self.ops, self.nb = plan.backend, plan.nb
+        self.geometry, extra = layout(routine, uplo, plan.lookahead, plan.nb)
+        self.M, self.N = self.geometry.shape(*result.shape)  # canonical rows and columns
+        self.k_end = min(self.M, self.N)
+        self.buffers = plan.ooc_buffers
+        budget = sys.maxsize if plan.memory_budget is None else plan.memory_budget
+        self.width = width_for_budget(self.ops, self.geometry, self.M, self.N, result.dtype,
+                                      self.nb, budget, extra, self.buffers)
+        W = self.width
+        self.columns = [WideColumn(j, c0, min(c0 + W, self.N), (j % self.buffers) * W)
+                        for j, c0 in enumerate(range(0, self.N, W))]
+        self.slot0 = self.buffers * W  # the streaming slots' first column
+        cols = self.N if len(self.columns) == 1 else self.slot0 + 2 * self.nb
+        self.A = self.ops.matrix(*self.geometry.shape(self.M, cols), result.dtype, self.nb,
+                                 settings=plan.device_settings)
+        self._windows = {}
+        try:
+            self.A.use_staging(UP_SLOTS, DOWN_SLOTS)
+        except BaseException:
+            self.A.close()
+            raise
+        self.graph = TaskGraph()
+        self.transfers = TransferPlan(self.graph, self.A, plan)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for window in self._windows.values():
+            window.close()
+        self.A.close()
+
+    def __iter__(self):
+        return iter(self.columns)
+
+    # -- where things are -------------------------------------------------------------------
+    def place(self, r0, r1, c0, c1):
+        """The working store's canonical rectangle r0:r1 x c0:c1, on the store."""
+        return self.geometry.rect(self.A.m, self.A.n, r0, r1, c0, c1)
+
+    def home(self, r0, r1, c0, c1):
+        """The matrix's canonical rectangle r0:r1 x c0:c1, on the host array."""
+        return self.geometry.rect(*self.result.shape, r0, r1, c0, c1)
+
+    def buffer(self, column, r0, r1):
+        """Rows r0:r1 of wide column `column` in its buffer, on the working store."""
+        return self.place(r0, r1, column.b0, column.b0 + column.width)
+
+    def window(self, r0, r1, c0, c1):
+        """A store over a rectangle of the working store (as `place` and `buffer` give it: on
+        the store), in place: the backend's window, made once."""
+        rect = (r0, r1, c0, c1)
+        if rect not in self._windows:
+            self._windows[rect] = self.ops.window(self.A, *rect)
+        return self._windows[rect]
+
+    # -- copies -----------------------------------------------------------------------------
+    def bring_up(self, column, r0, r1):
+        """Rows r0:r1 of the wide column from the host matrix to its buffer, a block column of
+        nb at a time (each in a staging slot), so that the work that needs only the first
+        ones can start."""
+        for c0 in range(column.c0, column.c1, self.nb):
+            c1 = min(c0 + self.nb, column.c1)
+            h0, h1, g0, g1 = self.home(r0, r1, c0, c1)
+            self.transfers.upload(c0 // self.nb, self.source[h0:h1, g0:g1],
+                                  *self.place(r0, r1, column.b0 + c0 - column.c0,
+                                              column.b0 + c1 - column.c0),
+                                  reads=[Region("H", h0, h1, g0, g1)])
+
+    def send_home(self, column, r0, r1):
+        """Rows r0:r1 of the wide column, final, from its buffer to the host matrix."""
+        if r1 <= r0:
+            return
+        h0, h1, g0, g1 = self.home(r0, r1, column.c0, column.c1)
+        self.transfers.download(column.c0 // self.nb, *self.buffer(column, r0, r1),
+                                target=self.result[h0:h1, g0:g1],
+                                writes=[Region("H", h0, h1, g0, g1)])
+
+    # -- the left-looking update ------------------------------------------------------------
+    def finished(self, column):
+        """The wide columns on its left that hold pivot (reflector) columns, in order."""
+        return [p for p in self.columns[:column.index] if p.c0 < self.k_end]
+
+    def panels(self, column, p, rows):
+        """The block columns k0:k1 of the finished wide column p, in order, as the update of
+        `column` reads them: their rows rows(k0, k1) = (r0, r1). The wide column just before
+        `column` is still in its buffer; an older one's block columns come from the host
+        matrix (the factors, already home), each into the next streaming slot in turn (so
+        does the previous one, with one buffer)."""
+        for k0 in range(p.c0, min(p.c1, self.k_end), self.nb):
+            k1 = min(k0 + self.nb, p.c1, self.k_end)
+            r0, r1 = rows(k0, k1)
+            if p.index == column.index - 1 and self.buffers == 2:
+                rect = self.place(r0, r1, p.b0 + k0 - p.c0, p.b0 + k1 - p.c0)
+            else:
+                s0 = self.slot0 + self.graph.counter("slot") % 2 * self.nb
+                rect = self.place(r0, r1, s0, s0 + k1 - k0)
+                h0, h1, g0, g1 = self.home(r0, r1, k0, k1)
+                self.transfers.upload(k0 // self.nb, self.result[h0:h1, g0:g1], *rect,
+                                      reads=[Region("H", h0, h1, g0, g1)])
+            yield Panel(p, k0, k1, rect)
+
+    # -- the in-core factorization ----------------------------------------------------------
+    def factor(self, column, record, *args):
+        """Record the in-core factorization of the wide column's rows c0: (`record(graph,
+        store, plan, *args)`: getrf's, potrf's or geqrf's recorder) on a window of its buffer,
+        into the run's graph; the window's pivots, tau and infos are its own."""
+        rect = self.buffer(column, column.c0, self.M)
+        column.store = self.window(*rect)
+        column.graph = WindowGraph(self.graph, "A", rect[0], rect[2], f"wide {column.index}:",
+                                   step0=column.c0 // self.nb)
+        column.factored = min(self.M - column.c0, column.width)
+        for _ in record(column.graph, column.store, self.plan, *args):
+            pass
+
+    def task(self, name, column, lane, fn, **kw):
+        """A task of the left-looking update of wide column `column` (its step: the first)."""
+        return self.graph.add(name, column.c0 // self.nb, lane, fn, **kw)
+
+    # -- the run ----------------------------------------------------------------------------
+    def run(self, trace=None):
+        """Run the recorded graph; returns the trace, which says how the matrix was cut."""
+        trace = run_graph(self.graph, self.plan, self.routine, trace)
+        budget = self.plan.memory_budget or sys.maxsize
+        trace.metadata["out_of_core"] = {"width": self.width, "wide_columns": len(self.columns),
+                                         "buffers": self.buffers,
+                                         "budget": budget if budget < sys.maxsize else None}
+        return trace
+
+    def first_failure(self, infos):
+        """LAPACK's info: the first failing step of the first wide column with one, global
+        (`infos(store)`: the steps' infos of a window, after the run)."""
+        for column in self.columns:
+            if column.store is not None:
+                local = first_failure(infos(column.store), self.nb)
+                if local:
+                    return column.c0 + local
+        return 0
