@@ -22,6 +22,7 @@ from ._logging import get_logger
 from .backend import device_arrays as _device_arrays
 from .lapack._host_rhs import lacpy_from_host
 from .scheduler.plan import make_plan
+from .scheduler.trace import run_metadata
 
 _TRANS = {0: "N", 1: "T", 2: "C", "N": "N", "T": "T", "C": "C"}
 
@@ -246,7 +247,8 @@ def _factor(a, overwrite_a, check_finite, backend, options, routine, driver, squ
         info, extra, run_trace = ooc_driver(source, result,
                                             dataclasses.replace(plan, memory_budget=budget))
         if plan.trace_path:
-            run_trace.to_chrome(plan.trace_path)
+            run_trace.to_chrome(plan.trace_path, metadata=_trace_metadata(plan, routine, m, n,
+                                                                          dtype))
         return result, info, extra
     write_back = None
     if device:
@@ -267,8 +269,17 @@ def _factor(a, overwrite_a, check_finite, backend, options, routine, driver, squ
     if write_back is not None:
         write_back()
     if plan.trace_path:
-        run_trace.to_chrome(plan.trace_path)
+        run_trace.to_chrome(plan.trace_path, metadata=_trace_metadata(plan, routine, m, n, dtype))
     return result, info, extra
+
+
+# a factorization's configuration routine, by the LAPACK name its trace carries
+_TRACE_ROUTINES = {"lu": "getrf", "cho": "potrf", "qr": "QR (Householder)"}
+
+
+def _trace_metadata(plan, routine, m, n, dtype):
+    """What a library call's trace says about its run (the CLI's say the same)."""
+    return run_metadata(plan, _TRACE_ROUTINES.get(routine, routine), (m, n), np.dtype(dtype))
 
 
 def _host_source_and_result(array, dtype, may_overwrite, copy_needed):

@@ -2,14 +2,14 @@
 whole stack, the results left on the device as the same kind of array as the input (CuPy,
 PyTorch, PyCUDA), each member column-major.
 
-    lu_factor            up to 32 x 32: a warp per member (our kernel, the member in registers);
-                         square members up to DEVICE_CUBLAS_LU_UP_TO: cuBLAS getrfBatched; else
-                         the blocked batched LU of lapack/batched.py (our panel kernel, laswp,
-                         trsmBatched, gemmStridedBatched)
+    lu_factor            up to 32 x 32: a warp per member (our kernel, the member in registers,
+                         read where it is); else the blocked batched LU of lapack/batched.py (our
+                         panel kernel, laswp, trsmBatched, gemmStridedBatched); cuBLAS
+                         getrfBatched for square members up to DEVICE_CUBLAS_LU_UP_TO (0: none)
     lu_solve             cuBLAS getrsBatched
     solve                "gen": getrf as lu_factor, then getrsBatched; "pos": cuSOLVER
                          potrfBatched, then two trsmBatched; no condition estimate
-    cholesky, cho_factor cuSOLVER potrfBatched
+    cholesky, cho_factor up to 32 x 32: a warp per member (our kernel); else cuSOLVER potrfBatched
     cho_solve            two cuBLAS trsmBatched
     qr                   mode "r" and "raw": cuBLAS geqrfBatched; "full" and "economic" (which
                          need Q: no batched orgqr exists) loop over the members on the device
@@ -38,12 +38,11 @@ from .scheduler.plan import make_plan
 
 # The batched LU by member size (lu_method): members up to 32 x 32 by a warp each (the member in
 # registers), other square ones up to DEVICE_CUBLAS_LU_UP_TO by cuBLAS' getrfBatched, the rest
-# by the blocked batched LU. Provisional, not measured yet: PyTorch's own switch is cuBLAS
-# batched below 512 and a loop of cuSOLVER getrf from 512 on (aten/src/ATen/native/cuda/linalg/
-# BatchLinearAlgebra.cpp); perf/batched.py --method all measures the three, and the measured
-# crossovers belong in the device's tuning entry.
+# by the blocked batched LU. Measured (perf/RESULTS.md, issue 29, H100 2026-11-26): the warp LU
+# 1.35x PyTorch at 32 (cuBLAS 0.66x), the blocked LU 1.22x at 128 and 1.11x at 512 (cuBLAS
+# 0.86x and 0.56x): cuBLAS' is kept as a method (perf/batched.py --method cublas), not chosen.
 DEVICE_WARP_LU = True
-DEVICE_CUBLAS_LU_UP_TO = 128
+DEVICE_CUBLAS_LU_UP_TO = 0
 # Cholesky up to 32 x 32 by a warp per member (our kernel: the member read where it is, the
 # other triangle written on the way out), larger members by cuSOLVER's potrfBatched
 DEVICE_WARP_CHOLESKY = True

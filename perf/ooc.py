@@ -9,7 +9,8 @@ Usage (from the repository root):
 For each routine and size: the in-core CPU-interface factorization (the budget as configured,
 out of core "never"), then the out-of-core one with device.memory_budget capped at
 --budget-gib (out of core "always"), on the same matrix (perf/bench.py's generators: randn,
-SPD for potrf). One row each: seconds (the best of --repeat), TFLOP/s (LAWN 41 counts), the
+SPD for potrf), after an untimed in-core and out-of-core call of each routine at
+--warmup-n (kernels compiled, handles made). One row each: seconds (the best of --repeat), TFLOP/s (LAWN 41 counts), the
 ratio to in-core, the LAPACK-style residual ratio (hybridla/bench/checks.py: dense below 8192,
 a random-vector estimate above), and how the matrix was cut (wide columns x width). A matrix
 larger than the device (n = 100000 on an H100) needs --skip-in-core and overwrites its copy.
@@ -80,10 +81,29 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--trace-dir", default=None)
     parser.add_argument("--skip-in-core", action="store_true")
+    parser.add_argument("--warmup-n", type=int, default=4096,
+                        help="order of the untimed first calls of each routine (default 4096)")
     opts = parser.parse_args(argv)
     opts.nb = int(opts.nb) if opts.nb and opts.nb != "auto" else None
     if opts.trace_dir:
         os.makedirs(opts.trace_dir, exist_ok=True)
+    # untimed first: each routine in core and out of core at a small order, so that no timed
+    # call pays for compiling the kernels (a fresh machine has no cache: seconds) or handles
+    for routine in opts.routines:
+        kind, factor, _, _ = ROUTINES[routine]
+        small = checks.Case(opts.warmup_n, np.float64, types.SimpleNamespace(seed=1, repeat=1),
+                            warmup=0, kind=kind)
+        with hybridla.config.set({}):
+            factor(small.host_copy(), nb=opts.nb, ooc="never")
+        budget = small.nbytes // 2
+        while True:  # out of core: the smallest of these budgets that holds two wide columns
+            try:
+                with hybridla.config.set({"device.memory_budget": budget}):
+                    factor(small.host_copy(), nb=opts.nb, ooc="always")
+                break
+            except MemoryError:
+                budget = budget * 3 // 2
+        del small
     print("| routine | n | run | seconds | TFLOP/s | vs in-core | residual | cut |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for routine in opts.routines:
