@@ -403,6 +403,25 @@ __device__ inline int warp_pivot(Real value, int position, bool candidate, int l
 #endif
 }
 
+// A member (element (r, c) at S[r rs + c cs], m x n) into the warp's shared tile, read along its
+// unit stride: whole sectors for a row- or column-major member. Unrolled: the N loads are in
+// flight at once, not one latency after another (with m and n constants, no bound tests).
+template <typename T, int N>
+__device__ inline void load_member(const T* S, long long rs, long long cs, int m, int n,
+                                   T (*tile)[N + 1], int lane)
+{
+    if (cs == 1 && rs != 1) {  // row-major: the lanes read along a row
+#pragma unroll
+        for (int r = 0; r < N; ++r)
+            if (r < m && lane < n) tile[r][lane] = S[r * rs + lane];
+    } else {                   // column-major (or other): the lanes read down a column
+#pragma unroll
+        for (int c = 0; c < N; ++c)
+            if (c < n && lane < m) tile[lane][c] = S[lane * rs + c * cs];
+    }
+    __syncwarp();
+}
+
 // warps per block of getrf_warp: 4, or 2 for 16-byte elements (the members' shared tiles stay
 // under the 48 KiB a block may take without opting in); backend/cuda/batched.py launches so
 template <typename T> struct WarpLuWarps { static const int value = sizeof(T) > 8 ? 2 : 4; };
@@ -441,17 +460,7 @@ __device__ void getrf_warp_members(const T* src, const long long* offsets, long 
     for (long long b = blockIdx.x * warps + (threadIdx.x >> 5); b < count;
          b += (long long)gridDim.x * warps) {
         const T* S = src + (offsets ? offsets[b] : b * src_stride);
-        // (unrolled: the N loads are in flight at once, not one latency after another)
-        if (cs == 1 && rs != 1) {  // row-major: the lanes read along a row
-#pragma unroll
-            for (int r = 0; r < N; ++r)
-                if (r < m && lane < n) tile[r][lane] = S[r * rs + lane];
-        } else {                   // column-major (or other): the lanes read down a column
-#pragma unroll
-            for (int c = 0; c < N; ++c)
-                if (c < n && lane < m) tile[lane][c] = S[lane * rs + c * cs];
-        }
-        __syncwarp();
+        load_member<T, N>(S, rs, cs, m, n, tile, lane);
         T row[N];
 #pragma unroll
         for (int c = 0; c < N; ++c)
@@ -561,16 +570,7 @@ __device__ void potrf_warp_members(const T* src, const long long* offsets, long 
     for (long long b = blockIdx.x * warps + (threadIdx.x >> 5); b < count;
          b += (long long)gridDim.x * warps) {
         const T* S = src + (offsets ? offsets[b] : b * src_stride);
-        if (cs == 1 && rs != 1) {  // (as getrf_warp's)
-#pragma unroll
-            for (int r = 0; r < N; ++r)
-                if (r < n && lane < n) tile[r][lane] = S[r * rs + lane];
-        } else {
-#pragma unroll
-            for (int c = 0; c < N; ++c)
-                if (c < n && lane < n) tile[lane][c] = S[lane * rs + c * cs];
-        }
-        __syncwarp();
+        load_member<T, N>(S, rs, cs, n, n, tile, lane);
         T row[N];
 #pragma unroll
         for (int c = 0; c < N; ++c)

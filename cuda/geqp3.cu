@@ -33,23 +33,11 @@ __device__ void qp3_norms(const T* A, long long lda, int rows, int cols, R* vn1,
     if (blockIdx.x == 0 && threadIdx.x == 0) *stop = 0;
     for (int j = blockIdx.x; j < cols; j += gridDim.x) {
         if (!every && flags[j] == 0) continue;  // the same for the whole block
-        const T* column = A + (long long)j * lda;
-        double sum = 0.0;
-        for (int i = threadIdx.x; i < rows; i += blockDim.x) {
-            const double re = real_part(column[i]), im = imag_part(column[i]);
-            sum += re * re + im * im;
-        }
-        partial[threadIdx.x] = sum;
-        __syncthreads();
-        for (int half = blockDim.x / 2; half > 0; half /= 2) {
-            if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
-            __syncthreads();
-        }
+        const double norm2 = block_sum_of_squares(A + (long long)j * lda, rows, partial);
         if (threadIdx.x == 0) {
-            vn1[j] = vn2[j] = (R)sqrt(partial[0]);
+            vn1[j] = vn2[j] = (R)sqrt(norm2);
             flags[j] = 0;
         }
-        __syncthreads();
     }
 }
 

@@ -138,14 +138,13 @@ __device__ inline cuDoubleComplex times(cuDoubleComplex a, cuDoubleComplex b) { 
 
 #define LARFG_THREADS 256
 
+// sum |x[i]|^2 over i < n in double, by the whole block (blockDim.x a power of two, `partial`
+// blockDim.x doubles of shared memory); every thread returns it. A plain sum: no scaling.
 template <typename T>
-__device__ void larfg(T* x, int n, T* tau)
+__device__ double block_sum_of_squares(const T* x, int n, double* partial)
 {
-    __shared__ double partial[LARFG_THREADS];
-    __shared__ T scale;
-    __shared__ int identity;
     double sum = 0.0;
-    for (int i = 1 + threadIdx.x; i < n; i += blockDim.x) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const double re = real_part(x[i]), im = imag_part(x[i]);
         sum += re * re + im * im;
     }
@@ -155,8 +154,19 @@ __device__ void larfg(T* x, int n, T* tau)
         if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
         __syncthreads();
     }
+    const double total = partial[0];
+    __syncthreads();  // partial may be used again at once
+    return total;
+}
+
+template <typename T>
+__device__ void larfg(T* x, int n, T* tau)
+{
+    __shared__ double partial[LARFG_THREADS];
+    __shared__ T scale;
+    __shared__ int identity;
+    const double xnorm2 = block_sum_of_squares(x + 1, n - 1, partial);
     if (threadIdx.x == 0) {
-        const double xnorm2 = partial[0];
         const double ar = real_part(x[0]), ai = imag_part(x[0]);
         identity = xnorm2 == 0.0 && ai == 0.0;
         if (identity) {
