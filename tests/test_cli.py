@@ -219,7 +219,8 @@ def test_bench_runs_the_host_comparison_from_the_package(capsys):
     assert header[:5] == ["n", "implementation", "time (s)", "TFLOP/s", "backward error"]
     assert {r["implementation"] for r in rows} == {"hybridla CPU iface (host)",
                                                    "SciPy lu_factor (host)"}
-    assert all(r["n"] == "48" and float(r["backward error"]) < 30 for r in rows)
+    # (a "~" marks a random-vector estimate: tests/test_bench.py moves that switch)
+    assert all(r["n"] == "48" and float(r["backward error"].lstrip("~")) < 30 for r in rows)
 
 
 def test_bench_without_a_gpu_runs_small_and_says_why_in_one_line(capsys, monkeypatch):
