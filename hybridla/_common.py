@@ -183,13 +183,14 @@ def _memory_budget(backend):
     return int(0.9 * backend.free_memory()) if backend.has_device else None
 
 
-def _check_memory(backend, m, n, dtype, nb, extra_bytes=0, ooc=None):
+def _check_memory(backend, m, n, dtype, nb, extra_bytes=0, ooc=None, why=None):
     """In core or out of core, decided before any work starts. `extra_bytes`: what else the
     call keeps where the backend computes, such as the working-precision copy of a mixed
     solve; `ooc`: the call's out-of-core mode (plan.ooc: "auto", "always", "never"), None for
     a call that has no out-of-core driver. Returns None to factor in core, or the budget in
     bytes the out-of-core driver keeps to (sys.maxsize: no limit). A matrix over the budget
-    that may not go out of core raises MemoryError."""
+    that may not go out of core raises MemoryError, its message ending with `why` (what the
+    caller's options would have done instead) where given."""
     need = backend.required_bytes(m, n, dtype, nb) + extra_bytes
     budget = _memory_budget(backend)
     _log.debug("memory: %d bytes needed, budget %s, out of core %s", need, budget, ooc)
@@ -197,10 +198,11 @@ def _check_memory(backend, m, n, dtype, nb, extra_bytes=0, ooc=None):
     if ooc == "always" or (ooc == "auto" and over):
         return sys.maxsize if budget is None else budget
     if over:
-        why = ("out-of-core factorization is off (ooc='never'; 'auto' factors such a matrix "
-               "out of core)" if ooc == "never" else
-               "this routine has no out-of-core version (lu_factor, cho_factor, cholesky, "
-               "qr, ql, lq, geqrf, geqlf and gelqf have one: their ooc option)")
+        if why is None:
+            why = ("out-of-core factorization is off (ooc='never'; 'auto' factors such a "
+                   "matrix out of core)" if ooc == "never" else
+                   "this routine has no out-of-core version (lu_factor, cho_factor, cholesky, "
+                   "qr, ql, lq, geqrf, geqlf and gelqf have one: their ooc option)")
         raise MemoryError(
             f"the {m} x {n} {np.dtype(dtype)} matrix needs {need} bytes of "
             f"{'device ' if backend.has_device else ''}memory "

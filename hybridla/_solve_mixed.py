@@ -15,6 +15,7 @@ from ._basic import solve
 from ._common import (
     _check_memory,
     _common_dtype,
+    _memory_budget,
     _device_backend,
     _device_matrix_checks,
     _flag,
@@ -24,7 +25,8 @@ from ._common import (
     is_device_array,
 )
 from ._lstsq import _device_store, lstsq
-from .lapack._mixed import LOW_DTYPE, ArrivingMatrix, MixedInfo, check_options
+from .lapack._mixed import (LOW_DTYPE, ArrivingMatrix, HostResidentMatrix, MixedInfo,
+                            check_options)
 from .scheduler.plan import make_plan
 
 _log = get_logger("mixed")
@@ -34,7 +36,7 @@ _log = get_logger("mixed")
 def solve_mixed(a, b, assume_a="gen", lower=False, overwrite_a=False, overwrite_b=False,
                 check_finite=True, *, lowest=None, refinement=None, tol=None, max_iter=None,
                 inner_tol=None, max_inner=None, fallback=True, equilibrate=None, backend=None,
-                nb=None, lookahead=None, panel=None, trace=None, progress=False):
+                nb=None, lookahead=None, panel=None, trace=None, progress=False, ooc=None):
     """Solve a x = b to working precision with the factorization in a lower precision, refined.
 
     The working precision is a's dtype (float64, complex128, or float32); the O(n^3)
@@ -96,6 +98,14 @@ def solve_mixed(a, b, assume_a="gen", lower=False, overwrite_a=False, overwrite_
     backend, nb, lookahead, panel, trace, progress : optional
         Keyword-only engine options of the low-precision factorization, as lu_factor's, with
         configuration keys under "mixed." (its panels default to "gpu").
+    ooc : {None, "auto", "always", "never"}, optional
+        Keyword-only, for a host `a` (the CPU interface): where the working-precision matrix
+        stays. "auto": where the backend computes with its low-precision copy when both fit
+        the memory budget (device.memory_budget), else on the host (only the copy goes up and
+        is factored in core; the refinement's products with `a`, its residuals and GMRES's
+        A v, run on the host against `a` by block columns, only vectors crossing the link:
+        info.a_on_host); "always": on the host whatever the size; "never": where the backend
+        computes, or MemoryError. None (the default): configuration "device.ooc" ("auto").
 
     Returns
     -------
@@ -109,7 +119,8 @@ def solve_mixed(a, b, assume_a="gen", lower=False, overwrite_a=False, overwrite_
         refinement iterations, -1 stopped early, -2 overflow, -3 the low-precision
         factorization failed, -max_iter not converged), converged, residuals (the backward
         error's history), inner_iterations, fell_back, reason (why no solution came from the
-        low precision), seconds (time per phase), ...
+        low precision), a_on_host (the products with `a` ran on the host: `ooc`), seconds
+        (time per phase), ...
 
     Raises
     ------
@@ -133,8 +144,9 @@ def solve_mixed(a, b, assume_a="gen", lower=False, overwrite_a=False, overwrite_
     RuntimeError
         backend="cuda" where the cuda backend is not available.
     MemoryError
-        On a device, the low-precision matrix (and a host matrix's working-precision copy) over
-        the device-memory budget, as lu_factor's.
+        The low-precision matrix over the memory budget (device.memory_budget: on a device,
+        or on the host backend where one is set), as lu_factor's; with ooc="never", also a
+        host matrix whose working-precision copy does not fit beside it.
 
     See Also
     --------
@@ -194,14 +206,16 @@ def solve_mixed(a, b, assume_a="gen", lower=False, overwrite_a=False, overwrite_
     return _mixed("a", a, b, True, solver, extra, full_precision, check_finite, fallback,
                   dict(lowest=lowest, refinement=refinement, tol=tol, max_iter=max_iter,
                        inner_tol=inner_tol, max_inner=max_inner, equilibrate=equilibrate),
-                  dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace, progress=progress),
+                  dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace, progress=progress,
+                       ooc=ooc),
                   backend,
                   "Matrix is singular." if not hermitian else None)
 
 
 def lstsq_mixed(a, b, check_finite=True, *, lowest=None, refinement=None, tol=None,
                 max_iter=None, inner_tol=None, max_inner=None, fallback=True, equilibrate=None,
-                backend=None, nb=None, lookahead=None, panel=None, trace=None, progress=False):
+                backend=None, nb=None, lookahead=None, panel=None, trace=None, progress=False,
+                ooc=None):
     """Least squares (m >= n, full rank) to working precision, with the QR in a lower precision.
 
     The least-squares solution of a x = b: the QR factorization in a lower precision and
@@ -226,8 +240,9 @@ def lstsq_mixed(a, b, check_finite=True, *, lowest=None, refinement=None, tol=No
         Keyword-only, as solve_mixed's; the fallback is hybridla.lstsq.
     equilibrate : bool, optional
         Keyword-only, as solve_mixed's, but scaling columns only.
-    backend, nb, lookahead, panel, trace, progress : optional
-        Keyword-only engine options of the low-precision QR, as solve_mixed's.
+    backend, nb, lookahead, panel, trace, progress, ooc : optional
+        Keyword-only engine options of the low-precision QR, and where a host `a` stays, as
+        solve_mixed's.
 
     Returns
     -------
@@ -256,7 +271,7 @@ def lstsq_mixed(a, b, check_finite=True, *, lowest=None, refinement=None, tol=No
     RuntimeError
         backend="cuda" where the cuda backend is not available.
     MemoryError
-        On a device, a matrix over the device-memory budget, as lu_factor's.
+        As solve_mixed's.
 
     See Also
     --------
@@ -281,7 +296,8 @@ def lstsq_mixed(a, b, check_finite=True, *, lowest=None, refinement=None, tol=No
                   fallback, dict(lowest=lowest, refinement=refinement, tol=tol,
                                  max_iter=max_iter, inner_tol=inner_tol, max_inner=max_inner,
                                  equilibrate=equilibrate),
-                  dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace, progress=progress),
+                  dict(nb=nb, lookahead=lookahead, panel=panel, trace=trace, progress=progress,
+                       ooc=ooc),
                   backend,
                   "the matrix is rank deficient in the low precision")
 
@@ -289,8 +305,9 @@ def lstsq_mixed(a, b, check_finite=True, *, lowest=None, refinement=None, tol=No
 def _mixed(name, a, b, square, solver, extra, full_precision, check_finite, fallback,
            refinement_options, engine_options, backend, failure_message):
     """The user-level path of the mixed solvers: validate, put A where the work happens (a
-    device array in place; a host array uploaded once on a device backend, as is), run the
-    driver, fall back, and return x where a lives."""
+    device array in place; a host array uploaded once on a device backend, as is, or kept on
+    the host when only its low-precision copy fits: _a_stays_on_host), run the driver, fall
+    back, and return x where a lives."""
     device = is_device_array(a)
     if device != is_device_array(b):
         raise ValueError("a and b must both be host arrays or both device arrays")
@@ -333,8 +350,11 @@ def _mixed(name, a, b, square, solver, extra, full_precision, check_finite, fall
             x = ops.empty((n, nrhs), dtype, like=b)
             return (x.reshape(n) if len(b_shape) == 1 else x), info
         return np.zeros((n,) + tuple(b_shape[1:]), dtype=dtype), info
-    _check_memory(ops, m, n, LOW_DTYPE[np.dtype(dtype)], plan.nb,
-                  extra_bytes=0 if device else m * n * np.dtype(dtype).itemsize)
+    if device:
+        _check_memory(ops, m, n, LOW_DTYPE[np.dtype(dtype)], plan.nb)
+        on_host = False
+    else:
+        on_host = _a_stays_on_host(ops, m, n, dtype, plan)
     if device:
         B_store, _b_copy = _device_store(ops, b)
         try:
@@ -344,7 +364,9 @@ def _mixed(name, a, b, square, solver, extra, full_precision, check_finite, fall
         # only read: in place when column-major; a row-major a's copy lives in _a_copy
         (A, _a_copy), arriving = _device_store(ops, a), None
     else:
-        A, arriving = _host_working_matrix(ops, np.asfortranarray(array, dtype=dtype), plan)
+        # kept on the host: the user's array itself, read by block columns (no copy of its size)
+        A, arriving = (HostResidentMatrix(ops, array, dtype, plan), None) if on_host \
+            else _host_working_matrix(ops, np.asfortranarray(array, dtype=dtype), plan)
         B = np.asfortranarray(b_array.reshape(m, nrhs), dtype=dtype)
     try:
         X, info = solver(ops, A, B, options, plan, arriving=arriving, **extra)
@@ -371,6 +393,34 @@ def _mixed(name, a, b, square, solver, extra, full_precision, check_finite, fall
         raise error
     x = X.reshape((n,) if len(b_shape) == 1 else (n, nrhs))
     return (_to_device(ops, x, b) if device else x), info
+
+
+def _a_stays_on_host(ops, m, n, dtype, plan):
+    """Whether a host matrix's working-precision copy stays on the host (lapack/_mixed.
+    HostResidentMatrix: the refinement's products run there) rather than going where the
+    backend computes beside its low-precision copy; decided before any work by the memory
+    budget and plan.ooc as the out-of-core factorizations decide: "auto" when both do not fit
+    but the copy (with the factorization's workspaces) does, "always" whatever the size,
+    "never" not (MemoryError when both do not fit). MemoryError whatever the mode when even
+    the low-precision copy does not fit: the low-precision factorization is in core."""
+    low, nbytes = LOW_DTYPE[np.dtype(dtype)], m * n * np.dtype(dtype).itemsize
+    if plan.ooc != "never":
+        _check_memory(ops, m, n, low, plan.nb, why=(
+            "the mixed solvers factor their low-precision copy in core (ooc keeps only the "
+            "working-precision matrix on the host): lu_factor and cho_factor factor such a "
+            "matrix out of core"))
+    on_host = _check_memory(ops, m, n, low, plan.nb, extra_bytes=nbytes, ooc=plan.ooc, why=(
+        f"with the {np.dtype(dtype)} matrix ({nbytes} bytes) beside it: ooc='never' keeps "
+        f"it where the low-precision copy is ('auto' keeps it on the host, where the "
+        f"refinement's products with it then run)")) is not None
+    if on_host:
+        budget = _memory_budget(ops)
+        _log.info("the %d x %d %s matrix stays on the host (ooc=%r, %s): its %s copy is "
+                  "factored where the backend computes, the refinement's products with it "
+                  "run on the host", m, n, np.dtype(dtype), plan.ooc,
+                  "no memory budget" if budget is None else f"memory budget {budget} bytes",
+                  low)
+    return on_host
 
 
 def _not_positive_definite(info):

@@ -14,7 +14,8 @@ from hybridla.lapack._preconditioner import lu_permutation
 from _conditioned import general, spd, tall
 from _lapack_checks import (device_kind_of, forward_error_ratio, least_squares_ratio,
                             lstsq_forward_ratio, normwise_backward_error, random_matrix,
-                            solve_backward_error, to_device, to_host, wide)
+                            solve_backward_error, to_device, to_host)
+from _mixed_checks import assert_least_squares_accurate, backward_ratio
 
 N = 150  # not a multiple of the block size below
 NB = 32
@@ -22,16 +23,6 @@ NB = 32
 
 def _eps(dtype):
     return float(np.finfo(dtype).eps)
-
-
-def backward_ratio(a, x, b, dtype):
-    """max_j ||b_j - A x_j||_inf / (sqrt(n) ||A||_inf ||x_j||_inf eps) in double precision
-    (0 for a column with r_j = 0): <= 1 is MAGMA's and cuSOLVER's convergence test."""
-    a, x, b = wide(a), wide(x).reshape(len(a), -1), wide(b).reshape(len(a), -1)
-    r = np.abs(b - a @ x).max(axis=0)
-    scale = np.abs(a).sum(axis=1).max() * np.abs(x).max(axis=0)
-    ratio = np.divide(r, scale, out=np.zeros_like(r), where=r > 0)
-    return float(ratio.max() / (np.sqrt(len(a)) * _eps(dtype)))
 
 
 # -- convergence where theory allows ---------------------------------------------------------
@@ -783,21 +774,6 @@ def test_lstsq_mixed_matches_lapack(backend, lowest, kappa, rng):
     x, info = hybridla.lstsq_mixed(a, b, lowest=lowest, backend=backend, nb=NB)
     assert info.iterations >= 0 and not info.fell_back, info
     assert_least_squares_accurate(a, x, b, kappa)
-
-
-def assert_least_squares_accurate(a, x, b, kappa):
-    """The forward error of a backward-stable least-squares solution: kappa eps (plus kappa^2
-    eps ||r|| / (||A|| ||x||), the residual's share), and of one that passes the normal
-    equations' test (tol sqrt(n) eps): kappa^2 sqrt(n) eps; and lstsq_mixed's own stopping
-    test, recomputed here in double precision."""
-    reference = scipy.linalg.lstsq(a, b)[0]
-    assert np.linalg.norm(x - reference) <= max(30, np.sqrt(a.shape[1])) * kappa ** 2 * \
-        _eps(np.float64) * np.linalg.norm(reference)
-    x, b = x.reshape(len(reference), -1), b.reshape(len(a), -1)
-    normal_residual = np.abs(a.conj().T @ (b - a @ x)).max(axis=0)
-    bound = np.sqrt(a.shape[1]) * _eps(np.float64) * np.abs(x).max(axis=0) * \
-        np.abs(a).sum(axis=0).max() * np.abs(a).sum(axis=1).max()
-    assert np.all(normal_residual <= 2 * bound)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128, np.float32, np.complex64])

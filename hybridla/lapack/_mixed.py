@@ -15,8 +15,9 @@ scales are powers of two, so scaling changes no digit of A and the refinement ca
 unscaled A: M^-1 r = C (LU)^-1 R r for the factors of R A C.
 
 Here: the options and their check, MixedInfo, the scaling and rounding of the convert phase,
-ArrivingMatrix (a host matrix arriving during the factorization) and MixedSolver, the phases'
-template. The preconditioner is lapack/_preconditioner.py; the working-precision operator and
+ArrivingMatrix (a host matrix arriving during the factorization), HostResidentMatrix (a host
+matrix that stays there: only its low-precision copy fits the device) and MixedSolver, the
+phases' template. The preconditioner is lapack/_preconditioner.py; the working-precision operator and
 the Krylov space where A lives, lapack/_mixed_operators.py.
 """
 from __future__ import annotations
@@ -32,7 +33,7 @@ import numpy as np
 
 from ..backend.reduced import COMPUTE, LARGEST, REAL_ONLY, ReducedPrecisionOps
 from ._blocked import upload_all
-from ._mixed_operators import WorkingOperator, run_refinement
+from ._mixed_operators import HostOperator, WorkingOperator, run_refinement
 from ._preconditioner import TriangularPreconditioner
 
 LOW_DTYPE = {np.dtype(np.float64): np.dtype(np.float32), np.dtype(np.float32): np.dtype(np.float32),
@@ -63,8 +64,14 @@ class MixedInfo:
     seconds     wall time of each phase: convert, factor, refine, fallback, total; inside
                 convert, "convert: upload" (a host matrix's rounded copy going up); inside
                 refine, "refine: A products" and "refine: preconditioner": the host's time in
-                them, which inside GMRES is only their enqueueing (its Krylov basis is where A
-                lives, DeviceSpace: the device's time shows where the Arnoldi step waits)
+                them, which inside GMRES is only their enqueueing (its Krylov basis is where
+                the backend computes, DeviceSpace: the device's time shows where the Arnoldi
+                step waits), except for products that run on the host (a_on_host)
+    a_on_host   A stayed in the user's host array and every product with it in the working
+                precision (residuals, GMRES's A v) ran on the host, by host BLAS, only vectors
+                crossing the link (HostResidentMatrix: the CPU interface where only the
+                low-precision copy fits the device budget, or ooc="always"); False: they ran
+                where the backend computes, on A's copy there
     """
     iterations: int = 0
     fell_back: bool = False
@@ -76,6 +83,7 @@ class MixedInfo:
     shift: float = 0.0
     seconds: dict = field(default_factory=dict)
     reason: str = ""
+    a_on_host: bool = False
 
     @property
     def converged(self) -> bool:
@@ -168,6 +176,25 @@ def narrow(ops, A, low, r, c, lowest, butterfly=None) -> bool:
     return ops.narrow(ops.lane("gpu:update"), low, A.block(0, A.m, 0, A.n),
                       low.block(0, low.m, 0, low.n), r, c, LARGEST[lowest], butterfly)
 
+def rounded_copy(ops, source, plan, dtype):
+    """The host array `source` (any layout) rounded to `dtype`, in a tile store of its own
+    where the backend computes: on a device, rounded by the host threads that stage it and
+    uploaded whole (a source already of `dtype` but not column-major is made so first, on
+    the host: the copy's size)."""
+    if not ops.has_device:
+        return ops.host_matrix(source, None, plan.nb, dtype=dtype)
+    if source.dtype == dtype and not source.flags.f_contiguous:
+        source = np.asfortranarray(source)  # only a rounding copy reads any layout
+    low = ops.host_matrix(source, None, plan.nb, dtype=dtype, settings=plan.device_settings)
+    try:
+        upload_all(low, plan)
+        low.end_staging()
+    except BaseException:
+        low.close()
+        raise
+    return low
+
+
 class ArrivingMatrix:
     """A host-resident working matrix on a device backend (the mixed solvers' CPU interface), in
     a tile store `A` that is allocated but still empty. Its low-precision copy goes up first,
@@ -181,15 +208,7 @@ class ArrivingMatrix:
 
     def low_copy(self, dtype):
         """The host matrix rounded to `dtype`, uploaded (a tile store of its own)."""
-        low = self.ops.host_matrix(self.A.host_source, None, self.plan.nb, dtype=dtype,
-                                   settings=self.plan.device_settings)
-        try:
-            upload_all(low, self.plan)
-            low.end_staging()
-        except BaseException:
-            low.close()
-            raise
-        return low
+        return rounded_copy(self.ops, self.A.host_source, self.plan, dtype)
 
     def start(self):
         self._wait = self.A.upload_in_background()
@@ -202,14 +221,61 @@ class ArrivingMatrix:
         return self.A
 
 
+class HostResidentMatrix(ArrivingMatrix):
+    """A working matrix that stays in the user's host array `a` (m x n, any layout, of the
+    working precision `dtype` or narrower): the CPU interface when only its low-precision copy
+    fits the device budget (or ooc="always"). It stands for A in MixedSolver.solve and is its
+    own ArrivingMatrix, one that never goes up: the low-precision copy is rounded and uploaded
+    as ArrivingMatrix's (on the host backend, rounded in host memory), the convert phase and
+    the factorization run on it where the backend computes as in core, and the refinement's
+    products with A run on the host against `a` (HostOperator), only vectors crossing the
+    link. Nothing is allocated for A itself; the solve never writes `a`."""
+
+    def __init__(self, ops, a, dtype, plan):
+        super().__init__(ops, self, plan)
+        self.a, self.dtype = a, np.dtype(dtype)
+        self.m, self.n = a.shape
+
+    def low_copy(self, dtype):
+        return rounded_copy(self.ops, self.a, self.plan, dtype)
+
+    def start(self):
+        """Nothing goes up: A stays on the host."""
+
+    def operator(self, low, uplo=None, normal=False):
+        """The refinement's operator: products on the host, the Krylov basis in `low`'s
+        store, by block columns of the factorization's width."""
+        return HostOperator(self.ops, self.a, self.dtype, low, self.plan.nb, uplo=uplo,
+                            normal=normal)
+
+    def narrow_into(self, low, r, c, uplo=None):
+        """low := diag(r) A diag(c) rounded to low's precision again (its `uplo` triangle
+        only, when given), made on the host a block column at a time and put where low
+        lives: a retried factorization's copy (posv_mixed), without a second copy of A's
+        size on the device."""
+        ops, lane, nb = self.ops, self.ops.lane("gpu:update"), self.plan.nb
+        for j0 in range(0, self.n, nb):
+            j1 = min(j0 + nb, self.n)
+            r0, r1 = {"L": (j0, self.m), "U": (0, j1), None: (0, self.m)}[uplo]
+            with np.errstate(over="ignore", invalid="ignore"):  # the factorization judges
+                block = (self.a[r0:r1, j0:j1] * (r[r0:r1, None] * c[None, j0:j1]))
+                block = np.asfortranarray(block, dtype=low.dtype)
+            ops.from_host(lane, block, low.block(r0, r1, j0, j1))
+
+    def close(self):
+        """Nothing to free (A has no store)."""
+
+
 class MixedSolver:
     """The phases of a mixed-precision solve, in order; a driver (gesv_mixed, posv_mixed,
     gels_mixed) says how to scale, which factorization to run and how its factors precondition.
 
     solve(A, B, arriving): A the working-precision tile store (where the user's matrix lives,
-    never written), B the right-hand sides (host array, n x nrhs); `arriving` an ArrivingMatrix
+    never written), or a HostResidentMatrix (A stays in the user's host array: its products
+    run there), B the right-hand sides (host array, n x nrhs); `arriving` an ArrivingMatrix
     when A is still on the host (its low-precision copy then comes from the host, rounded there,
-    and is scaled in place on the device: for power-of-two scales that is the same rounding).
+    and is scaled in place on the device: for power-of-two scales that is the same rounding;
+    a HostResidentMatrix is its own).
     Returns (X, MixedInfo): X None for codes -2 and -3 (no solution was computed), else the
     refined solution, which for codes < 0 did not pass the stopping test (the caller falls back,
     or not). The low-precision copy is a tile store of its own, freed whatever happens."""
@@ -260,15 +326,35 @@ class MixedSolver:
 
     # -- the template --------------------------------------------------------------------------
     def working_matrix(self, A):
-        """A where the device can read it (after its upload, for an arriving matrix)."""
+        """A where the device can read it (after its upload, for an arriving matrix; a
+        HostResidentMatrix stays where it is)."""
         return self.arriving.arrived() if self.arriving is not None else A
+
+    def narrow_again(self, A, low, r, c):
+        """low := the rounded diag(r) A diag(c) again, for a factorization retried after one
+        that overwrote it (posv_mixed's shifts); only the `uplo` triangle where A is
+        Hermitian."""
+        A = self.working_matrix(A)
+        if isinstance(A, HostResidentMatrix):
+            A.narrow_into(low, r, c, self.uplo)
+        else:
+            narrow(self.ops, A, low, r, c, self.options.lowest)
+
+    def operator(self, A, low, nrhs):
+        """The refinement's working-precision operator, where A is."""
+        if isinstance(A, HostResidentMatrix):
+            return A.operator(low, uplo=self.uplo, normal=self.normal)
+        return WorkingOperator(self.ops, A, nrhs, uplo=self.uplo, normal=self.normal)
 
     def solve(self, A, B, arriving=None):
         ops, options = self.ops, self.options
         n, nrhs = A.n, B.shape[1]
         self.dtype = A.dtype
         phases = Phases()
-        info = MixedInfo(lowest=options.lowest, refinement=options.refinement)
+        info = MixedInfo(lowest=options.lowest, refinement=options.refinement,
+                         a_on_host=isinstance(A, HostResidentMatrix))
+        if info.a_on_host:
+            arriving = A
         self.arriving, low = arriving, None
         try:
             with phases("convert"):
@@ -311,7 +397,7 @@ class MixedSolver:
                 return None, self._done(info, phases)
             with phases("refine"):
                 A = self.working_matrix(A)
-                operator = WorkingOperator(ops, A, nrhs, uplo=self.uplo, normal=self.normal)
+                operator = self.operator(A, low, nrhs)
                 scales = self.rhs_scales(B, anorm)
                 if scales is not None:
                     B = (B * scales).astype(B.dtype, copy=False)

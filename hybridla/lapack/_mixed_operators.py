@@ -1,6 +1,7 @@
-"""The refinement's working-precision side where A lives: the operator X -> A X (or
-A^H A X for the normal equations) in the working precision (WorkingOperator), GMRES's Krylov
-space with its basis in the working matrix's store (DeviceSpace), and refine() called with them
+"""The refinement's working-precision side: the operator X -> A X (or A^H A X for the
+normal equations) in the working precision where A lives (WorkingOperator: A in a tile store;
+HostOperator: A kept in the user's host array, its products by host BLAS), GMRES's Krylov
+space with its basis where the backend computes (DeviceSpace), and refine() called with them
 (run_refinement).
 
 DeviceSpace keeps V (the Arnoldi basis) and Z = M^-1 V, column (j, c) at j k + c so that step
@@ -15,16 +16,38 @@ import functools
 import time
 
 import numpy as np
+from scipy.linalg import get_blas_funcs
 
 from ._refine import refine
 
 
-class WorkingOperator:
+class _Operator:
+    """What both operators share: refine's callback X -> A X (A^H (A X) for the normal
+    equations) on host arrays, from `product`, its time in `seconds`."""
+
+    uplo: str | None
+    normal: bool
+    seconds: float
+
+    def product(self, X, trans="N"):
+        raise NotImplementedError
+
+    def __call__(self, X):
+        started = time.perf_counter()
+        AX = self.product(X)
+        result = self.product(AX, "C") if self.normal else AX
+        self.seconds += time.perf_counter() - started
+        return result
+
+
+class WorkingOperator(_Operator):
     """X -> A X (or A^H (A X), the normal equations' operator) in the working precision, where A
-    lives: one pass over A per product (two for the normal equations)."""
+    lives: one pass over A per product (two for the normal equations). `store` (A itself) is
+    where DeviceSpace keeps the Krylov basis."""
 
     def __init__(self, ops, A, nrhs, uplo=None, normal=False):
         self.ops, self.A, self.uplo, self.normal = ops, A, uplo, normal
+        self.store = A
         self.whole = A.block(0, A.m, 0, A.n)
         A.workspace("refine", A.m + A.n, nrhs)  # X and the product, at their largest now
         self.seconds = 0.0
@@ -33,13 +56,6 @@ class WorkingOperator:
         work = self.A.workspace("refine", self.A.m + self.A.n, X.shape[1])
         return self.ops.apply_to_host(self.ops.lane("gpu:panel"), self.whole, X, trans,
                                       self.uplo, work)
-
-    def __call__(self, X):
-        started = time.perf_counter()
-        AX = self.product(X)
-        result = self.product(AX, "C") if self.normal else AX
-        self.seconds += time.perf_counter() - started
-        return result
 
     def apply(self, src, dst):
         """dst := A src (A^H A src) for blocks where A lives (DeviceSpace's basis), no wait.
@@ -56,12 +72,77 @@ class WorkingOperator:
         self.seconds += time.perf_counter() - started
 
 
+class HostOperator(_Operator):
+    """X -> A X (or A^H (A X)) in the working precision `dtype` against the user's host array
+    `a` (any layout; a narrower dtype is widened a block column at a time), by host BLAS: the
+    mixed solvers' operator when A's working-precision matrix stays on the host
+    (lapack/_mixed.HostResidentMatrix). One pass over A per product (two for the normal
+    equations), by block columns of `width`, no temporary larger than a block column: at
+    n = 100,000 a full-size one would be another 80 GB of host memory. With `uplo`, A is
+    Hermitian and only that triangle is read. `store` is where DeviceSpace keeps the Krylov
+    basis (the low-precision factors' store): `apply` takes a block of it to the host,
+    multiplies there and puts the product back, so only vectors cross the link. `seconds`
+    is the host's time in the products (here they run, not only their enqueueing)."""
+
+    def __init__(self, ops, a, dtype, store, width, uplo=None, normal=False):
+        self.ops, self.a, self.dtype, self.store = ops, a, np.dtype(dtype), store
+        self.width, self.uplo, self.normal = max(1, int(width)), uplo, normal
+        self.seconds = 0.0
+
+    def product(self, X, trans="N"):
+        """op(A) X for a host X (n x k, or m x k for op "C"), a new F-ordered host array."""
+        return host_product(self.a, np.asarray(X, self.dtype), trans, self.uplo, self.dtype,
+                            self.width)
+
+    def apply(self, src, dst):
+        """dst := A src (A^H A src) for blocks where the backend computes: src to the host (it
+        waits for the lane's work on src), the products here, the result up; complete on
+        return."""
+        lane = self.ops.lane("gpu:panel")
+        X = self.ops.to_host(lane, src)
+        self.ops.from_host(lane, self(X), dst)
+
+
+def host_product(a, X, trans, uplo, dtype, width):
+    """op(a) X in `dtype` for the host array `a` (m x n) and X (n x k, or m x k for op "C"), by
+    block columns a[:, J] of `width` (views, or their widened copies where a's dtype is
+    narrower): Y += a[:, J] X_J for "N", Y_J = a[:, J]^H X for "C". With `uplo`, a is
+    Hermitian, only that triangle read: per block column the diagonal block (hemm, its
+    triangle) and the rectangle R under it ("L") or over it ("U"), which counts twice,
+    Y_rest += R X_J and Y_J += R^H X_rest."""
+    m, n = a.shape
+    Y = np.zeros((m if trans == "N" and uplo is None else n, X.shape[1]), dtype, order="F")
+    for j0 in range(0, n, width):
+        J = slice(j0, min(j0 + width, n))
+        if uplo is None:
+            A_J = np.asarray(a[:, J], dtype)
+            if trans == "N":
+                Y += A_J @ X[J]
+            else:
+                Y[J] = _adjoint_times(A_J, X)
+            continue
+        hemm, = get_blas_funcs(("hemm" if Y.dtype.kind == "c" else "symm",), dtype=Y.dtype)
+        Y[J] += hemm(1, np.asarray(a[J, J], dtype), X[J], lower=int(uplo == "L"))
+        rest = slice(J.stop, n) if uplo == "L" else slice(0, j0)
+        R = np.asarray(a[rest, J], dtype)
+        Y[rest] += R @ X[J]
+        Y[J] += _adjoint_times(R, X[rest])
+    return Y
+
+
+def _adjoint_times(R, X):
+    """R^H X without a conjugated copy of R (only of X's few columns)."""
+    if R.dtype.kind != "c":
+        return R.T @ X
+    return np.conj(R.T @ np.conj(X))
+
+
 class DeviceSpace:
-    """refine's Krylov space where A lives (the methods of lapack/_refine.HostSpace): the basis
-    V and Z = M^-1 V in workspaces of the working matrix's store, column (j, c) at j k + c, so
-    that step j's columns are one block; the preconditioner and the product run from and into
-    them (TriangularPreconditioner.apply, WorkingOperator.apply), and Gram-Schmidt is gemv's
-    there. The host gets H's column only: one wait per Arnoldi step. With the basis on the
+    """refine's Krylov space where the backend computes (the methods of
+    lapack/_refine.HostSpace): the basis V and Z = M^-1 V in workspaces of the operator's
+    store, column (j, c) at j k + c, so that step j's columns are one block; the
+    preconditioner and the product run from and into them (TriangularPreconditioner.apply,
+    WorkingOperator.apply or HostOperator.apply), and Gram-Schmidt is gemv's there. The host gets H's column only: one wait per Arnoldi step. With the basis on the
     host, each step moved four vectors of n across and ran its Gram-Schmidt on the CPU: a
     good part of each GMRES iteration (perf/RESULTS.md, "Earlier today (H100 16:00-16:02 UTC,
     H200 16:02 UTC)", and "Measurements formerly in docstrings")."""
@@ -69,15 +150,17 @@ class DeviceSpace:
     def __init__(self, ops, operator, preconditioner, counter, n, k, m, dtype):
         self.ops, self.operator, self.preconditioner = ops, operator, preconditioner
         self.counter, self.n, self.k, self.m = counter, n, k, m
-        store = operator.A
-        self.V = store.workspace("krylov V", n, (m + 1) * k)
-        self.Z = store.workspace("krylov Z", n, m * k)
-        self.W = store.workspace("krylov W", n, k)
-        self.D = store.workspace("krylov D", n, k)
-        self.y = store.workspace("krylov y", m + 1, 1)
+        # the working precision's, in the operator's store (A's, or the low-precision
+        # factors' where A stays on the host)
+        workspace = functools.partial(operator.store.workspace, dtype=dtype)
+        self.V = workspace("krylov V", n, (m + 1) * k)
+        self.Z = workspace("krylov Z", n, m * k)
+        self.W = workspace("krylov W", n, k)
+        self.D = workspace("krylov D", n, k)
+        self.y = workspace("krylov y", m + 1, 1)
         # per column: h of the first pass (m + 1 rows), of the second, and ||w||_2^2
-        self.coefficients = store.workspace("krylov coefficients", 2 * m + 3, k)
-        self.host_coefficients = np.empty((2 * m + 3, k), dtype, order="F")  # store's dtype
+        self.coefficients = workspace("krylov coefficients", 2 * m + 3, k)
+        self.host_coefficients = np.empty((2 * m + 3, k), dtype, order="F")
         self.lane = ops.lane("gpu:panel")
 
     def _column(self, B, index):

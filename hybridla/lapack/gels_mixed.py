@@ -114,7 +114,7 @@ class GelsMixed(MixedSolver):
 
 def gels_mixed(ops, A, B, options, plan, arriving=None):
     """Least squares min ||A X - B|| (A m x n, m >= n, full rank, the working-precision tile
-    store; B a host array m x nrhs) by a low-precision QR and refinement of the normal equations.
+    store or a HostResidentMatrix; B a host array m x nrhs) by a low-precision QR and refinement of the normal equations.
     Returns (X, MixedInfo), X n x nrhs."""
     if A.m < A.n:
         raise ValueError(f"gels_mixed needs m >= n (a tall or square matrix); got "

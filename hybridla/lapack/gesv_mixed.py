@@ -73,6 +73,7 @@ class GesvMixed(MixedSolver):
 
 
 def gesv_mixed(ops, A, B, options, plan, arriving=None):
-    """Solve A X = B (A the working-precision tile store, B a host array n x nrhs) by a
-    low-precision LU and refinement. Returns (X, MixedInfo); see MixedSolver.solve."""
+    """Solve A X = B (A the working-precision tile store, or a HostResidentMatrix whose
+    products run on the host; B a host array n x nrhs) by a low-precision LU and refinement.
+    Returns (X, MixedInfo); see MixedSolver.solve."""
     return GesvMixed(ops, options, plan).solve(A, B, arriving)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend.reduced import LARGEST, UNIT_ROUNDOFF, inverse_power_of_two
-from ._mixed import MixedSolver, narrow
+from ._mixed import MixedSolver
 from ._preconditioner import TriangularPreconditioner
 from .potrf import potrf
 
@@ -52,7 +52,7 @@ class PosvMixed(MixedSolver):
                           for k in range(1, SHIFT_ATTEMPTS + 1)]
         for attempt, sigma in enumerate(shifts):
             if attempt:  # the failed attempt overwrote part of the copy: make it again
-                narrow(self.ops, self.working_matrix(A), low, r, c, self.options.lowest)
+                self.narrow_again(A, low, r, c)
                 self.ops.add_to_diagonal(self.ops.lane("gpu:update"), low,
                                          low.block(0, low.n, 0, low.n), sigma)
             info, trace = potrf(low, plan, self.uplo)
@@ -70,8 +70,9 @@ class PosvMixed(MixedSolver):
 
 
 def posv_mixed(ops, A, B, options, plan, uplo="L", arriving=None):
-    """Solve A X = B for Hermitian positive definite A (its `uplo` triangle in the tile store A)
-    by a low-precision Cholesky factorization and refinement. Returns (X, MixedInfo)."""
+    """Solve A X = B for Hermitian positive definite A (its `uplo` triangle in the tile store A,
+    or in the host array of a HostResidentMatrix) by a low-precision Cholesky factorization and
+    refinement. Returns (X, MixedInfo); see MixedSolver.solve."""
     solver = PosvMixed(ops, options, plan, uplo)
     X, info = solver.solve(A, B, arriving)
     info.shift = solver.shift

@@ -1,0 +1,199 @@
+"""solve_mixed and lstsq_mixed with the working-precision matrix kept on the host (issue 31,
+item 4; lapack/_mixed.HostResidentMatrix): only the low-precision copy goes where the backend
+computes and is factored in core; the refinement's products with A run on the host against
+the user's array (lapack/_mixed_operators.HostOperator). The memory budget
+(device.memory_budget) is set between what the low-precision copy needs and what it needs
+with the working-precision matrix beside it, so that ooc="auto" keeps A on the host; the host
+backend keeps to the budget as a device does, so every body runs on the CPU machine too.
+
+Accuracy as test_mixed.py's: MAGMA's and cuSOLVER's stopping test recomputed in double
+precision (backward_ratio <= 1), and as many refinement iterations as in core, within 1.
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+import hybridla
+from hybridla.backend import get_backend
+from hybridla.lapack._mixed import LOW_DTYPE
+from hybridla.lapack._mixed_operators import host_product
+from _conditioned import general, spd, tall
+from _lapack_checks import (load_perf_script, random_matrix, solve_backward_error,
+                            unload_perf_script)
+from _mixed_checks import assert_least_squares_accurate, backward_ratio
+
+N, NB = 150, 32  # N not a multiple of NB
+DTYPES = [np.float64, np.complex128, np.float32, np.complex64]
+DTYPE_IDS = [np.dtype(d).name for d in DTYPES]
+
+
+def host_budget(backend, m, n, dtype, nb=NB):
+    """A budget where the low-precision copy of an m x n `dtype` matrix (with its workspaces)
+    fits and the working-precision matrix beside it does not."""
+    low = get_backend(backend).required_bytes(m, n, LOW_DTYPE[np.dtype(dtype)], nb)
+    return low + m * n * np.dtype(dtype).itemsize // 2
+
+
+def matrix(assume_a, kappa, dtype, rng):
+    return (spd if assume_a == "pos" else general)(N, kappa, dtype, rng)
+
+
+def assert_as_in_core(a, b, x, info, in_core, dtype):
+    assert info.a_on_host and not in_core.a_on_host
+    assert in_core.converged and not in_core.fell_back, in_core
+    assert info.converged and not info.fell_back, info
+    assert backward_ratio(a, x, b, dtype) <= 1.0
+    assert abs(info.iterations - in_core.iterations) <= 1, (info, in_core)
+    assert info.residuals[-1] <= np.sqrt(N) * float(np.finfo(dtype).eps)
+
+
+@pytest.mark.parametrize("assume_a", ["gen", "pos"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_a_kept_on_the_host_is_as_accurate_as_in_core(backend, dtype, assume_a, rng):
+    a = matrix(assume_a, 1e4, dtype, rng)
+    b = random_matrix(N, 2, dtype, rng)
+    kwargs = dict(assume_a=assume_a, backend=backend, nb=NB)
+    x_in, in_core = hybridla.solve_mixed(a, b, **kwargs)
+    budget = host_budget(backend, N, N, dtype)
+    with hybridla.config.set({"device.memory_budget": budget}):
+        x, info = hybridla.solve_mixed(a, b, **kwargs)  # ooc "auto"
+    assert x.shape == b.shape and x.dtype == x_in.dtype
+    assert_as_in_core(a, b, x, info, in_core, dtype)
+
+
+@pytest.mark.parametrize("refinement", ["classical-gmres", "gmres", "classical"])
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["float64", "complex128"])
+def test_always_forces_a_on_the_host_for_every_refinement(backend, dtype, refinement, rng):
+    a = general(N, 1e2, dtype, rng)
+    b = random_matrix(N, 1, dtype, rng)[:, 0]
+    kwargs = dict(refinement=refinement, backend=backend, nb=NB)
+    _, in_core = hybridla.solve_mixed(a, b, ooc="never", **kwargs)
+    x, info = hybridla.solve_mixed(a, b, ooc="always", **kwargs)
+    assert x.shape == b.shape
+    assert_as_in_core(a, b, x, info, in_core, dtype)
+    with hybridla.config.set({"device.ooc": "always"}):  # the configuration's mode too
+        assert hybridla.solve_mixed(a, b, **kwargs)[1].a_on_host
+
+
+@pytest.mark.parametrize("lower", [True, False])
+def test_pos_reads_one_triangle_of_a_row_major_narrower_array(backend, lower, rng):
+    """A float32, row-major `a` with float64 b (the work in float64): the products read it
+    a block column at a time, widened, and only its `lower` (or upper) triangle."""
+    a = spd(N, 1e3, np.float32, rng)
+    b = random_matrix(N, 1, np.float64, rng)
+    junk = np.triu(np.full((N, N), 1e3, np.float32), 1)
+    given = np.ascontiguousarray(np.tril(a) + junk if lower else np.triu(a) + junk.T)
+    kept = given.copy()
+    _, in_core = hybridla.solve_mixed(a, b, assume_a="pos", backend=backend, nb=NB)
+    x, info = hybridla.solve_mixed(given, b, assume_a="pos", lower=lower, backend=backend,
+                                   nb=NB, ooc="always")
+    assert x.dtype == np.float64 and np.array_equal(given, kept)
+    assert_as_in_core(a.astype(np.float64), b, x, info, in_core, np.float64)
+
+
+def test_cholesky_shift_retried_with_a_on_the_host(backend, rng):
+    """A Cholesky that breaks down in half precision is retried on a copy made again from the
+    host array (HostResidentMatrix.narrow_into): the same shift as in core."""
+    a = spd(N, 1e6, np.float64, rng)
+    b = random_matrix(N, 1, np.float64, rng)[:, 0]
+    kwargs = dict(assume_a="pos", lowest="half", backend=backend, nb=NB)
+    _, in_core = hybridla.solve_mixed(a, b, ooc="never", **kwargs)
+    x, info = hybridla.solve_mixed(a, b, ooc="always", **kwargs)
+    assert info.a_on_host and info.shift == in_core.shift
+    assert info.fell_back == in_core.fell_back
+    if info.fell_back:
+        assert solve_backward_error(a, x, b) < 30
+    else:
+        assert_as_in_core(a, b, x, info, in_core, np.float64)
+
+
+def test_lstsq_mixed_with_a_on_the_host(backend, rng):
+    a = tall(230, N, 1e3, np.float64, rng)
+    b = random_matrix(230, 2, np.float64, rng)
+    _, in_core = hybridla.lstsq_mixed(a, b, backend=backend, nb=NB, ooc="never")
+    with hybridla.config.set({"device.memory_budget": host_budget(backend, 230, N,
+                                                                  np.float64)}):
+        x, info = hybridla.lstsq_mixed(a, b, backend=backend, nb=NB)
+    assert info.a_on_host and info.converged and not info.fell_back, info
+    assert abs(info.iterations - in_core.iterations) <= 1
+    assert_least_squares_accurate(a, x, b, 1e3)
+
+
+def test_never_raises_the_clear_memory_error(backend, rng):
+    a = general(N, 10, np.float64, rng)
+    budget = host_budget(backend, N, N, np.float64)
+    with hybridla.config.set({"device.memory_budget": budget}), \
+            pytest.raises(MemoryError) as caught:
+        hybridla.solve_mixed(a, np.ones(N), backend=backend, nb=NB, ooc="never")
+    message = str(caught.value)
+    assert f"{N} x {N}" in message and str(budget) in message and "ooc='never'" in message
+    assert "on the host" in message
+
+
+@pytest.mark.parametrize("ooc", ["auto", "always"])
+def test_low_precision_copy_over_the_budget_raises(backend, ooc, rng):
+    a = general(N, 10, np.float64, rng)
+    with hybridla.config.set({"device.memory_budget": 1000}), \
+            pytest.raises(MemoryError, match="over the budget of 1000 bytes.*low-precision"):
+        hybridla.solve_mixed(a, np.ones(N), backend=backend, nb=NB, ooc=ooc)
+
+
+def test_the_choice_is_logged_at_info(backend, rng, caplog):
+    a = general(N, 10, np.float64, rng)
+    with caplog.at_level(logging.INFO, logger="hybridla"):
+        hybridla.solve_mixed(a, np.ones(N), backend=backend, nb=NB, ooc="always")
+    assert any("stays on the host" in r.getMessage() and r.name.startswith("hybridla")
+               for r in caplog.records)
+
+
+def test_bad_ooc_is_named(backend, rng):
+    with pytest.raises(ValueError, match="ooc must be one of"):
+        hybridla.solve_mixed(np.eye(3), np.ones(3), backend=backend, ooc="sometimes")
+
+
+@pytest.mark.parametrize("order", ["F", "C"])
+@pytest.mark.parametrize("uplo", [None, "L", "U"])
+@pytest.mark.parametrize("trans", ["N", "C"])
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["float64", "complex128"])
+def test_host_product_is_the_product(dtype, trans, uplo, order, rng):
+    """host_product against a dense product in double precision: every block width, both
+    layouts, a narrower stored dtype, and for `uplo` only that triangle read (the other
+    one is NaN)."""
+    m, n = (37, 37) if uplo else (41, 29)
+    a = random_matrix(m, n, dtype, rng)
+    inside = np.ones((m, n), bool) if uplo is None else \
+        np.tril(np.ones((n, n), bool)) if uplo == "L" else np.triu(np.ones((n, n), bool))
+    X = random_matrix(m if trans == "C" and uplo is None else n, 3, dtype, rng)
+    narrow = np.complex64 if np.dtype(dtype).kind == "c" else np.float32
+    for stored in (a, a.astype(narrow)):
+        source = np.asarray(np.where(inside, stored, np.nan), order=order)
+        # the matrix `source` stands for, in `dtype`: for `uplo`, its triangle's completion
+        full = np.where(inside, stored, 0).astype(dtype)
+        if uplo:
+            full = full + np.conj(full.T) - np.diag(full.diagonal())
+            full[np.diag_indices(n)] = full.diagonal().real
+        want = (full if trans == "N" or uplo else full.conj().T) @ X
+        for width in (1, 5, 16, n, n + 3):
+            got = host_product(source, X, trans, uplo, np.dtype(dtype), width)
+            assert got.dtype == dtype and got.flags.f_contiguous
+            np.testing.assert_allclose(got, want, rtol=0, atol=100 * n * float(
+                np.finfo(dtype).eps) * np.abs(want).max())
+
+
+def test_perf_script_runs_both_paths(capsys):
+    """perf/mixed_ooc.py at a small order on the host backend, with a budget that keeps A on
+    the host: both rows, A's products on the host, the stopping test passed, the ratio."""
+    script = load_perf_script("mixed_ooc")
+    try:
+        with hybridla.config.set({"backend": "host"}):
+            script.main(["--sizes", "300", "--budget-gib", str(0.9e6 / 2 ** 30),
+                         "--warmup-n", "100", "--nb", "32"])
+    finally:
+        unload_perf_script(script)
+    out = capsys.readouterr().out
+    mixed_row = next(line for line in out.splitlines() if "| solve_mixed |" in line)
+    assert "| host |" in mixed_row and float(mixed_row.split("|")[-2]) <= 1.0
+    assert "| lu_factor + lu_solve |" in out and "lu_factor + lu_solve / solve_mixed" in out
