@@ -10,10 +10,12 @@ For each routine and size: the in-core CPU-interface factorization (the budget a
 out of core "never"), then the out-of-core one with device.memory_budget capped at
 --budget-gib (out of core "always"), on the same matrix (perf/bench.py's generators: randn,
 SPD for potrf), after an untimed in-core and out-of-core call of each routine at
---warmup-n (kernels compiled, handles made). One row each: seconds (the best of --repeat), TFLOP/s (LAWN 41 counts), the
-ratio to in-core, the LAPACK-style residual ratio (hybridla/bench/checks.py: dense below 8192,
+--warmup-n (kernels compiled, handles made). One row each: seconds (the best of --repeat),
+TFLOP/s (LAWN 41 counts), the ratio to in-core, the LAPACK-style residual ratio (hybridla/bench/checks.py: dense below 8192,
 a random-vector estimate above), and how the matrix was cut (wide columns x width). A matrix
-larger than the device (n = 100000 on an H100) needs --skip-in-core and overwrites its copy.
+larger than the device (n = 100000 on an H100) needs --skip-in-core; one too large for two
+host copies (80 GB of the GPU machine's 125) needs --in-place, which factors the generated
+matrix itself after taking what the residual's estimate needs of it.
 Traces (--trace-dir) show the copy lanes against the compute lanes.
 
 Without a GPU it runs on the host backend (small sizes: the budget caps the host's working
@@ -53,8 +55,11 @@ def run(routine, case, opts, ooc, config):
     """(best seconds, factors of the last run, out-of-core record) of `routine` on case.a."""
     kind, factor, _, _ = ROUTINES[routine]
     best, record, factors = float("inf"), None, None
+    if opts.in_place:  # what the residual's estimate reads of A, before A is gone
+        case.anorm
+        case.ax
     for repetition in range(opts.repeat):
-        work = case.host_copy()
+        work = case.a if opts.in_place else case.host_copy()
         trace = None
         if repetition == opts.repeat - 1:  # the last run's trace says how the matrix was cut
             trace = os.path.join(opts.trace_dir or tempfile.gettempdir(),
@@ -81,10 +86,18 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--trace-dir", default=None)
     parser.add_argument("--skip-in-core", action="store_true")
+    parser.add_argument("--in-place", action="store_true",
+                        help="factor the generated matrix itself, once, out of core (no second "
+                             "host copy: n = 100000 on the GPU machine's 125 GB); its norm and A x "
+                             "for the residual's estimate are taken first; getrf and potrf only")
     parser.add_argument("--warmup-n", type=int, default=4096,
                         help="order of the untimed first calls of each routine (default 4096)")
     opts = parser.parse_args(argv)
     opts.nb = int(opts.nb) if opts.nb and opts.nb != "auto" else None
+    if opts.in_place:
+        if set(opts.routines) - {"getrf", "potrf"}:
+            parser.error("--in-place takes getrf and potrf only (QR's check reads A again)")
+        opts.skip_in_core, opts.repeat = True, 1
     if opts.trace_dir:
         os.makedirs(opts.trace_dir, exist_ok=True)
     # untimed first: each routine in core and out of core at a small order, so that no timed
