@@ -11,8 +11,9 @@ out of core "never"), then the out-of-core one with device.memory_budget capped 
 --budget-gib (out of core "always"), on the same matrix (perf/bench.py's generators: randn,
 SPD for potrf), after an untimed in-core and out-of-core call of each routine at
 --warmup-n (kernels compiled, handles made). One row each: seconds (the best of --repeat),
-TFLOP/s (LAWN 41 counts), the ratio to in-core, the LAPACK-style residual ratio (hybridla/bench/checks.py: dense below 8192,
-a random-vector estimate above), and how the matrix was cut (wide columns x width). A matrix
+TFLOP/s (LAWN 41 counts), the ratio to in-core, the LAPACK-style residual ratio
+(hybridla/bench/checks.py: dense below 8192, a random-vector estimate above), and how the
+matrix was cut (wide columns x width). A matrix
 larger than the device (n = 100000 on an H100) needs --skip-in-core; one too large for two
 host copies (80 GB of the GPU machine's 125) needs --in-place, which factors the generated
 matrix itself after taking what the residual's estimate needs of it.
