@@ -38,18 +38,16 @@ if _ROOT not in sys.path:
 import numpy as np  # noqa: E402
 
 import hybridla  # noqa: E402
+from hybridla.bench.matrices import large_random_matrix  # noqa: E402
 from hybridla.lapack._mixed_operators import host_product  # noqa: E402
 
 BLOCK = 2048  # columns per block when generating, copying and checking A
 
 
 def generate(n, seed):
-    """(A, b): A n x n F-ordered randn, made a block column at a time."""
-    rng = np.random.default_rng(seed)
-    a = np.empty((n, n), order="F")
-    for j0 in range(0, n, BLOCK):
-        a[:, j0:j0 + BLOCK] = rng.standard_normal((n, min(BLOCK, n - j0)))
-    return a, rng.standard_normal(n)
+    """(A, b): A n x n F-ordered randn, made a block column at a time by a thread per core
+    (hybridla/bench/matrices.large_random_matrix: seconds at n = 100,000, not minutes)."""
+    return large_random_matrix(n, np.float64, seed), np.random.default_rng(seed).standard_normal(n)
 
 
 def stopping_ratio(a, x, b):
@@ -118,6 +116,8 @@ def main(argv=None):
                   f"{'host' if info.a_on_host else 'device'} | {info.iterations}"
                   f"{' (fell back)' if info.fell_back else ''} | "
                   f"{stopping_ratio(a, x_mixed, b):.3g} |", flush=True)
+            print("solve_mixed's phases (info.seconds): " + ", ".join(
+                f"{phase} {seconds:.3f}" for phase, seconds in info.seconds.items()), flush=True)
             keep = room_for_a_copy(a)
             work = copy_of(a) if keep else a
             if not keep:

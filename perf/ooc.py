@@ -52,6 +52,9 @@ ROUTINES = {
 }
 
 
+LARGE = 32768  # orders above this: the parallel generators (minutes less on the GPU machine)
+
+
 def run(routine, case, opts, ooc, config):
     """(best seconds, factors of the last run, out-of-core record) of `routine` on case.a."""
     kind, factor, _, _ = ROUTINES[routine]
@@ -64,7 +67,8 @@ def run(routine, case, opts, ooc, config):
         trace = None
         if repetition == opts.repeat - 1:  # the last run's trace says how the matrix was cut
             trace = os.path.join(opts.trace_dir or tempfile.gettempdir(),
-                                 f"hybridla_{routine}_{ooc}_{case.n}.json")
+                                 f"hybridla_{routine}_{ooc}_{case.n}"
+                                 f"{'_' + config.get('device.ooc_transfer', '')}.json")
         with hybridla.config.set(config):
             start = time.perf_counter()
             factors = factor(work, nb=opts.nb, ooc=ooc, trace=trace)
@@ -91,6 +95,10 @@ def main(argv=None):
                         help="factor the generated matrix itself, once, out of core (no second "
                              "host copy: n = 100000 on the GPU machine's 125 GB); its norm and A x "
                              "for the residual's estimate are taken first; getrf and potrf only")
+    parser.add_argument("--transfers", nargs="+", default=[None],
+                        choices=["register", "staged"],
+                        help="device.ooc_transfer of the out-of-core runs, each in turn "
+                             "(default: the configured one)")
     parser.add_argument("--warmup-n", type=int, default=4096,
                         help="order of the untimed first calls of each routine (default 4096)")
     opts = parser.parse_args(argv)
@@ -98,6 +106,8 @@ def main(argv=None):
     if opts.in_place:
         if set(opts.routines) - {"getrf", "potrf"}:
             parser.error("--in-place takes getrf and potrf only (QR's check reads A again)")
+        if len(opts.transfers) > 1:
+            parser.error("--in-place factors the matrix once: one --transfers at most")
         opts.skip_in_core, opts.repeat = True, 1
     if opts.trace_dir:
         os.makedirs(opts.trace_dir, exist_ok=True)
@@ -123,12 +133,19 @@ def main(argv=None):
     for routine in opts.routines:
         kind, _, error, count = ROUTINES[routine]
         for n in opts.sizes:
+            # above LARGE, the generators made for it (parallel; SPD without G G^T, which
+            # would need 160 GB of device memory at n = 100000: hybridla/bench/matrices.py)
             case = checks.Case(n, np.float64, types.SimpleNamespace(seed=opts.seed, repeat=1),
-                               warmup=0, kind=kind)
+                               warmup=0, kind=f"large-{kind}" if n > LARGE else kind)
             budget = int(opts.budget_gib * 2 ** 30) if opts.budget_gib else case.nbytes // 2
             total = count(n, n, np.float64)
             runs = [] if opts.skip_in_core else [("in-core", "never", {})]
-            runs.append(("out-of-core", "always", {"device.memory_budget": budget}))
+            for transfer in opts.transfers:
+                config = {"device.memory_budget": budget}
+                if transfer:
+                    config["device.ooc_transfer"] = transfer
+                runs.append((f"out-of-core{', ' + transfer if transfer else ''}", "always",
+                             config))
             in_core = None
             for name, ooc, config in runs:
                 seconds, factors, record = run(routine, case, opts, ooc, config)
@@ -136,7 +153,8 @@ def main(argv=None):
                 rate = total / seconds / 1e12
                 in_core = rate if name == "in-core" else in_core
                 versus = f"{rate / in_core:.3f}" if in_core and name != "in-core" else ""
-                cut = f"{record['wide_columns']} x {record['width']}" if record else ""
+                cut = (f"{record['wide_columns']} x {record['width']}, "
+                       f"{record.get('transfer', '')}") if record else ""
                 print(f"| {routine} | {n} | {name} | {seconds:.3f} | {rate:.3g} | {versus} | "
                       f"{ratio:.3g} | {cut} |", flush=True)
                 del factors

@@ -387,3 +387,70 @@ def test_failure_mid_run_leaves_the_input_and_no_memory(backend, routine, monkey
         assert getrf_ratio(a, *result) < THRESH
     else:
         assert potrf_ratio(a, result, False) < THRESH
+
+
+# -- how the copies travel (device.ooc_transfer) -------------------------------------------------
+
+def transfer_of(path):
+    return out_of_core(path)["transfer"]
+
+
+@pytest.mark.parametrize("transfer", ["register", "staged"])
+@pytest.mark.parametrize("routine", ["getrf", "potrf-upper", "geqrf"])
+def test_both_transfers_give_the_in_core_factors(backend, routine, transfer, rng, tmp_path):
+    """Pinned in place (every copy one DMA from the host matrix, cut where its pinned pieces
+    meet) or staged through slots: the same factors as in core, to the bit where the same
+    operations run in the same order, and the trace says which way the copies went. Upper
+    Cholesky runs over wide block rows, whose copies cross every piece."""
+    n = 203
+    name, uplo = (routine.split("-") + ["L"])[:2]
+    uplo = "U" if uplo == "upper" else "L"
+    a = hpd_matrix(n, np.float64, rng) if name == "potrf" else \
+        np.asfortranarray(rng.standard_normal((n, n)))
+    settings, _ = capped(backend, name, a.shape, np.float64, 3, uplo=uplo)
+    settings = {**settings, "device.ooc_transfer": transfer}
+    factor = {"getrf": lambda x, **kw: hybridla.lu_factor(x, **kw)[0],
+              "potrf": lambda x, **kw: hybridla.cholesky(x, lower=False, **kw),
+              "geqrf": lambda x, **kw: hybridla.geqrf(x, **kw)[0]}[name]
+    trace = tmp_path / "run.json"
+    with hybridla.config.set(settings):
+        out = factor(a, backend=backend, nb=NB, ooc="always", trace=trace)
+    assert transfer_of(trace) == transfer
+    reference = factor(a, backend=backend, nb=NB, ooc="never")
+    np.testing.assert_allclose(out, reference, rtol=0, atol=1e-10 * np.abs(reference).max())
+
+
+def test_a_bad_transfer_is_named(backend, rng):
+    a = np.asfortranarray(rng.standard_normal((150, 150)))
+    settings, _ = capped(backend, "getrf", a.shape, np.float64, 4)
+    with hybridla.config.set({**settings, "device.ooc_transfer": "teleport"}), \
+            pytest.raises(ValueError, match="device.ooc_transfer must be one of"):
+        hybridla.lu_factor(a, backend=backend, nb=NB, ooc="always")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("overwrite", [True, False], ids=["in-place", "copy"])
+def test_pinned_in_place_on_the_device(cuda_backend, overwrite, rng, tmp_path):
+    """A matrix above device.pin_min_bytes (64 MiB) is pinned in place and unpinned after;
+    LU and lower Cholesky against LAPACK, the user's array again pageable (a second pinning of
+    the same pages would fail if the first were left)."""
+    n = 3000
+    a = np.asfortranarray(rng.standard_normal((n, n)))
+    saved = a.copy(order="F")
+    settings, _ = capped(cuda_backend, "getrf", a.shape, np.float64, 3, nb=256)
+    trace = tmp_path / "lu.json"
+    for _ in range(2):
+        work = a.copy(order="F") if overwrite else a
+        with hybridla.config.set(settings):
+            lu, piv = hybridla.lu_factor(work, overwrite_a=overwrite, backend=cuda_backend,
+                                         nb=256, ooc="always", trace=trace)
+        assert transfer_of(trace) == "register"
+        assert getrf_ratio(a, lu, piv) < THRESH
+    assert a.tobytes() == saved.tobytes()
+    s = hpd_matrix(n, np.float64, rng)
+    settings, _ = capped(cuda_backend, "potrf", s.shape, np.float64, 3, nb=256)
+    with hybridla.config.set(settings):
+        c = hybridla.cholesky(s, lower=True, backend=cuda_backend, nb=256, ooc="always",
+                              trace=trace)
+    assert transfer_of(trace) == "register"
+    assert potrf_ratio(s, c, True) < THRESH

@@ -59,3 +59,23 @@ def pieces_touched(block: int, first_blocks: list[int]) -> tuple[int, int]:
     own = max(p for p, start in enumerate(first_blocks) if start <= block)
     reaches_next = own + 1 < len(first_blocks) and first_blocks[own + 1] == block + 1
     return own, own + 1 if reaches_next else own
+
+
+class PinnedPieces:
+    """An F-ordered m x n host array to be pinned in place in `pieces` ranges cut near
+    multiples of `unit` columns (`plan_pieces`), and its copies cut where the ranges meet:
+    out of core's host matrix, whose every copy is a DMA straight from it (lapack/_ooc.py).
+    `ranges`: the (lo, hi) addresses of each piece, to pin in order."""
+
+    def __init__(self, array, unit: int, pieces: int):
+        m, n = array.shape
+        self.m = m
+        self.first_blocks, self.ranges, self.cuts = plan_pieces(
+            array.ctypes.data, array.nbytes, m, n, unit, array.itemsize, pieces)
+
+    def split(self, r0, r1, c0, c1):
+        """The copy of rows r0:r1 x columns c0:c1 cut at the pieces' boundaries: yields
+        (piece, (r0, r1, c0, c1)), each rectangle inside that one piece."""
+        for rect in split_at_cuts(r0, r1, c0, c1, self.m, self.cuts):
+            first = rect[0] + rect[2] * self.m  # its first element's offset
+            yield sum(1 for cut in self.cuts if cut <= first), rect

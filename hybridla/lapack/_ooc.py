@@ -22,10 +22,24 @@ a budget of 1.5 to 3 times less than the matrix gives 3 to 6 of them. With one b
 device.ooc_buffers: 1) W is twice as wide, so half as much streams (pass 2 of the drivers), but
 a wide column's copies wait for the last one's instead of overlapping its factorization.
 
-Every copy goes through the store's staging slots (backend/ops.StagedTileStore; pinned on a
-device), recorded by the transfer plan (scheduler/transfers.py) as a CPU task on the staging
-chain and a DMA on the copy chain, so that copies run while the device computes; the graph
-orders them by the regions they read and write: "A" the working store, "H" the host matrix.
+How the copies travel (config device.ooc_transfer, plan.ooc_transfer):
+- "register" (the default): the host matrix is pinned in place, in pieces of about
+  PIN_PIECE_BYTES, one after the other on a CPU task of the pinning chain, and every copy is one
+  DMA straight from it or into it, waiting only for its piece. A pass over the host matrix
+  then costs the host's memory one read or write of each byte, the DMA's.
+- "staged": through the store's pinned staging slots (backend/ops.StagedTileStore): a CPU task
+  copies each block into a slot and the DMA follows (down: the reverse). Each byte crosses the
+  host's memory three times (read, written to the slot, read by the DMA), and those copies
+  compete with pass 4's interchanges for it: at n = 65536 on the GPU machine's 16 cores the
+  staging chain moved 6-15 GB/s and the GPU idled 40% of the LU (perf/RESULTS.md, "Issue 31
+  (out-of-core): first measurements"). Pinning costs about 26 ms a GB and unpinning 15 ms
+  (perf/RESULTS.md, "Transfers"), once for the whole matrix, against the 2-4 passes over it.
+The user's input, where it is not the array factored in place (overwrite_a=False), is read
+once, by pass 1 (staged: pinning it too would cost as much as the copies it saves); a matrix
+below device.pin_min_bytes is staged (its pages may be shared with other objects).
+Either way each copy is a task recorded by the transfer plan (scheduler/transfers.py), on the
+copy chain, so that copies run while the device computes; the graph orders them by the regions
+they read and write: "A" the working store, "H" the host matrix, "pinned" its pieces.
 The in-core factorization of a wide column is today's engine (getrf, potrf, geqrf's
 recorders) on a window of the working store (backend/ops.StoreOps.window), recorded into the
 same graph (scheduler/graph.WindowGraph), so that one graph holds the whole run.
@@ -36,6 +50,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..backend.pinning import PinnedPieces
 from ..scheduler import Region, TaskGraph
 from ..scheduler.graph import WindowGraph
 from ..scheduler.transfers import TransferPlan
@@ -43,6 +58,10 @@ from ._blocked import first_failure, run_graph
 from ._householder import LQ, QL, QR
 
 UP_SLOTS = DOWN_SLOTS = 4  # staging slots each way (the in-core streamed store's count)
+# pinned in place: pieces this large, so that the first copies wait for one piece's pinning
+# (about 26 ms a GB) rather than the whole matrix's
+PIN_PIECE_BYTES = 1 << 30
+OOC_TRANSFERS = ("register", "staged")
 
 
 @dataclass(frozen=True)
@@ -183,6 +202,23 @@ class WideColumns:
             raise
         self.graph = TaskGraph()
         self.transfers = TransferPlan(self.graph, self.A, plan)
+        self.pinned = None  # the host matrix's pieces, where it is pinned in place
+        if self._pins_in_place(plan, result):
+            self.pinned = PinnedPieces(result, self.nb,
+                                       max(1, -(-result.nbytes // PIN_PIECE_BYTES)))
+            self.transfers.pin(-1, self.pinned)
+
+    def _pins_in_place(self, plan, result):
+        """Whether the copies go straight from the host matrix pinned in place (see the
+        module's docstring): device.ooc_transfer "register", more than one wide column, and on
+        a device a matrix of pages of its own."""
+        if plan.ooc_transfer not in OOC_TRANSFERS:
+            raise ValueError(f"device.ooc_transfer must be one of {OOC_TRANSFERS}; got "
+                             f"{plan.ooc_transfer!r}")
+        return (plan.ooc_transfer == "register" and len(self.columns) > 1
+                and result.flags.f_contiguous and result.nbytes > 0
+                and (not self.ops.has_device
+                     or result.nbytes >= plan.device_settings.pin_min_bytes))
 
     def __enter__(self):
         return self
@@ -219,24 +255,49 @@ class WideColumns:
     # -- copies -----------------------------------------------------------------------------
     def bring_up(self, column, r0, r1):
         """Rows r0:r1 of the wide column from the host matrix to its buffer, a block column of
-        nb at a time (each in a staging slot), so that the work that needs only the first
-        ones can start."""
+        nb at a time, so that the work that needs only the first ones can start."""
         for c0 in range(column.c0, column.c1, self.nb):
             c1 = min(c0 + self.nb, column.c1)
-            h0, h1, g0, g1 = self.home(r0, r1, c0, c1)
-            self.transfers.upload(c0 // self.nb, self.source[h0:h1, g0:g1],
-                                  *self.place(r0, r1, column.b0 + c0 - column.c0,
-                                              column.b0 + c1 - column.c0),
-                                  reads=[Region("H", h0, h1, g0, g1)])
+            self._up(c0 // self.nb, self.source, self.home(r0, r1, c0, c1),
+                     self.place(r0, r1, column.b0 + c0 - column.c0, column.b0 + c1 - column.c0))
 
     def send_home(self, column, r0, r1):
         """Rows r0:r1 of the wide column, final, from its buffer to the host matrix."""
         if r1 <= r0:
             return
-        h0, h1, g0, g1 = self.home(r0, r1, column.c0, column.c1)
-        self.transfers.download(column.c0 // self.nb, *self.buffer(column, r0, r1),
-                                target=self.result[h0:h1, g0:g1],
-                                writes=[Region("H", h0, h1, g0, g1)])
+        step, (h0, h1, g0, g1) = column.c0 // self.nb, self.home(r0, r1, column.c0, column.c1)
+        if self.pinned is None:
+            self.transfers.download(step, *self.buffer(column, r0, r1),
+                                    target=self.result[h0:h1, g0:g1],
+                                    writes=[Region("H", h0, h1, g0, g1)])
+            return
+        for piece, (a0, a1, b0, b1), rect in self._pieces((h0, h1, g0, g1),
+                                                          self.buffer(column, r0, r1)):
+            self.transfers.download_direct(step, *rect, target=self.result[a0:a1, b0:b1],
+                                           reads=[Region("pinned", piece, piece + 1)],
+                                           writes=[Region("H", a0, a1, b0, b1)])
+
+    def _up(self, step, array, home, rect):
+        """The store's rectangle `rect` := the host rectangle `home` of `array` (the user's
+        input or the host matrix): straight from the pinned host matrix, else staged."""
+        h0, h1, g0, g1 = home
+        if self.pinned is None or array is not self.result:
+            self.transfers.upload(step, array[h0:h1, g0:g1], *rect,
+                                  reads=[Region("H", h0, h1, g0, g1)])
+            return
+        for piece, (a0, a1, b0, b1), piece_rect in self._pieces(home, rect):
+            self.transfers.upload_direct(step, array[a0:a1, b0:b1], *piece_rect,
+                                         reads=[Region("H", a0, a1, b0, b1),
+                                                Region("pinned", piece, piece + 1)])
+
+    def _pieces(self, home, rect):
+        """A copy between the host rectangle `home` and the store's `rect` (same shape), cut
+        where the pinned pieces meet: (piece, host rectangle, store rectangle) each."""
+        h0, _, g0, _ = home
+        s0, _, t0, _ = rect
+        for piece, (a0, a1, b0, b1) in self.pinned.split(*home):
+            yield piece, (a0, a1, b0, b1), (s0 + a0 - h0, s0 + a1 - h0, t0 + b0 - g0,
+                                            t0 + b1 - g0)
 
     # -- the left-looking update ------------------------------------------------------------
     def finished(self, column):
@@ -257,9 +318,7 @@ class WideColumns:
             else:
                 s0 = self.slot0 + self.graph.counter("slot") % 2 * self.nb
                 rect = self.place(r0, r1, s0, s0 + k1 - k0)
-                h0, h1, g0, g1 = self.home(r0, r1, k0, k1)
-                self.transfers.upload(k0 // self.nb, self.result[h0:h1, g0:g1], *rect,
-                                      reads=[Region("H", h0, h1, g0, g1)])
+                self._up(k0 // self.nb, self.result, self.home(r0, r1, k0, k1), rect)
             yield Panel(p, k0, k1, rect)
 
     # -- the in-core factorization ----------------------------------------------------------
@@ -286,6 +345,8 @@ class WideColumns:
         budget = self.plan.memory_budget or sys.maxsize
         trace.metadata["out_of_core"] = {"width": self.width, "wide_columns": len(self.columns),
                                          "buffers": self.buffers,
+                                         "transfer": "staged" if self.pinned is None
+                                         else "register",
                                          "budget": budget if budget < sys.maxsize else None}
         return trace
 

@@ -113,6 +113,35 @@ class TransferPlan:
         self._staged_down(step, r0, r1, c0, c1, lambda slot, j0, j1: functools.partial(
             self.A.unstage_array, slot=slot, target=target[:, j0 - c0:j1 - c0]), writes)
 
+    def pin(self, step, pieces):
+        """Pin a host array in place, piece by piece in order (backend/pinning.PinnedPieces),
+        one CPU task each on the pinning chain: a direct copy (upload_direct, download_direct)
+        that lies in piece p reads Region("pinned", p, p + 1), so it waits for that piece only.
+        The store unpins them when it closes."""
+        for index, (lo, hi) in enumerate(pieces.ranges):
+            self.graph.add("pin", step, "cpu",
+                           lambda lane, lo=lo, hi=hi: self.A.pin_host(lo, hi),
+                           writes=[Region("pinned", index, index + 1)], chain=_PINNING)
+
+    def upload_direct(self, step, source, r0, r1, c0, c1, reads=()):
+        """Rows r0:r1 x columns c0:c1 of the store := the host view `source`, one DMA straight
+        from it (no staging copy: it lies in a pinned piece, which `reads` names with the host
+        region, so that the copy follows both the pinning and the tasks that write it)."""
+        self.graph.add("upload", step, "copy:h2d",
+                       functools.partial(self.A.upload_array, source=source, r0=r0, r1=r1, c0=c0,
+                                         c1=c1),
+                       reads=reads, writes=[Region("A", r0, r1, c0, c1)], chain=_UPLOADS,
+                       bytes=(r1 - r0) * (c1 - c0) * self.A.dtype.itemsize)
+
+    def download_direct(self, step, r0, r1, c0, c1, target, reads=(), writes=()):
+        """The host view `target` := rows r0:r1 x columns c0:c1 of the store, one DMA straight
+        into it (see upload_direct; `writes`: the host region, for its later readers)."""
+        self.graph.add("download", step, "copy:d2h",
+                       functools.partial(self.A.download_array, r0=r0, r1=r1, c0=c0, c1=c1,
+                                         target=target),
+                       reads=[Region("A", r0, r1, c0, c1), *reads], writes=writes,
+                       chain=_DOWNLOADS, bytes=(r1 - r0) * (c1 - c0) * self.A.dtype.itemsize)
+
     def _staged_up(self, step, slot, r0, r1, c0, c1, stage, reads=()):
         """A CPU task of the staging chain fills pinned slot `slot` (`stage(lane)`), and the DMA
         of the copy chain takes it to the store's rectangle; a slot is filled again once its

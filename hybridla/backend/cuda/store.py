@@ -198,6 +198,9 @@ class DeviceMatrix:
 
     # -- transfers of a host-resident matrix and CPU panels (transfers.py) ----------------------
     stage_array = transfers.stage_array
+    pin_host = transfers.pin_host
+    upload_array = transfers.upload_array
+    download_array = transfers.download_array
     unstage_array = transfers.unstage_array
     plan_pin_pieces = transfers.plan_pin_pieces
     pin_piece = transfers.pin_piece

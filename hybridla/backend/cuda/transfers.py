@@ -132,6 +132,50 @@ def pin_piece(A, piece: int):
         drv.Context.pop()
 
 
+def pin_host(A, lo: int, hi: int) -> bool:
+    """Pin the host pages [lo, hi) in place until `close` (out of core's host matrix, in
+    pieces: lapack/_ooc.py); False, with a warning, where the driver refuses (its copies then
+    go at pageable speed). Runs in a Dask worker: the context is pushed here."""
+    A.backend.context.push()
+    try:
+        _driver.host_register(lo, hi - lo)
+        A._registered.append(lo)
+        return True
+    except _driver.CudaDriverError as exc:
+        warnings.warn(f"could not pin part of the host matrix ({exc}); its copies will be "
+                      f"slower", RuntimeWarning, stacklevel=2)
+        return False
+    finally:
+        drv.Context.pop()
+
+
+def _host_view(array: np.ndarray):
+    """(address, leading dimension) of a 2-D host view whose columns are contiguous."""
+    if array.ndim != 2 or (array.shape[0] > 1 and array.strides[0] != array.itemsize):
+        raise ValueError("a direct host copy needs a 2-D view with contiguous columns")
+    return array.ctypes.data, max(1, array.strides[1] // array.itemsize)
+
+
+def upload_array(A, lane, source, r0, r1, c0, c1):
+    """Rows r0:r1 x columns c0:c1 := the host view `source`, one 2-D DMA on the lane's
+    stream straight from where it lies (asynchronous where it is pinned: `pin_host`)."""
+    if r1 > r0 and c1 > c0:
+        address, ld = _host_view(source)
+        cublas.set_matrix_async(r1 - r0, c1 - c0, A.itemsize, address, ld,
+                                A.ptr + (r0 + c0 * A.ld) * A.itemsize, A.ld, lane.handle)
+        A._sum_columns(lane, r0, r1, c0, c1)
+
+
+def download_array(A, lane, r0, r1, c0, c1, target):
+    """The host view `target` := rows r0:r1 x columns c0:c1, one 2-D DMA on the lane's
+    stream (see upload_array)."""
+    if r1 > r0 and c1 > c0:
+        address, ld = _host_view(target)
+        cublas.get_matrix_async(r1 - r0, c1 - c0, A.itemsize,
+                                A.ptr + (r0 + c0 * A.ld) * A.itemsize, A.ld, address, ld,
+                                lane.handle)
+
+
 # -- staging through pinned slots (see staging_slots) -------------------------------------------
 def use_staging(A, up_slots: int, down_slots: int):
     """Copy this host matrix through the backend's pinned slots: host threads copy between

@@ -143,6 +143,18 @@ class HostMatrix:
         """The host array `target` := down slot `slot`."""
         target[...] = self._slot("down", slot, *target.shape)
 
+    def pin_host(self, lo, hi):
+        """Host memory needs no pinning: the direct copies below are plain copies."""
+        return True
+
+    def upload_array(self, lane, source, r0, r1, c0, c1):
+        """Rows r0:r1 x columns c0:c1 := the host array `source` (their shape)."""
+        self.a[r0:r1, c0:c1] = source
+
+    def download_array(self, lane, r0, r1, c0, c1, target):
+        """The host array `target` := rows r0:r1 x columns c0:c1."""
+        target[...] = self.a[r0:r1, c0:c1]
+
     def close(self):
         """Give back what the store holds: its array's count when it is its own, the slots."""
         if self._held:
