@@ -397,11 +397,15 @@ def transfer_of(path):
 
 @pytest.mark.parametrize("transfer", ["register", "staged"])
 @pytest.mark.parametrize("routine", ["getrf", "potrf-upper", "geqrf"])
-def test_both_transfers_give_the_in_core_factors(backend, routine, transfer, rng, tmp_path):
-    """Pinned in place (every copy one DMA from the host matrix, cut where its pinned pieces
-    meet) or staged through slots: the same factors as in core, to the bit where the same
-    operations run in the same order, and the trace says which way the copies went. Upper
-    Cholesky runs over wide block rows, whose copies cross every piece."""
+def test_both_transfers_give_the_in_core_factors(backend, routine, transfer, rng, tmp_path,
+                                                 monkeypatch):
+    """Pinned in place (every copy of a pinned wide column one DMA from the host matrix, cut
+    where its pinned pieces meet; here every wide column is pinned, PIN_WHEN_READ 0, in
+    pieces of 64 KiB) or staged through slots: the same factors as in core, and the trace
+    says which way the copies went. Upper Cholesky runs over wide block rows, which are
+    never pinned."""
+    monkeypatch.setattr(_ooc, "PIN_WHEN_READ", 0)
+    monkeypatch.setattr(_ooc, "PIN_PIECE_BYTES", 1 << 16)
     n = 203
     name, uplo = (routine.split("-") + ["L"])[:2]
     uplo = "U" if uplo == "upper" else "L"
@@ -416,6 +420,10 @@ def test_both_transfers_give_the_in_core_factors(backend, routine, transfer, rng
     with hybridla.config.set(settings):
         out = factor(a, backend=backend, nb=NB, ooc="always", trace=trace)
     assert transfer_of(trace) == transfer
+    pinned = out_of_core(trace)["pinned"]
+    on_device = get_backend(backend).has_device  # small matrices stay staged on a device
+    assert pinned == ([0, 1, 2] if transfer == "register" and name != "potrf"
+                      and not on_device else [])
     reference = factor(a, backend=backend, nb=NB, ooc="never")
     np.testing.assert_allclose(out, reference, rtol=0, atol=1e-10 * np.abs(reference).max())
 
@@ -431,26 +439,45 @@ def test_a_bad_transfer_is_named(backend, rng):
 @pytest.mark.cuda
 @pytest.mark.parametrize("overwrite", [True, False], ids=["in-place", "copy"])
 def test_pinned_in_place_on_the_device(cuda_backend, overwrite, rng, tmp_path):
-    """A matrix above device.pin_min_bytes (64 MiB) is pinned in place and unpinned after;
-    LU and lower Cholesky against LAPACK, the user's array again pageable (a second pinning of
-    the same pages would fail if the first were left)."""
+    """A matrix above device.pin_min_bytes (64 MiB) cut into one wide column per block
+    column: the first ones, streamed most, are pinned in place and unpinned after; LU and
+    lower Cholesky against LAPACK, the user's array again pageable (a second pinning of the
+    same pages would fail if the first were left)."""
     n = 3000
     a = np.asfortranarray(rng.standard_normal((n, n)))
     saved = a.copy(order="F")
-    settings, _ = capped(cuda_backend, "getrf", a.shape, np.float64, 3, nb=256)
+    settings, _ = capped(cuda_backend, "getrf", a.shape, np.float64, None, nb=256)
+    settings["device.ooc_transfer"] = "register"
     trace = tmp_path / "lu.json"
     for _ in range(2):
         work = a.copy(order="F") if overwrite else a
         with hybridla.config.set(settings):
             lu, piv = hybridla.lu_factor(work, overwrite_a=overwrite, backend=cuda_backend,
                                          nb=256, ooc="always", trace=trace)
-        assert transfer_of(trace) == "register"
+        assert out_of_core(trace)["pinned"][:3] == [0, 1, 2]
         assert getrf_ratio(a, lu, piv) < THRESH
     assert a.tobytes() == saved.tobytes()
     s = hpd_matrix(n, np.float64, rng)
-    settings, _ = capped(cuda_backend, "potrf", s.shape, np.float64, 3, nb=256)
+    settings, _ = capped(cuda_backend, "potrf", s.shape, np.float64, None, nb=256)
+    settings["device.ooc_transfer"] = "register"
     with hybridla.config.set(settings):
         c = hybridla.cholesky(s, lower=True, backend=cuda_backend, nb=256, ooc="always",
                               trace=trace)
-    assert transfer_of(trace) == "register"
+    assert out_of_core(trace)["pinned"][:3] == [0, 1, 2]
     assert potrf_ratio(s, c, True) < THRESH
+
+
+def test_register_pins_the_wide_columns_read_most(backend, rng, tmp_path):
+    """With ten wide columns and two buffers, wide column p crosses the link 2 + (8 - p)
+    times (up, home, and streamed to every later one but the next): those crossing at least
+    PIN_WHEN_READ (4) times, 0 to 6, are pinned; the last ones stay staged."""
+    a = np.asfortranarray(rng.standard_normal((160, 160)))
+    settings, width = capped(backend, "getrf", a.shape, np.float64, None)
+    assert width == NB and _ooc.PIN_WHEN_READ == 4
+    trace = tmp_path / "lu.json"
+    with hybridla.config.set({**settings, "device.ooc_transfer": "register"}):
+        lu, piv = hybridla.lu_factor(a, backend=backend, nb=NB, ooc="always", trace=trace)
+    # (on a device a matrix below device.pin_min_bytes is never pinned)
+    assert out_of_core(trace)["pinned"] == ([] if get_backend(backend).has_device
+                                            else list(range(7)))
+    assert getrf_ratio(a, lu, piv) < THRESH

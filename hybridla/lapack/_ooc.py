@@ -23,20 +23,25 @@ device.ooc_buffers: 1) W is twice as wide, so half as much streams (pass 2 of th
 a wide column's copies wait for the last one's instead of overlapping its factorization.
 
 How the copies travel (config device.ooc_transfer, plan.ooc_transfer):
-- "register" (the default): the host matrix is pinned in place, in pieces of about
-  PIN_PIECE_BYTES, one after the other on a CPU task of the pinning chain, and every copy is one
-  DMA straight from it or into it, waiting only for its piece. A pass over the host matrix
-  then costs the host's memory one read or write of each byte, the DMA's.
-- "staged": through the store's pinned staging slots (backend/ops.StagedTileStore): a CPU task
-  copies each block into a slot and the DMA follows (down: the reverse). Each byte crosses the
-  host's memory three times (read, written to the slot, read by the DMA), and those copies
-  compete with pass 4's interchanges for it: at n = 65536 on the GPU machine's 16 cores the
-  staging chain moved 6-15 GB/s and the GPU idled 40% of the LU (perf/RESULTS.md, "Issue 31
-  (out-of-core): first measurements"). Pinning costs about 26 ms a GB and unpinning 15 ms
-  (perf/RESULTS.md, "Transfers"), once for the whole matrix, against the 2-4 passes over it.
+- "staged" (the default): through the store's pinned staging slots
+  (backend/ops.StagedTileStore): a CPU task copies each block into a slot and the DMA follows
+  (down: the reverse). Each byte crosses the host's memory three times (read, written to the
+  slot, read by the DMA), and those copies share it with pass 4's interchanges: at n = 65536
+  on the GPU machines' 16 cores the staging chain moved 7-16 GB/s, and it bounds the last wide
+  columns, whose left updates stream the most (perf/RESULTS.md, "Issue 31 (out-of-core)").
+- "register": the host matrix's wide columns whose bytes cross the link at least
+  PIN_WHEN_READ times (bring-up, streams, the way home) are pinned in place, in pieces of
+  about PIN_PIECE_BYTES, one after the other on a CPU task of the pinning chain, and their
+  copies are one DMA each straight from or into them, waiting only for their piece: one pass
+  of host memory a byte. Pinning costs about 26 ms a GB and unpinning 15, and cuMemHostRegister
+  holds up the GPU work queued meanwhile (DESIGN.md's table); so only the wide columns read
+  often enough are pinned, and only where the wide columns are the host array's columns
+  (contiguous: LU, QR, lower Cholesky). Pinning all of them (PIN_WHEN_READ 0) kept the GPU
+  busy between the first and the last wide column but cost 2 s of pinning and unpinning at
+  n = 65536 (perf/RESULTS.md).
 The user's input, where it is not the array factored in place (overwrite_a=False), is read
-once, by pass 1 (staged: pinning it too would cost as much as the copies it saves); a matrix
-below device.pin_min_bytes is staged (its pages may be shared with other objects).
+once, by pass 1, staged; a matrix below device.pin_min_bytes is staged (its pages may be
+shared with other objects).
 Either way each copy is a task recorded by the transfer plan (scheduler/transfers.py), on the
 copy chain, so that copies run while the device computes; the graph orders them by the regions
 they read and write: "A" the working store, "H" the host matrix, "pinned" its pieces.
@@ -59,9 +64,11 @@ from ._householder import LQ, QL, QR
 
 UP_SLOTS = DOWN_SLOTS = 4  # staging slots each way (the in-core streamed store's count)
 # pinned in place: pieces this large, so that the first copies wait for one piece's pinning
-# (about 26 ms a GB) rather than the whole matrix's
+# (about 26 ms a GB) rather than the whole wide column's
 PIN_PIECE_BYTES = 1 << 30
-OOC_TRANSFERS = ("register", "staged")
+# ... and only the wide columns whose bytes cross the link this often (see the docstring)
+PIN_WHEN_READ = 4
+OOC_TRANSFERS = ("staged", "register")
 
 
 @dataclass(frozen=True)
@@ -202,23 +209,37 @@ class WideColumns:
             raise
         self.graph = TaskGraph()
         self.transfers = TransferPlan(self.graph, self.A, plan)
-        self.pinned = None  # the host matrix's pieces, where it is pinned in place
+        self.pinned = {}  # wide column index: its pieces on the host, pinned in place
         if self._pins_in_place(plan, result):
-            self.pinned = PinnedPieces(result, self.nb,
-                                       max(1, -(-result.nbytes // PIN_PIECE_BYTES)))
-            self.transfers.pin(-1, self.pinned)
+            for column in self.columns:
+                if self._crossings(column) >= PIN_WHEN_READ:
+                    home = result[:, column.c0:column.c1]
+                    self.pinned[column.index] = PinnedPieces(
+                        home, self.nb, max(1, -(-home.nbytes // PIN_PIECE_BYTES)))
+                    self.transfers.pin(-1, self.pinned[column.index],
+                                       f"pinned {column.index}")
 
     def _pins_in_place(self, plan, result):
-        """Whether the copies go straight from the host matrix pinned in place (see the
-        module's docstring): device.ooc_transfer "register", more than one wide column, and on
-        a device a matrix of pages of its own."""
+        """Whether wide columns may be pinned in place (see the module's docstring):
+        device.ooc_transfer "register", more than one wide column, each the host array's
+        columns, and on a device a matrix of pages of its own."""
         if plan.ooc_transfer not in OOC_TRANSFERS:
             raise ValueError(f"device.ooc_transfer must be one of {OOC_TRANSFERS}; got "
                              f"{plan.ooc_transfer!r}")
         return (plan.ooc_transfer == "register" and len(self.columns) > 1
+                and (self.geometry is COLUMNS or self.geometry is QR)
                 and result.flags.f_contiguous and result.nbytes > 0
                 and (not self.ops.has_device
                      or result.nbytes >= plan.device_settings.pin_min_bytes))
+
+    def _crossings(self, column):
+        """How often the wide column's bytes cross the link: up and home once each, and once
+        for each later wide column that streams its block columns (all but the next, which
+        finds it still in the other buffer)."""
+        if column.c0 >= self.k_end:
+            return 2
+        later = len(self.columns) - column.index - 1
+        return 2 + max(0, later - (1 if self.buffers == 2 else 0))
 
     def __enter__(self):
         return self
@@ -259,45 +280,50 @@ class WideColumns:
         for c0 in range(column.c0, column.c1, self.nb):
             c1 = min(c0 + self.nb, column.c1)
             self._up(c0 // self.nb, self.source, self.home(r0, r1, c0, c1),
-                     self.place(r0, r1, column.b0 + c0 - column.c0, column.b0 + c1 - column.c0))
+                     self.place(r0, r1, column.b0 + c0 - column.c0, column.b0 + c1 - column.c0),
+                     column)
 
     def send_home(self, column, r0, r1):
         """Rows r0:r1 of the wide column, final, from its buffer to the host matrix."""
         if r1 <= r0:
             return
         step, (h0, h1, g0, g1) = column.c0 // self.nb, self.home(r0, r1, column.c0, column.c1)
-        if self.pinned is None:
-            self.transfers.download(step, *self.buffer(column, r0, r1),
-                                    target=self.result[h0:h1, g0:g1],
+        rect = self.buffer(column, r0, r1)
+        pinned = self.pinned.get(column.index)
+        if pinned is None:
+            self.transfers.download(step, *rect, target=self.result[h0:h1, g0:g1],
                                     writes=[Region("H", h0, h1, g0, g1)])
             return
-        for piece, (a0, a1, b0, b1), rect in self._pieces((h0, h1, g0, g1),
-                                                          self.buffer(column, r0, r1)):
-            self.transfers.download_direct(step, *rect, target=self.result[a0:a1, b0:b1],
-                                           reads=[Region("pinned", piece, piece + 1)],
-                                           writes=[Region("H", a0, a1, b0, b1)])
+        for piece, (a0, a1, b0, b1), piece_rect in self._pieces(column, (h0, h1, g0, g1),
+                                                                rect):
+            self.transfers.download_direct(step, *piece_rect,
+                                           target=self.result[a0:a1, b0:b1],
+                                           reads=[piece], writes=[Region("H", a0, a1, b0, b1)])
 
-    def _up(self, step, array, home, rect):
+    def _up(self, step, array, home, rect, column):
         """The store's rectangle `rect` := the host rectangle `home` of `array` (the user's
-        input or the host matrix): straight from the pinned host matrix, else staged."""
+        input or the host matrix), which lies in wide column `column`'s columns: straight
+        from the host matrix where that wide column is pinned, else staged."""
         h0, h1, g0, g1 = home
-        if self.pinned is None or array is not self.result:
+        if column.index not in self.pinned or array is not self.result:
             self.transfers.upload(step, array[h0:h1, g0:g1], *rect,
                                   reads=[Region("H", h0, h1, g0, g1)])
             return
-        for piece, (a0, a1, b0, b1), piece_rect in self._pieces(home, rect):
+        for piece, (a0, a1, b0, b1), piece_rect in self._pieces(column, home, rect):
             self.transfers.upload_direct(step, array[a0:a1, b0:b1], *piece_rect,
-                                         reads=[Region("H", a0, a1, b0, b1),
-                                                Region("pinned", piece, piece + 1)])
+                                         reads=[Region("H", a0, a1, b0, b1), piece])
 
-    def _pieces(self, home, rect):
-        """A copy between the host rectangle `home` and the store's `rect` (same shape), cut
-        where the pinned pieces meet: (piece, host rectangle, store rectangle) each."""
-        h0, _, g0, _ = home
+    def _pieces(self, column, home, rect):
+        """A copy between the host rectangle `home` (in the pinned wide column `column`'s
+        columns) and the store's `rect` (same shape), cut where its pinned pieces meet:
+        (the piece's region, host rectangle, store rectangle) each."""
+        h0, h1, g0, g1 = home
         s0, _, t0, _ = rect
-        for piece, (a0, a1, b0, b1) in self.pinned.split(*home):
-            yield piece, (a0, a1, b0, b1), (s0 + a0 - h0, s0 + a1 - h0, t0 + b0 - g0,
-                                            t0 + b1 - g0)
+        for piece, (a0, a1, b0, b1) in self.pinned[column.index].split(
+                h0, h1, g0 - column.c0, g1 - column.c0):
+            b0, b1 = b0 + column.c0, b1 + column.c0
+            yield (Region(f"pinned {column.index}", piece, piece + 1), (a0, a1, b0, b1),
+                   (s0 + a0 - h0, s0 + a1 - h0, t0 + b0 - g0, t0 + b1 - g0))
 
     # -- the left-looking update ------------------------------------------------------------
     def finished(self, column):
@@ -318,7 +344,7 @@ class WideColumns:
             else:
                 s0 = self.slot0 + self.graph.counter("slot") % 2 * self.nb
                 rect = self.place(r0, r1, s0, s0 + k1 - k0)
-                self._up(k0 // self.nb, self.result, self.home(r0, r1, k0, k1), rect)
+                self._up(k0 // self.nb, self.result, self.home(r0, r1, k0, k1), rect, p)
             yield Panel(p, k0, k1, rect)
 
     # -- the in-core factorization ----------------------------------------------------------
@@ -345,8 +371,8 @@ class WideColumns:
         budget = self.plan.memory_budget or sys.maxsize
         trace.metadata["out_of_core"] = {"width": self.width, "wide_columns": len(self.columns),
                                          "buffers": self.buffers,
-                                         "transfer": "staged" if self.pinned is None
-                                         else "register",
+                                         "transfer": self.plan.ooc_transfer,
+                                         "pinned": sorted(self.pinned),
                                          "budget": budget if budget < sys.maxsize else None}
         return trace
 

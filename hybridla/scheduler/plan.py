@@ -131,7 +131,7 @@ class Plan:
     pivot_window: int = 2  # "window" pivoting's block rows (config <routine>.pivot_window)
     ooc: str = "auto"  # out of core: "auto", "always", "never" (config device.ooc)
     ooc_buffers: int = 2  # out of core: wide column buffers, 1 or 2 (config device.ooc_buffers)
-    ooc_transfer: str = "register"  # out of core: the host matrix pinned in place or staged
+    ooc_transfer: str = "staged"  # out of core: the host matrix pinned in place or staged
     #                                 (config device.ooc_transfer; lapack/_ooc.py)
     memory_budget: int | None = None  # bytes an out-of-core run's working store may take
     #                                   (set by the user layer once it goes out of core)
@@ -246,5 +246,5 @@ def make_plan(backend, m, n, dtype, *, routine="lu", nb=None, lookahead=None, pa
     return Plan(backend, nb, lookahead, panel, workers, CostModel(table, dtype),
                 str(trace) if trace else None, bool(progress), pin_pieces, panel_leaf,
                 panel_pivoting, upload_group, head_steps, tail, pivot_window, ooc=ooc,
-                ooc_buffers=ooc_buffers, ooc_transfer=cfg.get("device.ooc_transfer", "register"),
+                ooc_buffers=ooc_buffers, ooc_transfer=cfg.get("device.ooc_transfer", "staged"),
                 device_settings=device_settings())
