@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hybridla.backend.pinning import PAGE, pieces_touched, plan_pieces, split_at_cuts
+from hybridla.backend.pinning import (PAGE, PinnedPieces, pieces_touched, plan_pieces,
+                                      split_at_cuts)
 
 
 def range_of(offset_bytes, ranges, base):
@@ -52,3 +53,21 @@ def test_an_upload_depends_on_every_piece_its_bytes_touch(m, nb, pieces):
                    for offset in (c0 * m * itemsize, c1 * m * itemsize - 1)}
         first, last = pieces_touched(block, first_blocks)
         assert touched <= set(range(first, last + 1))
+
+
+def test_pinned_pieces_never_overlap_and_their_splits_stay_inside_one():
+    """Out of core's pieces (backend/pinning.PinnedPieces): page ranges that start at the
+    given columns and never overlap (the driver refuses a second pinning of a page), and
+    every rectangle of a split lies inside the one range it names."""
+    a = np.zeros((1001, 700), order="F")
+    pieces = PinnedPieces(a, [0, 100, 250, 251, 600])
+    assert pieces.first_columns == [0, 100, 250, 251, 600]
+    assert all(hi == lo for (_, hi), (lo, _) in zip(pieces.ranges, pieces.ranges[1:]))
+    covered = 0
+    for piece, (r0, r1, c0, c1) in pieces.split(3, 1001, 90, 700):
+        lo, hi = pieces.ranges[piece]
+        first = a.ctypes.data + (r0 + c0 * 1001) * 8
+        last = a.ctypes.data + ((r1 - 1) + (c1 - 1) * 1001) * 8 + 8
+        assert lo <= first and last <= hi
+        covered += (r1 - r0) * (c1 - c0)
+    assert covered == 998 * 610

@@ -62,16 +62,28 @@ def pieces_touched(block: int, first_blocks: list[int]) -> tuple[int, int]:
 
 
 class PinnedPieces:
-    """An F-ordered m x n host array to be pinned in place in `pieces` ranges cut near
-    multiples of `unit` columns (`plan_pieces`), and its copies cut where the ranges meet:
-    out of core's host matrix, whose every copy is a DMA straight from it (lapack/_ooc.py).
-    `ranges`: the (lo, hi) addresses of each piece, to pin in order."""
+    """An F-ordered m x n host array cut into page ranges that start at the columns `starts`
+    (the first 0, increasing; each range begins at the page holding its first column's first
+    element, so a page where two ranges meet belongs to the later one), to be pinned in place
+    range by range, and its copies cut where the ranges meet (the driver refuses a copy that
+    spans two pinned ranges, or a pinned and an unpinned one): out of core's host matrix,
+    whose most-read wide columns are pinned (lapack/_ooc.py). `ranges`: the (lo, hi) addresses
+    of each piece; `first_columns`: the column each starts at."""
 
-    def __init__(self, array, unit: int, pieces: int):
+    def __init__(self, array, starts):
         m, n = array.shape
+        base, itemsize = array.ctypes.data, array.itemsize
         self.m = m
-        self.first_blocks, self.ranges, self.cuts = plan_pieces(
-            array.ctypes.data, array.nbytes, m, n, unit, array.itemsize, pieces)
+        self.first_columns, lows = [0], [base // PAGE * PAGE]
+        for column in starts[1:]:
+            low = (base + column * m * itemsize) // PAGE * PAGE
+            if low > lows[-1]:  # pieces smaller than a page merge with the one before
+                self.first_columns.append(column)
+                lows.append(low)
+        end = -(-(base + array.nbytes) // PAGE) * PAGE
+        self.ranges = list(zip(lows, lows[1:] + [end]))
+        # in elements from the array's first (the first range may begin before it)
+        self.cuts = [(lo - base) // itemsize for lo in lows[1:]]
 
     def split(self, r0, r1, c0, c1):
         """The copy of rows r0:r1 x columns c0:c1 cut at the pieces' boundaries: yields

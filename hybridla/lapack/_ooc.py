@@ -209,15 +209,22 @@ class WideColumns:
             raise
         self.graph = TaskGraph()
         self.transfers = TransferPlan(self.graph, self.A, plan)
-        self.pinned = {}  # wide column index: its pieces on the host, pinned in place
+        self.pinned = set()  # the wide columns pinned in place (their indices)
+        self.pieces = None  # the host matrix's pieces (backend/pinning.PinnedPieces)
+        self.pinned_pieces = set()
         if self._pins_in_place(plan, result):
-            for column in self.columns:
-                if self._crossings(column) >= PIN_WHEN_READ:
-                    home = result[:, column.c0:column.c1]
-                    self.pinned[column.index] = PinnedPieces(
-                        home, self.nb, max(1, -(-home.nbytes // PIN_PIECE_BYTES)))
-                    self.transfers.pin(-1, self.pinned[column.index],
-                                       f"pinned {column.index}")
+            self.pinned = {column.index for column in self.columns
+                           if self._crossings(column) >= PIN_WHEN_READ}
+            # pieces start at every wide column and about every PIN_PIECE_BYTES inside one
+            step = max(1, PIN_PIECE_BYTES // max(1, self.M * result.itemsize) // self.nb) * \
+                self.nb
+            self.pieces = PinnedPieces(result, [c0 for column in self.columns
+                                                for c0 in range(column.c0, column.c1, step)])
+            owner = {c0: column.index for column in self.columns
+                     for c0 in range(column.c0, column.c1)}
+            self.pinned_pieces = {piece for piece, c0 in enumerate(self.pieces.first_columns)
+                                  if owner[c0] in self.pinned}
+            self.transfers.pin(-1, self.pieces, only=sorted(self.pinned_pieces))
 
     def _pins_in_place(self, plan, result):
         """Whether wide columns may be pinned in place (see the module's docstring):
@@ -289,16 +296,14 @@ class WideColumns:
             return
         step, (h0, h1, g0, g1) = column.c0 // self.nb, self.home(r0, r1, column.c0, column.c1)
         rect = self.buffer(column, r0, r1)
-        pinned = self.pinned.get(column.index)
-        if pinned is None:
+        if column.index not in self.pinned:
             self.transfers.download(step, *rect, target=self.result[h0:h1, g0:g1],
                                     writes=[Region("H", h0, h1, g0, g1)])
             return
-        for piece, (a0, a1, b0, b1), piece_rect in self._pieces(column, (h0, h1, g0, g1),
-                                                                rect):
+        for pinned, (a0, a1, b0, b1), piece_rect in self._pieces((h0, h1, g0, g1), rect):
             self.transfers.download_direct(step, *piece_rect,
                                            target=self.result[a0:a1, b0:b1],
-                                           reads=[piece], writes=[Region("H", a0, a1, b0, b1)])
+                                           reads=pinned, writes=[Region("H", a0, a1, b0, b1)])
 
     def _up(self, step, array, home, rect, column):
         """The store's rectangle `rect` := the host rectangle `home` of `array` (the user's
@@ -309,21 +314,21 @@ class WideColumns:
             self.transfers.upload(step, array[h0:h1, g0:g1], *rect,
                                   reads=[Region("H", h0, h1, g0, g1)])
             return
-        for piece, (a0, a1, b0, b1), piece_rect in self._pieces(column, home, rect):
+        for pinned, (a0, a1, b0, b1), piece_rect in self._pieces(home, rect):
             self.transfers.upload_direct(step, array[a0:a1, b0:b1], *piece_rect,
-                                         reads=[Region("H", a0, a1, b0, b1), piece])
+                                         reads=[Region("H", a0, a1, b0, b1), *pinned])
 
-    def _pieces(self, column, home, rect):
-        """A copy between the host rectangle `home` (in the pinned wide column `column`'s
-        columns) and the store's `rect` (same shape), cut where its pinned pieces meet:
-        (the piece's region, host rectangle, store rectangle) each."""
-        h0, h1, g0, g1 = home
+    def _pieces(self, home, rect):
+        """A copy between the host rectangle `home` (in a pinned wide column's columns) and
+        the store's `rect` (same shape), cut where the host matrix's pieces meet: (the pinned
+        piece's region, or none for the sliver of a page that belongs to an unpinned piece,
+        which the DMA then copies at pageable speed; host rectangle; store rectangle) each."""
+        h0, _, g0, _ = home
         s0, _, t0, _ = rect
-        for piece, (a0, a1, b0, b1) in self.pinned[column.index].split(
-                h0, h1, g0 - column.c0, g1 - column.c0):
-            b0, b1 = b0 + column.c0, b1 + column.c0
-            yield (Region(f"pinned {column.index}", piece, piece + 1), (a0, a1, b0, b1),
-                   (s0 + a0 - h0, s0 + a1 - h0, t0 + b0 - g0, t0 + b1 - g0))
+        for piece, (a0, a1, b0, b1) in self.pieces.split(*home):
+            pinned = [Region("pinned", piece, piece + 1)] if piece in self.pinned_pieces else []
+            yield pinned, (a0, a1, b0, b1), (s0 + a0 - h0, s0 + a1 - h0, t0 + b0 - g0,
+                                              t0 + b1 - g0)
 
     # -- the left-looking update ------------------------------------------------------------
     def finished(self, column):

@@ -113,15 +113,16 @@ class TransferPlan:
         self._staged_down(step, r0, r1, c0, c1, lambda slot, j0, j1: functools.partial(
             self.A.unstage_array, slot=slot, target=target[:, j0 - c0:j1 - c0]), writes)
 
-    def pin(self, step, pieces, resource="pinned"):
-        """Pin a host array in place, piece by piece in order (backend/pinning.PinnedPieces),
-        one CPU task each on the pinning chain: a direct copy (upload_direct, download_direct)
-        that lies in piece p reads Region(resource, p, p + 1), so it waits for that piece only.
-        The store unpins them when it closes."""
-        for index, (lo, hi) in enumerate(pieces.ranges):
+    def pin(self, step, pieces, only=None):
+        """Pin a host array in place, piece by piece in order (backend/pinning.PinnedPieces;
+        `only`: those pieces), one CPU task each on the pinning chain: a direct copy
+        (upload_direct, download_direct) that lies in piece p reads Region("pinned", p, p + 1),
+        so it waits for that piece only. The store unpins them when it closes."""
+        for index in range(len(pieces.ranges)) if only is None else only:
+            lo, hi = pieces.ranges[index]
             self.graph.add("pin", step, "cpu",
                            lambda lane, lo=lo, hi=hi: self.A.pin_host(lo, hi),
-                           writes=[Region(resource, index, index + 1)], chain=_PINNING)
+                           writes=[Region("pinned", index, index + 1)], chain=_PINNING)
 
     def upload_direct(self, step, source, r0, r1, c0, c1, reads=()):
         """Rows r0:r1 x columns c0:c1 of the store := the host view `source`, one DMA straight

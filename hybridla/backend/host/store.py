@@ -23,6 +23,7 @@ class HostMatrix:
         self._slots: dict | None = None
         self.up_slots = self.down_slots = self.slot_elements = 0
         self.transfer = None
+        self._pinned_ranges: list = []  # what pin_host was given (see there)
         # `owned`: the array is the store's own (matrix()), its bytes counted until close
         self._held = a.nbytes if owned else 0
         if self._held:
@@ -144,15 +145,35 @@ class HostMatrix:
         target[...] = self._slot("down", slot, *target.shape)
 
     def pin_host(self, lo, hi):
-        """Host memory needs no pinning: the direct copies below are plain copies."""
+        """Host memory needs no pinning: the direct copies below are plain copies. The ranges
+        are kept, and refused as a device's driver refuses them (a range that overlaps one
+        pinned already; a copy spanning two ranges, or a pinned and an unpinned one), so that
+        CI sees a plan of pieces that would fail on a GPU."""
+        if any(lo < end and start < hi for start, end in self._pinned_ranges):
+            raise RuntimeError(f"host range [{lo:#x}, {hi:#x}) is already pinned in part "
+                               f"(a device's driver: HOST_MEMORY_ALREADY_REGISTERED)")
+        self._pinned_ranges.append((lo, hi))
         return True
+
+    def _check_one_range(self, array):
+        if array.size == 0:
+            return
+        first = array.ctypes.data
+        last = first + (array.shape[0] - 1) * array.strides[0] + \
+            (array.shape[1] - 1) * array.strides[1] + array.itemsize
+        touched = [(lo, hi) for lo, hi in self._pinned_ranges if first < hi and lo < last]
+        if touched and (len(touched) > 1 or not touched[0][0] <= first < last <= touched[0][1]):
+            raise RuntimeError("a direct copy spans two pinned ranges, or a pinned and an "
+                               "unpinned one (a device's driver refuses it)")
 
     def upload_array(self, lane, source, r0, r1, c0, c1):
         """Rows r0:r1 x columns c0:c1 := the host array `source` (their shape)."""
+        self._check_one_range(source)
         self.a[r0:r1, c0:c1] = source
 
     def download_array(self, lane, r0, r1, c0, c1, target):
         """The host array `target` := rows r0:r1 x columns c0:c1."""
+        self._check_one_range(target)
         target[...] = self.a[r0:r1, c0:c1]
 
     def close(self):
