@@ -113,7 +113,10 @@ def _all_finite(array) -> bool:
 def _flag(name, value) -> bool:
     """A boolean argument (lower, overwrite_a, transposed, ...) as scipy's LAPACK wrappers take it:
     True, False, or an integer 0 or 1; anything else (a string such as "yes" or "False") raises
-    ValueError naming the argument."""
+    ValueError naming the argument. A 0-d array of one of those is taken as its value: newer
+    scipy's cho_factor returns `lower` so."""
+    if isinstance(value, np.ndarray) and value.shape == ():
+        value = value[()]
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     try:

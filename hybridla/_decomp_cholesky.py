@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.linalg import LinAlgError
 
-from . import _stacked
+from . import _solve_place, _stacked
 from . import backend as _backends
 from ._common import (
     _check_triangular_solve_shapes,
@@ -18,6 +18,7 @@ from ._common import (
 )
 from .lapack import pocon, potrf, potrf_ooc, potrs
 from .lapack.potrf import zero_other_triangle
+from .lapack.potrs_ooc import potrs_ooc
 
 
 # -- Cholesky ------------------------------------------------------------------------------------
@@ -208,7 +209,7 @@ def _potrf(a, lower, overwrite_a, check_finite, backend, options, condition=Fals
     return c, rcond, result
 
 
-def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True, *, backend=None):
+def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True, *, backend=None, trace=None):
     """Solve A x = b with the factor from cho_factor, as scipy.linalg.cho_solve.
 
     Parameters
@@ -225,7 +226,12 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True, *, backend=N
     check_finite : bool, optional
         Check that `c` and `b` (on a device: `b`) hold no infs or NaNs (default True).
     backend : {None, "auto", "host", "cuda"}, optional
-        Keyword-only, as lu_solve's: host arrays are solved on the host.
+        Keyword-only, as lu_solve's: host arrays are solved on the host or streamed through
+        the device, as configuration "solve.place" says (streamed: b up once, the factor's
+        triangle across the link once per triangular solve; lapack/potrs_ooc.py).
+    trace : str or path-like, optional
+        Keyword-only, as lu_solve's: the solve's Chrome trace, its metadata's "solve_place"
+        saying which way it ran.
 
     Returns
     -------
@@ -239,9 +245,13 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True, *, backend=N
         lower or overwrite_b is not True or False; backend is unknown, or not None, "auto" or
         "cuda" for device arrays; one of `c` and `b` is a device array and the other not; `c`
         is not square and 2-D, `b` not 1-D or 2-D with N rows; infs or NaNs (check_finite).
+        Configuration "solve.place" is not "auto", "host" or "device".
     TypeError
         `c` or `b` does not hold numbers or is a scipy.sparse matrix; a device `b` whose dtype
         is not `c`'s.
+    MemoryError
+        A streamed solve whose working store does not fit "device.memory_budget", as
+        lu_solve's.
 
     See Also
     --------
@@ -277,7 +287,13 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True, *, backend=N
     b_array, b_dtype = _host_matrix("b", b, check_finite, ndims=(1, 2))
     n = _check_triangular_solve_shapes("c", c.shape, b_array.shape)
     dtype = _common_dtype(dtype, b_dtype)
-    ops = _backends.get_backend("host")
+    where = _solve_place.choose(backend, "potrs", n, n, 1 if b_array.ndim == 1 else
+                                b_array.shape[1], dtype, trace)
     x = _host_rhs(b_array, n, dtype, overwrite_b)
-    potrs(ops, ops.wrap(np.asarray(c, dtype=dtype, order="F")), ops.wrap(x), uplo)
+    if where.place == "device":  # the factor streamed through the device (any layout)
+        where.run_device(potrs_ooc, np.asarray(c, dtype=dtype), x, uplo=uplo)
+    else:
+        ops = _backends.get_backend("host")
+        where.run_host(lambda: potrs(ops, ops.wrap(np.asarray(c, dtype=dtype, order="F")),
+                                     ops.wrap(x), uplo))
     return x.reshape(b_array.shape)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _stacked, _stacked_device
+from . import _solve_place, _stacked, _stacked_device
 from . import backend as _backends
 from ._common import (
     _TRANS,
@@ -19,6 +19,7 @@ from ._common import (
     is_device_array,
 )
 from .lapack import gecon, getrf, getrf_ooc, getrs
+from .lapack.getrs_ooc import getrs_ooc
 
 
 # -- LU ------------------------------------------------------------------------------------------
@@ -215,7 +216,8 @@ def _getrf(a, overwrite_a, check_finite, backend, options, condition=False, then
     return lu, pivots, info, rcond, result
 
 
-def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, backend=None):
+def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, backend=None,
+             trace=None):
     """Solve A x = b (trans 0), A^T x = b (1) or A^H x = b (2) with the factors of lu_factor.
 
     Parameters
@@ -237,8 +239,18 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, ba
     check_finite : bool, optional
         Check that `lu` and `b` (on a device: `b`) hold no infs or NaNs (default True).
     backend : {None, "auto", "host", "cuda"}, optional
-        Keyword-only. Host factors and right-hand side are solved on the host whatever it says
-        (the name is checked); device arrays need None, "auto" or "cuda".
+        Keyword-only. Device arrays need None, "auto" or "cuda". Host factors and right-hand
+        side are solved on the host, or streamed through the device of this backend (None:
+        configuration "backend"), as configuration "solve.place" says: "host", "device", or
+        "auto" (the default): the cost model's choice on a device backend (the factors' bytes
+        over the host's memory bandwidth or the link, against the flops at either's rate),
+        the host on the host backend. Streamed, b goes up once and L and U cross the link
+        once each, a block column at a time, within "device.memory_budget" (b in column
+        blocks where it does not fit whole; lapack/getrs_ooc.py).
+    trace : str or path-like, optional
+        Keyword-only: a path to write the solve's Chrome trace JSON to (the streamed solve's
+        every copy and compute task; a host solve as one record); its metadata's
+        "solve_place" says which way it ran. None (the default): configuration "trace".
 
     Returns
     -------
@@ -255,9 +267,13 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, ba
         or not None, "auto" or "cuda" for device arrays; one of `lu` and `b` is a device array
         and the other not; `lu` is not square and 2-D, `b` not 1-D or 2-D with N rows, `piv`
         not of shape (N,); infs or NaNs (check_finite).
+        Configuration "solve.place" is not "auto", "host" or "device".
     TypeError
         `lu` or `b` does not hold numbers or is a scipy.sparse matrix; a device `b` whose
         dtype is not `lu`'s.
+    MemoryError
+        A streamed solve whose working store (one column of b and two block columns of the
+        factors) does not fit "device.memory_budget", before any work.
 
     See Also
     --------
@@ -300,8 +316,13 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, ba
     b_array, b_dtype = _host_matrix("b", b, check_finite, ndims=(1, 2))
     n = _check_solve_shapes(lu.shape, piv.shape, b_array.shape)
     dtype = _common_dtype(dtype, b_dtype)
-    ops = _backends.get_backend("host")
-    factors = ops.wrap(np.asarray(lu, dtype=dtype, order="F"), piv)
+    where = _solve_place.choose(backend, "getrs", n, n, 1 if b_array.ndim == 1 else
+                                b_array.shape[1], dtype, trace)
     x = _host_rhs(b_array, n, dtype, overwrite_b)
-    getrs(ops, factors, ops.wrap(x), _TRANS[trans])
+    if where.place == "device":  # the factors streamed through the device (any layout)
+        where.run_device(getrs_ooc, np.asarray(lu, dtype=dtype), piv, x, trans=_TRANS[trans])
+    else:
+        ops = _backends.get_backend("host")
+        factors = ops.wrap(np.asarray(lu, dtype=dtype, order="F"), piv)
+        where.run_host(lambda: getrs(ops, factors, ops.wrap(x), _TRANS[trans]))
     return x.reshape(b_array.shape)

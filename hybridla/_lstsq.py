@@ -7,10 +7,11 @@ import numpy as np
 from scipy.linalg import LinAlgError
 from scipy.linalg.lapack import get_lapack_funcs
 
-from . import _stacked, _stacked_qr
+from . import _solve_place, _stacked, _stacked_qr
 from . import backend as _backends
 from . import lapack as _lapack
 from ._common import (
+    _check_memory,
     _common_dtype,
     _device_backend,
     _device_matrix_checks,
@@ -23,7 +24,9 @@ from ._common import (
 from ._decomp_householder import _householder_factor
 from .lapack._householder import LQ, QR
 from .lapack._scaling import host_max_abs, max_abs, range_scale
-from .lapack.gels import gels_factored, gels_load_rhs, gels_zero_solution, lascl_copy
+from .lapack.gels import gels_factored, gels_load_rhs, gels_zero_solution, lascl_copy, \
+    rank_test, unscale_solution
+from .lapack.geqrs_ooc import geqrs_ooc
 from .scheduler.plan import make_plan
 
 
@@ -105,7 +108,9 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
     RuntimeError
         backend="cuda" where the cuda backend is not available.
     MemoryError
-        On a device, a matrix over the device-memory budget, as lu_factor's.
+        On a device, a matrix over the device-memory budget, as lu_factor's; a host matrix
+        over it with configuration device.ooc "never", or whose out-of-core working store
+        would not fit it either.
 
     See Also
     --------
@@ -123,6 +128,15 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
     first, by powers of two, and x scaled back (lapack/gels.py). An empty `a` (M or N zero)
     gives scipy's results: x = 0, residues the squared norms of b's columns when N == 0 (else
     empty), rank 0, s an empty array.
+
+    A host `a` over the memory budget (configuration "device.memory_budget") is factored out
+    of core (geqrf_ooc; gelqf's for M < N), its factors in host memory. For M >= N the solve,
+    Q^H b and R's triangular solve, then runs on the host or streams the factors through the
+    device once (b up once; lapack/geqrs_ooc.py), as configuration "solve.place" says (see
+    lu_solve); the rank test and the scaling are the same either way, and the trace
+    (``trace=``) holds the factorization, then the solve, its metadata's "solve_place" saying
+    which way it ran. M < N, and an `a` that fails the rank test (gelsy), are solved on the
+    host as before.
 
     Examples
     --------
@@ -174,8 +188,8 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
     if b_shape[0] != m:
         raise ValueError(f"b must have {m} rows to match a (shape {(m, n)}); got shape {b_shape}")
     # the engine options too, before any work (the factorization makes its plan again)
-    make_plan(engine, m, n, dtype, routine="qr", nb=nb, lookahead=lookahead, panel=panel,
-              trace=trace)
+    qr_plan = make_plan(engine, m, n, dtype, routine="qr", nb=nb, lookahead=lookahead,
+                        panel=panel, trace=trace)
     nrhs = 1 if len(b_shape) == 1 else b_shape[1]
     # the stages after the factorization run where the factors are
     ops = _backends.get_backend("cuda" if device else "host")
@@ -188,6 +202,13 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
         return _gelsy_where(engine, a if device else array, array, b, b_array, b_shape, dtype,
                             rank_tol, overwrite_a, backend, options)
 
+    # a host a over the budget is factored out of core (geqrf_ooc); its solve then runs on
+    # the host or streamed through the device (solve.place; m >= n: Q^H b and R's solve)
+    where = None
+    if not device and m >= n and \
+            _check_memory(engine, m, n, dtype, qr_plan.nb, ooc=qr_plan.ooc) is not None:
+        where = _solve_place.choose(backend, "gels", m, n, nrhs, dtype, trace, append=True,
+                                    nb=nb, lookahead=lookahead, panel=panel)
     may_overwrite_a = overwrite_a  # the user's word, for gelsy
     a_work, overwrite_a, scale_a = _scaled_matrix(ops, a, array, dtype, overwrite_a)
     rhs = b if device else np.asfortranarray(b_array.reshape(m, nrhs), dtype=dtype)
@@ -208,8 +229,15 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
         scale_b = gels_load_rhs(ops, B, W, m, nrhs, dtype)
         F = ops.wrap(factors, tau=tau)
         stores.append(F)
-        info, residues = gels_factored(ops, F, W, None if x is work else X, plan, rank_tol,
-                                       scale_a, scale_b)
+        if where is not None and where.place == "device":
+            info, residues = _gels_streamed(where, F, factors, tau, work, W,
+                                            None if x is work else X, rank_tol, scale_a,
+                                            scale_b)
+        else:
+            def solve():
+                return gels_factored(ops, F, W, None if x is work else X, plan, rank_tol,
+                                     scale_a, scale_b)
+            info, residues = solve() if where is None else where.run_host(solve)
     finally:
         for store in stores:
             store.close()
@@ -237,6 +265,26 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
         residues = residues[0] if len(b_shape) == 1 else residues
     rank = min(m, n)
     return (x.reshape(n) if len(b_shape) == 1 else x), residues, rank, None
+
+
+def _gels_streamed(where, F, factors, tau, work, W, X, rank_tol, scale_a, scale_b):
+    """gels_factored's steps with the host factors (QR of s_a A, m >= n) streamed through the
+    device for Q^H b and R's solve (lapack/geqrs_ooc.py): the rank test on R's diagonal and
+    the unscaling on the host as there, `work` (W's array, s_b b in its m rows) solved in
+    place. Returns (info, residues) as gels_factored's."""
+    m, n = factors.shape
+    info = rank_test(F, rank_tol)
+    if info:
+        return info, None
+    where.run_device(geqrs_ooc, factors, tau, work)
+    ops = _backends.get_backend("host")
+    nrhs = W.n
+    unscale_solution(ops, W, m, n, nrhs, scale_a, scale_b)
+    if X is not None:
+        lane = ops.lane("gpu:update")
+        with lane:
+            ops.lacpy(lane, "A", W.block(0, n, 0, nrhs), X.block(0, n, 0, nrhs))
+    return 0, (W.read_block(n, m, 0, nrhs) if m > n else None)
 
 
 def _gelsy_where(engine, matrix, array, b, b_array, b_shape, dtype, rcond, overwrite_a, backend,

@@ -483,3 +483,16 @@ def test_solve_mixed_norm_overflow(dtype, rng):
     with pytest.raises(hybridla.LinAlgError, match="not finite") as caught:
         hybridla.solve_mixed(a, b, fallback=False, **HOST)
     assert caught.value.info.iterations == -2
+
+
+def test_cho_solve_takes_lower_as_newer_scipy_returns_it():
+    """scipy 1.17's cho_factor on some builds returns `lower` as a 0-d array (seen on the GPU
+    machine): cho_solve takes it as its value, as scipy's own cho_solve does; a 1-d array
+    stays an error for a 2-D factor."""
+    a = _square() @ _square().T + 4 * np.eye(4)
+    c, _ = hybridla.cho_factor(a, lower=True, **HOST)
+    b = np.arange(1.0, 5.0)
+    x = hybridla.cho_solve((c, np.array(True)), b, **HOST)
+    np.testing.assert_allclose(a @ x, b)
+    with pytest.raises(ValueError, match="lower"):
+        hybridla.cho_solve((c, np.array([True, False])), b, **HOST)

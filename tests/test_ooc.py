@@ -431,8 +431,15 @@ def test_both_transfers_give_the_in_core_factors(backend, routine, transfer, rng
 def test_a_bad_transfer_is_named(backend, rng):
     a = np.asfortranarray(rng.standard_normal((150, 150)))
     settings, _ = capped(backend, "getrf", a.shape, np.float64, 4)
+    ops = get_backend(backend)
+    before = ops.allocated_bytes()
     with hybridla.config.set({**settings, "device.ooc_transfer": "teleport"}), \
             pytest.raises(ValueError, match="device.ooc_transfer must be one of"):
+        hybridla.lu_factor(a, backend=backend, nb=NB, ooc="always")
+    # refused before any memory was taken (the staging slots too: the next run would wait
+    # for them forever, as it did on the GPU when this check came after them)
+    assert ops.allocated_bytes() == before
+    with hybridla.config.set(settings):
         hybridla.lu_factor(a, backend=backend, nb=NB, ooc="always")
 
 

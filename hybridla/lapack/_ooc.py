@@ -68,7 +68,6 @@ UP_SLOTS = DOWN_SLOTS = 4  # staging slots each way (the in-core streamed store'
 PIN_PIECE_BYTES = 1 << 30
 # ... and only the wide columns whose bytes cross the link this often (see the docstring)
 PIN_WHEN_READ = 4
-OOC_TRANSFERS = ("staged", "register")
 
 
 @dataclass(frozen=True)
@@ -199,16 +198,8 @@ class WideColumns:
                         for j, c0 in enumerate(range(0, self.N, W))]
         self.slot0 = self.buffers * W  # the streaming slots' first column
         cols = self.N if len(self.columns) == 1 else self.slot0 + 2 * self.nb
-        self.A = self.ops.matrix(*self.geometry.shape(self.M, cols), result.dtype, self.nb,
-                                 settings=plan.device_settings)
-        self._windows = {}
-        try:
-            self.A.use_staging(UP_SLOTS, DOWN_SLOTS)
-        except BaseException:
-            self.A.close()
-            raise
-        self.graph = TaskGraph()
-        self.transfers = TransferPlan(self.graph, self.A, plan)
+        # which wide columns are pinned in place, and the host matrix's pieces: planned before
+        # any memory is taken (a bad setting must not leave a store behind)
         self.pinned = set()  # the wide columns pinned in place (their indices)
         self.pieces = None  # the host matrix's pieces (backend/pinning.PinnedPieces)
         self.pinned_pieces = set()
@@ -220,19 +211,27 @@ class WideColumns:
                 self.nb
             self.pieces = PinnedPieces(result, [c0 for column in self.columns
                                                 for c0 in range(column.c0, column.c1, step)])
-            owner = {c0: column.index for column in self.columns
-                     for c0 in range(column.c0, column.c1)}
-            self.pinned_pieces = {piece for piece, c0 in enumerate(self.pieces.first_columns)
-                                  if owner[c0] in self.pinned}
-            self.transfers.pin(-1, self.pieces, only=sorted(self.pinned_pieces))
+            self.pinned_pieces = {
+                piece for piece, c0 in enumerate(self.pieces.first_columns)
+                if any(column.c0 <= c0 < column.c1 for column in self.columns
+                       if column.index in self.pinned)}
+        self.A = self.ops.matrix(*self.geometry.shape(self.M, cols), result.dtype, self.nb,
+                                 settings=plan.device_settings)
+        self._windows = {}
+        try:
+            self.A.use_staging(UP_SLOTS, DOWN_SLOTS)
+            self.graph = TaskGraph()
+            self.transfers = TransferPlan(self.graph, self.A, plan)
+            if self.pinned_pieces:
+                self.transfers.pin(-1, self.pieces, only=sorted(self.pinned_pieces))
+        except BaseException:
+            self.A.close()
+            raise
 
     def _pins_in_place(self, plan, result):
         """Whether wide columns may be pinned in place (see the module's docstring):
         device.ooc_transfer "register", more than one wide column, each the host array's
         columns, and on a device a matrix of pages of its own."""
-        if plan.ooc_transfer not in OOC_TRANSFERS:
-            raise ValueError(f"device.ooc_transfer must be one of {OOC_TRANSFERS}; got "
-                             f"{plan.ooc_transfer!r}")
         return (plan.ooc_transfer == "register" and len(self.columns) > 1
                 and (self.geometry is COLUMNS or self.geometry is QR)
                 and result.flags.f_contiguous and result.nbytes > 0

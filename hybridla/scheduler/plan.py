@@ -25,6 +25,8 @@ PANEL_CHOICES = ("cpu", "gpu", "auto")
 # device.ooc / ooc=: a host matrix over the memory budget factored out of core ("auto"), every
 # one ("always"), or none: MemoryError ("never")
 OOC_CHOICES = ("auto", "always", "never")
+# device.ooc_transfer: how an out-of-core run's copies travel (lapack/_ooc.py)
+OOC_TRANSFERS = ("staged", "register")
 
 
 class CostModel:
@@ -76,6 +78,46 @@ class CostModel:
             return nbytes / (min(table.get("pin_gbps", table["h2d_gbps"]), table["h2d_gbps"]) * 1e9)
         return nbytes / (table.get("h2d_pageable_gbps", table["h2d_gbps"]) * 1e9)
 
+    def solve_seconds(self, kind, m, n, nrhs, nb) -> dict:
+        """The modelled times of a solve with `nrhs` right-hand sides on host factors of `kind`
+        ("getrs", "potrs": n x n; "gels": m x n, m >= n, QR's Q^H B and R's solve):
+
+            host    max(factor bytes / host_gbps, flops / cpu_panel_gflops)
+                    (LAPACK on the factors where they are: each triangular solve reads its
+                    triangle once, memory-bound for few columns, BLAS-3-bound for many)
+            device  max(factor bytes / link, flops / gpu_gemm_gflops)
+                    + B up and X down + task_us per task of the graph
+                    (the factors streamed once per solve, `SOLVE_WORK`, through the staging
+                    slots: link = upload_seconds' staged rate; the copies overlap the compute,
+                    so the slower bounds; B and X cross once each, not hidden)
+
+        Returns {"host": s, "device": s}. A complex flop is 4 real (flop_scale)."""
+        table = self.table
+        elements, flops, passes = SOLVE_WORK[kind](m, n, nrhs)
+        factor_bytes = elements * self.itemsize
+        rhs_bytes = max(m, n) * nrhs * self.itemsize
+        flops *= self.flop_scale
+        host = max(factor_bytes / (table["host_gbps"] * 1e9),
+                   flops / (table["cpu_panel_gflops"] * 1e9))
+        # per block column and triangular solve: a staging copy, its DMA and one update task
+        tasks = 3 * passes * -(-n // max(nb, 1))
+        device = (max(self.upload_seconds(factor_bytes, "staged"),
+                      flops / (table["gpu_gemm_gflops"] * 1e9))
+                  + self.upload_seconds(rhs_bytes, "staged")
+                  + rhs_bytes / (table["d2h_gbps"] * 1e9)
+                  + tasks * table.get("task_us", 0.0) * 1e-6)
+        return {"host": host, "device": device}
+
+    def solve_place(self, kind, m, n, nrhs, nb) -> str:
+        """Where a solve on host factors costs less by `solve_seconds`: "host" or "device"."""
+        seconds = self.solve_seconds(kind, m, n, nrhs, nb)
+        place = "device" if seconds["device"] < seconds["host"] else "host"
+        if _log.isEnabledFor(logging.DEBUG):
+            _log.debug("%s %dx%d, %d right-hand sides -> %s (cost model: host %.3g ms, streamed "
+                       "through the device %.3g ms)", kind, m, n, nrhs, place,
+                       seconds["host"] * 1e3, seconds["device"] * 1e3)
+        return place
+
     def place_panel(self, rows, cols, hiding_update_flops, kind="getrf") -> str:
         cpu_delay = max(0.0, self.cpu_panel(rows, cols, kind)
                         - self.gpu_update(hiding_update_flops))
@@ -103,6 +145,37 @@ def _geqrf_flops(rows: int, cols: int) -> float:
 # the flops of one panel, by kind: LU's panel (rows x cols), the Cholesky diagonal block
 # (cols x cols), a Householder QR panel
 PANEL_FLOPS = {"getrf": panel_flops, "potrf": _potrf_flops, "geqrf": _geqrf_flops}
+
+
+def _getrs_work(m, n, k):
+    """L and U once each (their diagonal blocks are counted once: n nb more, ignored here)."""
+    return float(n * n), float(2 * n * n * k), 2
+
+
+def _potrs_work(m, n, k):
+    """The triangle once per triangular solve, two solves."""
+    return float(n * (n + 1)), float(2 * n * n * k), 2
+
+
+def _gels_work(m, n, k):
+    """The reflectors (m n - n^2 / 2) for Q^H B, R (n^2 / 2) for its solve; Q^H B's flops
+    4 m n k - 2 n^2 k (two GEMMs a block), R's n^2 k."""
+    return float(m * n), float(4 * m * n * k - n * n * k), 2
+
+
+# a solve on host factors by kind: (factor elements it reads, real flops, triangular passes)
+SOLVE_WORK = {"getrs": _getrs_work, "potrs": _potrs_work, "gels": _gels_work}
+
+# solve.place: where a solve on host factors runs (lu_solve, cho_solve, an out-of-core lstsq)
+SOLVE_PLACES = ("auto", "host", "device")
+
+
+def solve_place_setting(place=None) -> str:
+    """Configuration solve.place (or `place`), checked: "auto", "host" or "device"."""
+    place = _config.config.get("solve.place", "auto") if place is None else place
+    if not isinstance(place, str) or place not in SOLVE_PLACES:
+        raise ValueError(f"solve.place must be one of {SOLVE_PLACES}; got solve.place={place!r}")
+    return place
 
 
 @dataclass
@@ -209,6 +282,10 @@ def make_plan(backend, m, n, dtype, *, routine="lu", nb=None, lookahead=None, pa
     ooc = cfg.get("device.ooc", "auto") if ooc is None else ooc
     if not isinstance(ooc, str) or ooc not in OOC_CHOICES:
         raise ValueError(f"ooc must be one of {OOC_CHOICES}; got ooc={ooc!r}")
+    ooc_transfer = cfg.get("device.ooc_transfer", "staged")
+    if ooc_transfer not in OOC_TRANSFERS:
+        raise ValueError(f"device.ooc_transfer must be one of {OOC_TRANSFERS}; got "
+                         f"device.ooc_transfer={ooc_transfer!r}")
     ooc_buffers = _positive_int("device.ooc_buffers", cfg.get("device.ooc_buffers", 2), 1)
     if ooc_buffers > 2:
         raise ValueError(f"device.ooc_buffers must be 1 or 2; got {ooc_buffers}")
@@ -246,5 +323,5 @@ def make_plan(backend, m, n, dtype, *, routine="lu", nb=None, lookahead=None, pa
     return Plan(backend, nb, lookahead, panel, workers, CostModel(table, dtype),
                 str(trace) if trace else None, bool(progress), pin_pieces, panel_leaf,
                 panel_pivoting, upload_group, head_steps, tail, pivot_window, ooc=ooc,
-                ooc_buffers=ooc_buffers, ooc_transfer=cfg.get("device.ooc_transfer", "staged"),
+                ooc_buffers=ooc_buffers, ooc_transfer=ooc_transfer,
                 device_settings=device_settings())
