@@ -69,11 +69,35 @@ def public(func):
             device = False  # the function itself reports the bad argument
         if not device:
             return func(*args, **kwargs)
-        with _backends.get_backend("cuda").call(_config.get("device.pool_max_bytes")) as ops:
+        cuda = _cuda_backend_of(arguments)
+        with _backends.on_device(cuda.ordinal), \
+                cuda.call(_config.get("device.pool_max_bytes")) as ops:
             for name, value in bound.arguments.items():
                 bound.arguments[name] = _admit(ops, name, value)
             return _device_arrays.unwrap(func(*bound.args, **bound.kwargs))
     return call
+
+
+def _cuda_backend_of(arguments):
+    """The cuda backend of the device the call's device arrays live on (all on one: else
+    ValueError naming two of them), or of the thread's current device where none is given
+    (backend.get_backend)."""
+    default = _backends.get_backend("cuda")
+    where = {}
+    for name, value in arguments.items():
+        for index, item in enumerate(value if isinstance(value, tuple) else (value,)):
+            if is_device_array(item):
+                ordinal = _device_arrays.array_device(default, item)
+                if ordinal is not None:
+                    label = f"{name}[{index}]" if isinstance(value, tuple) else name
+                    where.setdefault(ordinal, label)
+    if len(where) > 1:
+        (first, a), (second, b) = list(where.items())[:2]
+        raise ValueError(f"{a} is on CUDA device {first} and {b} on device {second}: the "
+                         f"arrays of one call must be on one device")
+    if not where or next(iter(where)) == default.ordinal:
+        return default
+    return _backends.get_backend("cuda", next(iter(where)))
 
 
 # -- validation: once, here ------------------------------------------------------------------------

@@ -34,9 +34,9 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None,
         interface: the factors come back in host memory, in the LAPACK precision scipy would use
         (integers: float64, float16: float32). A device array (any ``__cuda_array_interface__``:
         CuPy, PyTorch, PyCUDA GPUArray, Numba; or DLPack on a CUDA device: JAX, ...) is the GPU
-        interface: float32, float64, complex64 or complex128, on the device the cuda backend
-        runs on, factored there after the work that produced it (its stream), the factors left
-        on the device as the same kind of array. A stack (..., M, N), as scipy >= 1.15 takes
+        interface: float32, float64, complex64 or complex128, on any CUDA device, factored
+        there after the work that produced it (its stream), the factors left on that device
+        as the same kind of array. A stack (..., M, N), as scipy >= 1.15 takes
         it, is validated once and factored member by member on the host, in one batched
         computation on the device (see Notes).
     overwrite_a : bool, optional

@@ -10,6 +10,8 @@ an array on a second GPU.
 """
 from __future__ import annotations
 
+import copy
+
 import ctypes
 import gc
 import sys
@@ -294,10 +296,22 @@ def test_on_the_emulated_device_the_producers_stream_comes_first(emulated, rng):
     emulated.backend.waits.clear()
     hybridla.lu_factor(array)
     assert emulated.backend.waits[0] == ("stream", 77)
+
+def test_on_the_emulated_device_an_array_runs_on_its_own_device(emulated, rng, monkeypatch):
+    """One cuda backend per device (backend.get_backend): an array on device 1 is factored by
+    device 1's; arrays of one call on two devices are refused, naming both."""
+    a = _stack(rng, (2, 8, 8))
     emulated.backend.devices[a.ctypes.data] = 1
-    with pytest.raises(ValueError, match="^a is on CUDA device 1"):
-        hybridla.lu_factor(emulated.array(a))
-    with pytest.raises(ValueError, match=r"^lu_and_piv\[0\] is on CUDA device 1"):
+    second = copy.copy(emulated.backend)
+    second.ordinal, second.waits = 1, []
+    monkeypatch.setitem(hybridla.backend._made, "cuda:1", second)
+    emulated.backend.waits.clear()
+    lu, piv = hybridla.lu_factor(emulated.array(a))
+    assert second.waits and not emulated.backend.waits
+    for i in range(2):
+        assert getrf_ratio(a[i], emulated.host(lu)[i], emulated.host(piv)[i]) < THRESH
+    with pytest.raises(ValueError, match=r"^lu_and_piv\[0\] is on CUDA device 1 and b on "
+                                         r"device 0: the arrays of one call must be on one"):
         hybridla.lu_solve((emulated.array(a), np.zeros((2, 8), np.int32)),
                           emulated.array(np.ones((2, 8))))
 
@@ -422,11 +436,22 @@ def test_gpu_the_callers_stream_is_waited_for(cuda_backend, library, rng, monkey
 
 
 @pytest.mark.cuda
-def test_gpu_an_array_on_the_second_gpu_is_refused(cuda_backend):
+def test_gpu_an_array_on_the_second_gpu_is_factored_there(cuda_backend):
+    """The input array's device is the one that computes (one cuda backend per device); the
+    factors stay there; arrays of one call on two devices are refused."""
     cupy = pytest.importorskip("cupy")
     if cupy.cuda.runtime.getDeviceCount() < 2:
         pytest.skip("needs two GPUs")
+    rng = np.random.default_rng(5)
+    host = rng.standard_normal((300, 300))
     with cupy.cuda.Device(1):
-        a = cupy.eye(8)
-    with pytest.raises(ValueError, match="^a is on CUDA device 1"):
-        hybridla.lu_factor(a)
+        a = cupy.asarray(host)
+        b = cupy.ones(300)
+    lu, piv = hybridla.lu_factor(a)
+    assert lu.device.id == 1 and piv.device.id == 1
+    x = hybridla.lu_solve((lu, piv), b)
+    assert x.device.id == 1
+    assert solve_backward_error(host, cupy.asnumpy(x), np.ones(300)) < THRESH
+    assert hybridla.backend.get_backend("cuda", 1).ordinal == 1
+    with pytest.raises(ValueError, match="on CUDA device 1 and b on device 0"):
+        hybridla.lu_solve((lu, piv), cupy.ones(300))

@@ -7,6 +7,8 @@ where memory lives and how work is ordered on the device is decided here, not in
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import os
 import shutil
@@ -99,21 +101,57 @@ def resolve_name(name: str | None) -> str:
     return name
 
 
-def get_backend(name: str | None = "auto"):
+def get_backend(name: str | None = "auto", ordinal: int | None = None):
     """The process-wide backend object of that name (created once: handles, compiled kernels);
-    "auto" is the same object as the name it resolves to."""
+    "auto" is the same object as the name it resolves to. The cuda backend is one per device:
+    `ordinal`, else the device of the CUDA context current in this thread (a public call's,
+    pushed by its backend's `call`; or the caller's own, such as CuPy's current device), else
+    device 0."""
     name = resolve_name(name)
+    key = name
+    if name == "cuda":
+        if ordinal is None:
+            ordinal = _call_ordinal.get()
+        ordinal = _current_ordinal() if ordinal is None else int(ordinal)
+        key = "cuda" if ordinal == 0 else f"cuda:{ordinal}"
     with _made_lock:  # threads asking at once get one object, not one each
-        if name not in _made:
+        if key not in _made:
             if name == "cuda":
                 from .cuda import CudaBackend
-                _made[name] = CudaBackend()
+                _made[key] = CudaBackend(ordinal)
             else:
                 from .host import HostBackend
-                _made[name] = HostBackend()
-            _log.info("backend %r created (device %s)", name,
-                      getattr(_made[name], "device_name", "?"))
-        return _made[name]
+                _made[key] = HostBackend()
+            _log.info("backend %r created (device %s)", key,
+                      getattr(_made[key], "device_name", "?"))
+        return _made[key]
+
+
+# the device of the public call under way in this thread (`on_device`), which every
+# get_backend("cuda") inside it means
+_call_ordinal: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "hybridla_call_ordinal", default=None)
+
+
+@contextlib.contextmanager
+def on_device(ordinal: int):
+    """get_backend("cuda") means device `ordinal`'s backend in this thread for the block (a
+    public call on arrays of that device: hybridla._common.public)."""
+    token = _call_ordinal.set(int(ordinal))
+    try:
+        yield
+    finally:
+        _call_ordinal.reset(token)
+
+
+def _current_ordinal() -> int:
+    """The ordinal of the device whose CUDA context is current in this thread, else 0."""
+    try:
+        from ._driver import current_device
+    except OSError:  # no CUDA driver: a cuda backend here is a test's stand-in, device 0
+        return 0
+    ordinal = current_device()
+    return 0 if ordinal is None else ordinal
 
 
 _made: dict = {}

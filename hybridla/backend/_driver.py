@@ -56,6 +56,18 @@ def pointer_device(pointer: int) -> int | None:
     return ordinal.value if status == 0 else None
 
 
+def current_device() -> int | None:
+    """The ordinal of the device whose context is current in this thread (cuCtxGetCurrent,
+    cuCtxGetDevice: a device's handle is its ordinal), or None where none is (or the driver
+    is not initialized yet)."""
+    context = ctypes.c_void_p()
+    if _cuda.cuCtxGetCurrent(ctypes.byref(context)) != 0 or not context.value:
+        return None
+    device = ctypes.c_int()
+    _check(_cuda.cuCtxGetDevice(ctypes.byref(device)), "cuCtxGetDevice")
+    return device.value
+
+
 def stream_synchronize(stream: int) -> None:
     """Wait on the host until everything enqueued on `stream` has finished."""
     _check(_cuda.cuStreamSynchronize(ctypes.c_void_p(stream)), "cuStreamSynchronize")

@@ -45,13 +45,14 @@ class CudaBackend(BackendDefaults):
     batched = batched
     ldl = ldl
 
-    def __init__(self):
+    def __init__(self, ordinal: int = 0):
         # The device's primary context, shared with cuBLAS/cuSOLVER, CuPy and PyTorch, retained
         # and never left current: every thread pushes it around its GPU work and pops it in a
         # `finally` (`active`, the lanes). pycuda.autoprimaryctx would push it for good in the
         # importing thread, which aborts the process when that thread ends first.
         drv.init()
-        self.ordinal = 0  # the device's ordinal: a user's array elsewhere is refused (admit)
+        self.ordinal = ordinal  # the device's (backend.get_backend makes one backend a device;
+        #                         a user's array on another is refused by admit)
         self.device = drv.Device(self.ordinal)
         self.context = self.device.retain_primary_context()
         self._calls = threading.RLock()
