@@ -85,7 +85,9 @@ class _Run:
         else:
             if any(w is not None for w in waits):
                 self.backend.host_wait(waits)  # the CPU is about to read what the device wrote
-            lane_name = self.cpu_lane_name()
+            # a collective between workers keeps its own lane in the trace ("comm:bcast"),
+            # whichever thread runs it
+            lane_name = task.lane if task.lane.startswith("comm:") else self.cpu_lane_name()
             t0 = time.perf_counter()
             task.fn(self.backend.lane(lane_name))
             t1 = time.perf_counter()
@@ -193,6 +195,8 @@ def _run(state, graph, backend, workers, trace, recording, head_steps):
         with origin_lane:
             state.origin_event = origin_lane.record()
     state.origin_time = time.perf_counter()
+    # the origin on the wall clock: traces of runs in other processes line up by it
+    trace.wall_origin = time.time()
     pool = _workers.pool(workers)
     try:
         if recording is None:

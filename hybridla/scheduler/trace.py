@@ -136,6 +136,7 @@ class Trace:
         self._records = [dict(r) for r in records] if records else []
         self._later = []  # add_later's callables, not yet called
         self.metadata = dict(metadata or {})  # the run's: see the module's docstring
+        self.wall_origin: float | None = None  # time.time() at the run's time 0 (engine.run)
 
     @staticmethod
     def _record(name, lane, start, end, step=None, flops=0.0, bytes=0.0):  # noqa: A002

@@ -1,0 +1,216 @@
+"""What the functions of hybridla.distributed share: the validated operands, the client and the
+options every worker gets alike, the layout, the long-lived jobs of a factorization and of a
+solve, and the results assembled where the input lived (a dask array or NumPy)."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from . import backend as _backends
+from . import config as _config
+from ._common import _common_dtype, _host_matrix, _lapack_dtype
+from .lapack import _dist
+from .lapack import solves_dist
+from .scheduler import cluster as _cluster
+
+
+class _Operand:
+    """A validated matrix argument: a NumPy array (`array`) or a dask array (`dask`), its shape
+    and LAPACK dtype."""
+
+    def __init__(self, name, x, check_finite, ndims=(2,)):
+        self.name = name
+        if _cluster.is_dask_array(x):
+            if x.ndim not in ndims:
+                want = " or ".join(f"{d}-D" for d in ndims)
+                raise ValueError(f"expected a {want} array for {name}; got shape {x.shape}")
+            if any(np.isnan(s) for s in x.shape):
+                raise ValueError(f"{name} has unknown chunk sizes (shape {x.shape}): call "
+                                 f"{name}.compute_chunk_sizes() first")
+            self.dask, self.array = x, None
+            self.dtype = _lapack_dtype(name, x.dtype)
+            self.check_finite = check_finite  # on the workers, where the data is
+        else:
+            self.array, self.dtype = _host_matrix(name, x, check_finite, ndims)
+            self.dask, self.check_finite = None, False
+        self.shape = tuple(int(s) for s in (self.dask if self.dask is not None
+                                             else self.array).shape)
+
+    @property
+    def data(self):
+        return self.dask if self.dask is not None else self.array
+
+
+def _options(client, backend, nb, lookahead):
+    """The client, the backend's name and the engine options as every worker gets them (the
+    block size resolved once, so that every rank cuts the matrix alike)."""
+    _backends.check_name(backend)
+    client = _cluster.find_client(client)
+    choice = _config.get("backend") if backend is None else backend
+    _backends.check_name(choice)
+    name = choice if choice in ("host", "cuda") else "cuda" if _cuda_workers(client) else "host"
+    return client, name, nb, lookahead
+
+
+def _cuda_workers(client) -> bool:
+    """Whether the workers run the cuda backend ("auto": where the first worker has it)."""
+    address = _cluster.workers(client)[0]
+    return "cuda" in client.run(_backends.available_backends, workers=[address])[address]
+
+
+def _resolve_plan(backend, m, n, dtype, routine, nb, lookahead):
+    """nb and look-ahead as a worker's configuration resolves them (nb "auto": its device's
+    table), validated (a bad value raises ValueError naming it)."""
+    from .scheduler.plan import make_plan
+    plan = make_plan(_backends.get_backend(backend), m, n, dtype, routine=routine, nb=nb,
+                     lookahead=lookahead)
+    return plan.nb, plan.lookahead
+
+
+def _layout(client, backend, routine, dtype, m, n, nb, lookahead):
+    """The workers, and the layout of an m x n matrix over them (nb resolved on the first)."""
+    addresses = _cluster.workers(client)
+    nb, lookahead = client.submit(_resolve_plan, backend, m, n, dtype, routine, nb, lookahead,
+                                  workers=[addresses[0]], pure=False).result()
+    return addresses, _dist.ColumnCyclic(m, n, nb, len(addresses)), lookahead
+
+
+def _place(client, addresses, layout, operand):
+    """(each rank's part as a Future on its worker, whether the worker may write over it)."""
+    return _cluster.place(client, addresses, operand.data,
+                          [layout.columns(rank) for rank in range(layout.size)], operand.dtype)
+
+
+def _run(client, backend, addresses, layout, lookahead, parts, work, job, trace):
+    """Run `work` on every worker over its part; returns (Futures of what each returned, the
+    small results on the client); a `trace` path gets the merged Chrome trace."""
+    job = dict(job, shape=(layout.m, layout.n), nb=layout.nb, lookahead=lookahead)
+    futures = _cluster.run_job(client, addresses, work, parts, job, backend)
+    results = _cluster.small_results(client, futures)
+    if trace is not None:
+        metadata = {"routine": job["routine"], "shape": [layout.m, layout.n],
+                    "dtype": str(np.dtype(job["dtype"])), "nb": layout.nb,
+                    "lookahead": lookahead, "backend": backend, "workers": layout.size}
+        _cluster.merged_trace(results, _cluster.clock_offsets(client, addresses),
+                              metadata).to_chrome(trace)
+    return futures, results
+
+
+def _factor(client, backend, routine, driver, operand, nb, lookahead, trace, arguments=None):
+    """Place `operand` and run the factorization `driver` on it: (the factors' parts as
+    Futures on their workers, the layout, the ranks' small results, the run's context for a
+    solve that follows)."""
+    m, n = operand.shape
+    addresses, layout, lookahead = _layout(client, backend, routine, operand.dtype, m, n, nb,
+                                           lookahead)
+    parts, private = _place(client, addresses, layout, operand)
+    job = dict(name=operand.name, routine=routine, dtype=operand.dtype,
+               check_finite=operand.check_finite, arguments=arguments or {}, private=private)
+    futures, results = _run(client, backend, addresses, layout, lookahead, parts,
+                            functools.partial(_dist.on_worker, driver), job, trace)
+    return _cluster.local_parts(client, futures), layout, results, (addresses, lookahead)
+
+
+def _solve(client, backend, routine, solver, parts, layout, context, b, name, dtype,
+           check_finite=False, extra=None, arguments=None):
+    """Run the distributed solve `solver` with the factors' `parts` (in `layout`) and the
+    right-hand side `b` (host, n x nrhs) on every rank; returns x (host) from rank 0."""
+    addresses, lookahead = context
+    job = dict(name=name, routine=routine, dtype=dtype, check_finite=check_finite, b=b,
+               arguments=arguments or {}, **(extra or {}))
+    futures, results = _run(client, backend, addresses, layout, lookahead, parts,
+                            functools.partial(solves_dist.solve_on_worker, solver), job, None)
+    return results[0]["x"]
+
+
+def _assemble(client, parts, layout, dtype, like_dask):
+    """The m x n factors from the ranks' local parts: a dask array whose block columns are
+    sliced out of the parts on their workers (nothing moves until computed), or, for a NumPy
+    input, a NumPy array gathered to the client."""
+    m, n, nb = layout.m, layout.n, layout.nb
+    if like_dask:
+        import dask
+        import dask.array as da
+        blocks = []
+        for j in range(layout.blocks):
+            rank, local = layout.owner(j), (j // layout.size) * nb
+            width = min(nb, n - j * nb)
+            piece = dask.delayed(_columns)(parts[rank], local, local + width)
+            blocks.append(da.from_delayed(piece, (m, width), dtype=dtype,
+                                          meta=np.empty((0, 0), dtype=dtype)))
+        return da.concatenate(blocks, axis=1) if blocks else da.zeros((m, n), dtype=dtype)
+    out = np.empty((m, n), dtype=dtype, order="F")
+    for rank, local in enumerate(client.gather(parts)):
+        out[:, layout.columns(rank)] = local
+    return out
+
+
+def _columns(local, c0, c1):
+    return local[:, c0:c1]
+
+
+def _merged(results, key):
+    """Every rank's per-step {step: value} of `key`, merged, in step order."""
+    merged = {}
+    for r in results:
+        merged.update(r["results"].get(key, {}))
+    return [merged[s] for s in sorted(merged)]
+
+
+def _info(results) -> int:
+    """LAPACK's info: the first failing step's, made global (0: none)."""
+    failing = [i for i in _merged(results, "infos") if i > 0]
+    return failing[0] if failing else 0
+
+
+def _out(client, factors, operand, shape=None):
+    """The factors where the input lived: a dask array of block columns on the workers, or a
+    NumPy array gathered; `factors` None: the empty result of an empty input."""
+    if factors is None:
+        shape = operand.shape if shape is None else shape
+        if operand.dask is not None:
+            import dask.array as da
+            return da.zeros(shape, dtype=operand.dtype)
+        return np.empty(shape, dtype=operand.dtype, order="F")
+    parts, layout, _ = factors
+    return _assemble(client, parts, layout, operand.dtype, operand.dask is not None)
+
+
+def _rhs(name, b, n, dtype, check_finite):
+    """A right-hand side as the solves take it: (host n x nrhs array in the common dtype,
+    its original shape, whether it was a dask array)."""
+    lazy = _cluster.is_dask_array(b)
+    if lazy:
+        if b.ndim not in (1, 2):
+            raise ValueError(f"expected a 1-D or 2-D array for {name}; got shape {b.shape}")
+        b = b.compute()  # n x nrhs: small beside the factors
+    array, b_dtype = _host_matrix(name, b, check_finite, ndims=(1, 2))
+    if array.shape[0] != n:
+        raise ValueError(f"{name} must have {n} rows to match the matrix; got shape "
+                         f"{array.shape}")
+    dtype = _common_dtype(dtype, b_dtype)
+    return np.array(array.reshape(n, -1), dtype=dtype, order="F"), array.shape, lazy
+
+
+def _x_out(x, shape, lazy, rows=None):
+    x = x[:shape[0] if rows is None else rows]
+    x = x.reshape((x.shape[0],) + tuple(shape[1:]))
+    if lazy:
+        import dask.array as da
+        return da.from_array(x)
+    return x
+
+
+def _factors_operand(name, x, check_finite, square=True):
+    operand = _Operand(name, x, check_finite)
+    if square and operand.shape[0] != operand.shape[1]:
+        raise ValueError(f"expected a square matrix for {name}; got shape {operand.shape}")
+    return operand
+
+
+def _module(lazy):
+    if lazy:
+        import dask.array as da
+        return da
+    return np

@@ -1,0 +1,270 @@
+"""What the distributed drivers share: the layout of the matrix over the workers, the worker's
+view of a run (its rank, local store, transport, plan), the panel broadcast, and a graph whose
+failing task aborts the transport.
+
+Layout: 1-D block-cyclic by columns. Block column j (columns j nb : (j+1) nb) lives on rank
+j mod P, where it is local block j div P; a worker's local matrix is its block columns side by
+side, in order, with all m rows. Why columns and not a 2-D grid, by bytes moved per step of
+width nb on an m x n matrix (8-byte words; LU, the other two alike):
+
+    1-D columns: the panel, rows k:m of nb columns, from its owner to the P - 1 others:
+                 (P - 1) (m - k) nb words; the row interchanges are local (every worker holds
+                 whole columns) and so is the rest of the update.
+    2-D p x q grid (p q = P): the panel along its process row and U12 along its process
+                 column, (q - 1) (m - k) nb / p + (p - 1) (n - k) nb / q words, plus a
+                 pivot search across the p process rows for each of the nb columns (nb
+                 latency-bound reductions per step) and the interchanges of rows that live on
+                 other process rows.
+
+At P = 2 a grid is 1 x 2 (that is 1-D columns) or 2 x 1 (2-D's pivot search across the two
+GPUs, nb reductions a step, on the critical path): 1-D columns move (m - k) nb words a step,
+at n = 65536, nb = 512 at most 268 MB, 0.8 ms at NVLink's measured 350 GB/s against a step's
+update of ~2 (n - k)^2 nb / 2 flops = 35 ms per GPU at 60 TFLOP/s: hidden by look-ahead. A 2-D
+grid pays off only from P ~ 8 (the 1-D volume grows with P, the grid's with sqrt(P)), and
+only across machines, where the link is ~10x slower; then the layout would change here,
+behind the same drivers.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..scheduler import Region, TaskGraph
+
+
+@dataclass(frozen=True)
+class ColumnCyclic:
+    """1-D block-cyclic columns (module docstring): m x n, blocks of nb columns, over `size`
+    ranks."""
+
+    m: int
+    n: int
+    nb: int
+    size: int
+
+    @property
+    def blocks(self) -> int:
+        return -(-self.n // self.nb)
+
+    def owner(self, j: int) -> int:
+        """The rank that holds block column j."""
+        return j % self.size
+
+    def owned(self, rank: int) -> list[int]:
+        """The block columns rank holds, in order."""
+        return list(range(rank, self.blocks, self.size))
+
+    def width(self, rank: int) -> int:
+        """The columns of rank's local matrix."""
+        return sum(min(self.nb, self.n - j * self.nb) for j in self.owned(rank))
+
+    def local_start(self, rank: int, j: int) -> int:
+        """The local column where rank's blocks from block column j on start (its columns of
+        blocks before j come first; only the last block may be narrower than nb)."""
+        before = max(0, -(-(j - rank) // self.size))
+        return min(before * self.nb, self.width(rank))
+
+    def columns(self, rank: int) -> np.ndarray:
+        """The global indices of rank's local columns, in local order."""
+        cols = [np.arange(j * self.nb, min((j + 1) * self.nb, self.n)) for j in self.owned(rank)]
+        return np.concatenate(cols) if cols else np.zeros(0, dtype=np.intp)
+
+    def global_column(self, rank: int, local: int) -> int:
+        """The global index of rank's local column `local`."""
+        block, offset = divmod(local, self.nb)
+        return (block * self.size + rank) * self.nb + offset
+
+
+@dataclass
+class WorkerRun:
+    """One worker's share of a distributed run: the backend `ops`, the `plan` (the same nb and
+    look-ahead on every rank), the `transport` to the others, the `layout`, and its `rank`;
+    `A` its local store (m x layout.width(rank)). `results`: what the driver reports back
+    (per-step infos, pivots, tau of the panels this rank factored)."""
+
+    ops: Any
+    plan: Any
+    transport: Any
+    layout: ColumnCyclic
+    rank: int
+    A: Any
+    results: dict = field(default_factory=dict)
+    panels: dict = field(default_factory=dict)  # step -> (k0, the window it was factored in)
+    output: Any = None  # the store whose columns go back (None: A; orgqr_dist's Q)
+
+    def own_panel(self, step, k0, window):
+        """The window of run.A this rank factors step's panel in, kept for panel_results."""
+        self.panels[step] = (k0, window)
+        return window
+
+    @property
+    def width(self) -> int:
+        return self.layout.width(self.rank)
+
+    def steps(self, k_end):
+        """(step, k0, k1, owner, lk): the steps over k_end pivot columns; lk is where this
+        rank's columns of the panel's block (if it owns it) and of the blocks after it start."""
+        nb = self.plan.nb
+        for step, k0 in enumerate(range(0, k_end, nb)):
+            yield step, k0, min(k0 + nb, k_end), self.layout.owner(step), \
+                self.layout.local_start(self.rank, step)
+
+
+# a test hook: {(rank, step): exception} raised by that rank's panel task of that step (set in
+# a worker process through Client.run; tests/test_distributed.py)
+FAULTS: dict = {}
+
+
+def set_fault(rank: int, step: int, message: str) -> None:
+    """The test hook: that rank's panel of that step raises RuntimeError(message) (call it
+    in the worker processes, through Client.run)."""
+    FAULTS[(rank, step)] = RuntimeError(message)
+
+
+def clear_faults() -> None:
+    FAULTS.clear()
+
+
+def fault_point(rank: int, step: int) -> None:
+    fault = FAULTS.get((rank, step))
+    if fault is not None:
+        raise fault
+
+
+class AbortingGraph(TaskGraph):
+    """A TaskGraph whose tasks abort the transport when they fail, at once, before the engine
+    has waited for the tasks in flight: a peer (or this rank's own comm task) blocked in a
+    collective for data this rank will never send is woken, and every worker's run ends."""
+
+    def __init__(self, transport):
+        super().__init__()
+        self.transport = transport
+
+    def add(self, name, step, lane, fn, **kwargs):
+        return super().add(name, step, lane,
+                           functools.partial(_aborting, fn=fn, transport=self.transport,
+                                             where=f"{name} of step {step}"), **kwargs)
+
+
+def _aborting(lane, fn, transport, where):
+    try:
+        fn(lane)
+    except BaseException as exc:
+        transport.abort(f"{where} failed: {exc.__class__.__name__}: {exc}")
+        raise
+
+
+class PanelSlots:
+    """The buffers a step's panel arrives in, `count` of them in turn (a step reuses its
+    slot once the updates that read the slot's previous panel have run: the graph's
+    write-after-read on Region(name(slot))). Each is a store of its own (m x nb), so that
+    its pivots and tau travel with it."""
+
+    def __init__(self, ops, m, nb, dtype, count, settings=None):
+        self.count = count
+        self.stores = [ops.matrix(m, nb, dtype, nb, settings) for _ in range(count)]
+
+    def slot(self, step) -> int:
+        return step % self.count
+
+    @staticmethod
+    def name(slot) -> str:
+        return f"panel slot {slot}"
+
+    def region(self, step) -> Region:
+        return Region(self.name(self.slot(step)), 0, 1)
+
+    def store(self, step):
+        return self.stores[self.slot(step)]
+
+    def close(self):
+        for store in self.stores:
+            store.close()
+
+
+def record_broadcast(graph, run, step, owner, send, recv, reads, slots):
+    """The task that brings step's panel from its owner to every rank: `send(lane)` the
+    owner's buffers (its panel where it was factored), `recv(lane)` this rank's (the step's
+    slot); chained, so that every rank calls its collectives in the same order."""
+    transport = run.transport
+
+    def broadcast(lane):
+        transport.broadcast(lane, send(lane) if run.rank == owner else [], recv(lane), owner)
+
+    return graph.add("bcast", step, "comm:bcast", broadcast,
+                     reads=reads if run.rank == owner else (), writes=[slots.region(step)],
+                     chain="comm", bytes=0.0)
+
+
+def run_graph_of(run, graph, recording, name):
+    """Run the recorded graph on this worker's engine (the steps start while the rest are
+    recorded); returns the trace."""
+    from ._blocked import run_recording
+    return run_recording(graph, recording, run.A, run.plan, None, name)
+
+
+def panel_results(run, pivots=False, tau=False):
+    """run.results from the panels this rank factored, each a window of run.A with results of
+    its own (a host wait, once, after the run): "infos" {step: the panel's info made global,
+    k0 + info, or 0}; with `pivots`, "pivots" {step: global rows}; with `tau`, "tau" {step:
+    the panel's scalars}. The client merges the ranks' (scheduler/cluster.py)."""
+    infos, rows, scalars = {}, {}, {}
+    for step, (k0, window) in run.panels.items():
+        if tau:
+            values, info = window.finish_tau()
+            scalars[step] = np.array(values[:window.n])
+        else:
+            values, info = window.finish()
+            if pivots:
+                rows[step] = np.asarray(values[:window.n], dtype=np.int32) + k0
+        infos[step] = k0 + int(info[0]) if info[0] > 0 else 0
+    run.results.update(infos=infos, **({"pivots": rows} if pivots else {}),
+                       **({"tau": scalars} if tau else {}))
+
+
+def on_worker(driver, ops, transport, rank, local, job):
+    """One worker's whole share of a distributed call (the long-lived task's body,
+    scheduler/cluster.py): its local matrix `local` (host, m x its columns) into a store where
+    the backend computes, `driver(run)` on it, the factors back to the host. `job`: what every
+    rank was given alike (shape, dtype, the resolved nb and look-ahead, check_finite, and the
+    driver's own arguments). Returns {"local", "results", "trace", "wall_origin"}."""
+    import dataclasses
+
+    from ..scheduler.plan import make_plan
+
+    m, n = job["shape"]
+    layout = ColumnCyclic(m, n, job["nb"], transport.size)
+    # read only (into the working store): no copy unless its layout or dtype needs one
+    local = np.asfortranarray(local, dtype=job["dtype"])
+    if job["check_finite"] and not np.isfinite(local).all():
+        raise ValueError(f"{job['name']} must not contain infs or NaNs (check_finite=True)")
+    plan = make_plan(ops, m, n, job["dtype"], routine=job["routine"], nb=job["nb"],
+                     lookahead=job["lookahead"], panel=job.get("panel"))
+    plan = dataclasses.replace(plan, trace_path=None, progress=False)
+    A = ops.matrix(m, local.shape[1], local.dtype, plan.nb, plan.device_settings)
+    run = WorkerRun(ops, plan, transport, layout, rank, A)
+    try:
+        lane = ops.lane("gpu:update")
+        if local.size:
+            with lane:
+                ops.from_host(lane, local, A.block(0, m, 0, local.shape[1]))
+        trace = driver(run, **job.get("arguments", {}))
+        out = A if run.output is None else run.output
+        # the factors go back over the rank's part where it is this call's own (job["private"]:
+        # scheduler/cluster.place), so that a large matrix is held once per worker, not
+        # twice; another output (orgqr's Q) gets an array of its own
+        reuse = run.output is None and job.get("private", [False] * (rank + 1))[rank] and \
+            local.flags.writeable and local.flags.f_contiguous
+        result = local if reuse else np.empty((out.m, out.n), dtype=local.dtype, order="F")
+        if result.size:
+            with lane:
+                ops.to_host(lane, out.block(0, out.m, 0, out.n), out=result)
+    finally:
+        if run.output is not None:
+            run.output.close()
+        A.close()
+    return {"local": result, "results": run.results, "trace": trace.records,
+            "wall_origin": trace.wall_origin}

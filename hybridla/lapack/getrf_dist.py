@@ -1,0 +1,96 @@
+"""getrf_dist: blocked right-looking LU with partial pivoting over several workers, P A = L U,
+the matrix in 1-D block-cyclic columns (lapack/_dist.py says why), one worker's share.
+
+For each step k (panel columns k0:k1, kb = k1 - k0 <= nb), on every rank:
+
+    owner of block k:  [A11; A21] = P_k [L11; L21] U11      its panel, in place
+    all:               slot := the owner's [L11; L21] and P_k  one broadcast (comm:bcast)
+    all:               [A10; A20] := P_k^T [A10; A20]          its finished columns on the left
+    all, its columns right of the panel, the next one first (look-ahead) then the rest:
+                       [A12; A22] := P_k^T [A12; A22];  A12 := L11^-1 A12;  A22 -= L21 A12
+
+Every worker holds whole columns, so the interchanges never leave it. Look-ahead across
+workers: each rank updates its first block column past the panel on the panel lane first;
+on the owner of step k + 1 that is the next panel, which it factors and broadcasts while
+every rank (itself included) is still in step k's update, so the broadcast hides under it.
+"""
+from __future__ import annotations
+
+import functools
+
+from ..update import lu as lu_update
+from ._blocked import BlockedSteps
+from ._dist import (AbortingGraph, PanelSlots, fault_point, panel_results, record_broadcast,
+                    run_graph_of)
+from ..scheduler import Region
+
+
+def getrf_dist(run):
+    """Factor this rank's share run.A in place; run.results gets, for the panels this rank
+    factored, their global pivots and infos (_dist.panel_results). Returns the trace."""
+    graph = AbortingGraph(run.transport)
+    slots = PanelSlots(run.ops, run.layout.m, run.plan.nb, run.A.dtype, run.plan.lookahead + 2,
+                       run.plan.device_settings)
+    try:
+        trace = run_graph_of(run, graph, record_getrf_dist(graph, run, slots), "getrf")
+    finally:
+        slots.close()
+    panel_results(run, pivots=True)
+    return trace
+
+
+def record_getrf_dist(graph, run, slots):
+    ops, A, m = run.ops, run.A, run.layout.m
+    k_end = min(m, run.layout.n)
+    steps = BlockedSteps(graph, A, run.plan, k_end,
+                         lambda k0, k1: lu_update.update_flops(m, k0, k1, k1, run.width))
+    for step, k0, k1, owner, lk in run.steps(k_end):
+        kb, mine = k1 - k0, owner == run.rank
+        # the step's slot as a store of rows k0:m, whose pivots are the step's (relative to k0)
+        S, slot = ops.window(slots.store(step), 0, m - k0, 0, kb), slots.region(step)
+        rows = ops.window(A, k0, m, 0, run.width)  # rows k0:m: the step's interchanges' reach
+        panel = run.own_panel(step, k0, ops.window(A, k0, m, lk, lk + kb)) if mine else None
+        own_panel = Region("A", k0, m, lk, lk + kb)
+
+        # [A11; A21] = P [L11; L21] U11
+        if mine:
+            graph.add("panel", step, "gpu:panel" if ops.has_device else "cpu",
+                      functools.partial(_panel, ops=ops, panel=panel, rank=run.rank, step=step),
+                      writes=[own_panel], flops=lu_update.update_flops(m - k0, 0, 0, 0, 0))
+
+        # slot := [L11; L21] and the pivots (relative to k0), from the owner
+        record_broadcast(graph, run, step, owner,
+                         lambda lane, panel=panel, k0=k0, kb=kb: [
+                             panel.block(0, m - k0, 0, kb), run.transport.pivots(panel, 0, kb)],
+                         lambda lane, S=S, k0=k0, kb=kb: [S.block(0, m - k0, 0, kb),
+                                                          run.transport.pivots(S, 0, kb)],
+                         [own_panel], slots)
+
+        # [A10; A20] := P^T [A10; A20]
+        if lk > 0:
+            graph.add("swap_left", step, "gpu:update",
+                      functools.partial(ops.laswp, A=rows, c0=0, c1=lk, k0=0, k1=kb,
+                                        pivots_of=S),
+                      reads=[slot], writes=[Region("A", k0, m, 0, lk)])
+
+        # [A12; A22] := P^T [A12; A22];  A12 := L11^-1 A12;  A22 := A22 - L21 A12
+        steps.update_trailing(step, lk + kb if mine else lk, run.width,
+                              lambda c0, c1, lane: graph.add(
+                                  "update", step, lane,
+                                  functools.partial(_update, ops=ops, rows=rows, A=A, S=S,
+                                                    k0=k0, kb=kb, c0=c0, c1=c1),
+                                  reads=[slot], writes=[Region("A", k0, m, c0, c1)],
+                                  flops=lu_update.update_flops(m, k0, k1, c0, c1)))
+        yield step
+
+
+def _panel(lane, ops, panel, rank, step):
+    fault_point(rank, step)
+    ops.getrf_panel(lane, panel, 0, 0, 0, panel.n)
+
+
+def _update(lane, ops, rows, A, S, k0, kb, c0, c1):
+    m = A.m
+    ops.laswp(lane, rows, c0, c1, 0, kb, pivots_of=S)
+    lu_update.eliminate(ops, lane, S.block(0, kb, 0, kb), S.block(kb, m - k0, 0, kb),
+                        A.block(k0, k0 + kb, c0, c1), A.block(k0 + kb, m, c0, c1))

@@ -1,0 +1,95 @@
+"""potrf_dist: blocked right-looking Cholesky over several workers, A = L L^H, the matrix in
+1-D block-cyclic columns (lapack/_dist.py says why), one worker's share. Lower only: the user
+layer factors an upper one as the lower triangle of A^H (hybridla/distributed.py).
+
+For each step k (diagonal block k0:k1, kb = k1 - k0 <= nb), on every rank:
+
+    owner of block k:  A11 = L11 L11^H;  A21 := A21 L11^-H      its block column, in place
+    all:               slot := the owner's [L11; L21]            one broadcast (comm:bcast)
+    all, each of its block columns j right of the panel (rows j0:n), the next one first:
+                       A[j0:n, j] -= L[j0:n, k] L[j, k]^H        herk on the diagonal block,
+                                                                 gemm below it
+
+Look-ahead across workers as in getrf_dist: each rank's first block column past the panel
+goes first on the panel lane; on the owner of step k + 1 it is the next diagonal block.
+info as LAPACK's: the order of the first leading minor that is not positive definite.
+"""
+from __future__ import annotations
+
+import functools
+
+from ..panel.chol import potrf_panel_cpu
+from ..scheduler import Region
+from ..update import chol as chol_update
+from ._blocked import BlockedSteps
+from ._dist import (AbortingGraph, PanelSlots, fault_point, panel_results, record_broadcast,
+                    run_graph_of)
+
+
+def potrf_dist(run):
+    """Factor this rank's share run.A (lower) in place; run.results gets the infos of the
+    panels it factored. Returns the trace."""
+    graph = AbortingGraph(run.transport)
+    slots = PanelSlots(run.ops, run.layout.m, run.plan.nb, run.A.dtype, run.plan.lookahead + 2,
+                       run.plan.device_settings)
+    try:
+        trace = run_graph_of(run, graph, record_potrf_dist(graph, run, slots), "potrf")
+    finally:
+        slots.close()
+    panel_results(run)
+    return trace
+
+
+def record_potrf_dist(graph, run, slots):
+    ops, A, n = run.ops, run.A, run.layout.n
+    steps = BlockedSteps(graph, A, run.plan, n,
+                         lambda k0, k1: chol_update.herk_flops(n, k0, k1, k1, n))
+    for step, k0, k1, owner, lk in run.steps(n):
+        kb, mine = k1 - k0, owner == run.rank
+        S, slot = slots.store(step), slots.region(step)
+        panel = run.own_panel(step, k0, ops.window(A, k0, n, lk, lk + kb)) if mine else None
+        own_panel = Region("A", k0, n, lk, lk + kb)
+
+        # A11 = L11 L11^H;  A21 := A21 L11^-H
+        if mine:
+            graph.add("panel", step, "gpu:panel" if ops.has_device else "cpu",
+                      functools.partial(_panel, ops=ops, panel=panel, rank=run.rank, step=step),
+                      writes=[own_panel, Region("diagonal inverse", 0, 1)],
+                      flops=kb ** 3 / 3 + float(kb * kb * (n - k1)))
+
+        # slot := [L11; L21], from the owner
+        record_broadcast(graph, run, step, owner,
+                         lambda lane, panel=panel, k0=k0, kb=kb: [panel.block(0, n - k0, 0, kb)],
+                         lambda lane, S=S, k0=k0, kb=kb: [S.block(0, n - k0, 0, kb)],
+                         [own_panel], slots)
+
+        # A[j0:n, j] -= L[j0:n, k] L[j, k]^H for this rank's block columns j right of k
+        steps.update_trailing(step, lk + kb if mine else lk, run.width,
+                              lambda c0, c1, lane: graph.add(
+                                  "update", step, lane,
+                                  functools.partial(_update, run=run, S=S, k0=k0, kb=kb, c0=c0,
+                                                    c1=c1),
+                                  reads=[slot], writes=[Region("A", 0, n, c0, c1)],
+                                  flops=chol_update.herk_flops(n, k0, k1, 0, c1 - c0)))
+        yield step
+
+
+def _panel(lane, ops, panel, rank, step):
+    fault_point(rank, step)
+    kb = panel.n
+    if ops.has_device:
+        ops.potrf_panel(lane, panel, 0, "L", 0, kb)
+    else:
+        potrf_panel_cpu(panel, 0, 0, kb, "L")
+    chol_update.solve_off_diagonal(ops, lane, panel, "L", 0, kb)
+
+
+def _update(lane, run, S, k0, kb, c0, c1):
+    """Block column by block column (each its own rows j0:n of the panel): the trapezoid
+    update of update/chol.py on blocks of the local store and the slot."""
+    ops, A, n, nb = run.ops, run.A, run.layout.n, run.plan.nb
+    for c in range(c0, c1, nb):
+        width = min(nb, c1 - c)
+        j0 = run.layout.global_column(run.rank, c)
+        chol_update.trapezoid_update(ops, lane, "L", S.block(j0 - k0, n - k0, 0, kb),
+                                     A.block(j0, n, c, c + width), nb, A.scratch)

@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""Benchmark of hybridla.distributed (LU, Cholesky, QR on several workers) against hybridla's own
+one-GPU GPU interface, on the 2-GPU machine; a smoke test with host workers anywhere.
+
+Usage (from the repository root):
+
+    python3 perf/distributed.py                          # 2 GPUs: n 65536 lu,cho,qr + n 120000 lu
+    python3 perf/distributed.py --sizes 32768 --routines lu --repeat 2 --trace-dir perf/traces
+    python3 perf/distributed.py --backend host --sizes 600      # the CPU machine (a smoke test)
+
+What each row times:
+- "workers": the wall time of the hybridla.distributed call on the client, the input already a
+  dask array persisted on the workers (generated there, seeded: it never passes through the
+  client), the factors left on the workers as a dask array (not computed); so it includes the
+  redistribution into the layout, the one long-lived task per worker, the factors' download
+  from the GPUs to the workers' host memory and the results' return.
+- "one GPU": hybridla's GPU interface (hybridla.lu_factor / cho_factor / qr(mode="raw") on a
+  CuPy array on GPU 0, factors left there), in this process, before the cluster starts, so that
+  no worker shares the GPU; with --backend host, the host backend in this process.
+- "overhead": 1 - (the longest worker's engine span, from the merged trace: its first task's
+  start to its last task's end) / the call's wall time: what Dask, the redistribution, the
+  transfers around the engine and Python cost beyond the factorization itself.
+- "check": LAPACK's residual ratio, estimated with a random x, computed by Dask on the factors
+  where they are (A regenerated from its seed): LU ||P A x - L (U x)||_1 / (n ||A||_1 ||x||_1
+  eps), Cholesky ||A x - L (L^H x)||_1 / (...), QR ||A x - Q (R x)||_1 / (...) with Q and R
+  from a second, untimed hybridla.distributed.qr(mode="economic"); below 30 passes.
+
+The large LU (--large, default 120000 on cuda, none on host) is generated on the workers as it
+is placed (not persisted first: its time includes generating it) and holds the matrix once in
+the workers' host memory (115 GB at 120000, of the machine's 251 GB; the factors go back over
+each worker's part) and 58 GB on each GPU; its check regenerates A from its seed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_ROOT = os.path.dirname(_HERE)
+# this script's folder first on the path would make `import distributed` import this script
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+if _ROOT not in sys.path:
+    sys.path.append(_ROOT)
+
+import numpy as np  # noqa: E402
+from distributed import wait  # noqa: E402
+
+import hybridla  # noqa: E402
+import hybridla.backend  # noqa: E402
+import hybridla.distributed as hd  # noqa: E402
+from hybridla.bench.flops import geqrf_flops, getrf_flops, potrf_flops  # noqa: E402
+
+FLOPS = {"lu": lambda n: getrf_flops(n, n), "cho": potrf_flops, "qr": lambda n: geqrf_flops(n, n)}
+THRESH = 30.0
+
+
+def matrix(n, routine, nb, seed=1):
+    """The seeded n x n input as a lazy dask array in block columns of nb (Hermitian positive
+    definite for Cholesky: B + B^T + 2 n I, B standard normal)."""
+    import dask.array as da
+    b = da.random.default_rng(seed).standard_normal((n, n), chunks=(n, nb))
+    if routine == "cho":
+        return (b + b.T + 2 * n * da.eye(n, chunks=nb)).rechunk((n, nb))
+    return b
+
+
+def run_distributed(client, routine, a, backend, nb, trace):
+    options = dict(client=client, backend=backend, nb=nb, trace=trace)
+    if routine == "lu":
+        return hd.lu_factor(a, **options)
+    if routine == "cho":
+        return hd.cho_factor(a, lower=True, **options)
+    return hd.geqrf(a, **options)
+
+
+def residual_ratio(routine, a, factors, n, client, backend, nb):
+    """The estimated residual ratio (module docstring), by Dask where the factors are."""
+    import dask.array as da
+    x = np.random.default_rng(2).standard_normal(n)
+    ax = (a @ x).compute()
+    if routine == "lu":
+        lu, piv = factors
+        order = np.arange(n)
+        for i, p in enumerate(piv):
+            order[i], order[p] = order[p], order[i]
+        ux = da.triu(lu) @ x
+        lux = (da.tril(lu, -1) @ ux + ux).compute()
+        r = ax[order] - lux
+    elif routine == "cho":
+        c, _ = factors
+        low = da.tril(c)
+        r = ax - (low @ (low.conj().T @ x)).compute()
+    else:  # Q from a second, untimed run (forming Q from geqrf's reflectors: qr's orgqr)
+        q, rr = hd.qr(a, mode="economic", client=client, backend=backend, nb=nb)
+        r = ax - (q @ (rr @ x)).compute()
+    anorm = float(da.abs(a).sum(axis=0).max().compute())
+    eps = np.finfo(np.float64).eps
+    return float(np.abs(r).sum() / (n * anorm * np.abs(x).sum() * eps))
+
+
+def engine_span(trace_path):
+    """The longest worker's engine span in the merged trace (its lanes "w<rank>/..."): its
+    first task's start to its last task's end, in seconds."""
+    with open(trace_path) as f:
+        data = json.load(f)["traceEvents"]
+    lane_of = {(e["pid"], e["tid"]): e["args"]["name"] for e in data
+               if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    spans: dict = {}
+    for e in data:
+        if e.get("ph") != "X":
+            continue
+        worker = lane_of.get((e["pid"], e["tid"]), "w?/").split("/")[0]
+        lo, hi = spans.get(worker, (np.inf, -np.inf))
+        spans[worker] = (min(lo, e["ts"]), max(hi, e["ts"] + e["dur"]))
+    return max(hi - lo for lo, hi in spans.values()) / 1e6 if spans else 0.0
+
+
+def _spd(b, xp):
+    """B + B^T + 2 n I with at most two n x n arrays alive (at n = 65536 three would not fit
+    one GPU)."""
+    a = b + b.T
+    del b
+    diagonal = xp.arange(a.shape[0])
+    a[diagonal, diagonal] += 2 * a.shape[0]
+    return a
+
+
+def one_gpu_seconds(routine, n, backend, nb, repeat):
+    """hybridla's one-GPU GPU interface (host backend: its CPU interface), best of `repeat`;
+    the matrix made on the device from the same seed's distribution."""
+    kwargs = dict(backend=backend, nb=nb)
+    if backend == "cuda":
+        import cupy
+        rng = cupy.random.default_rng(1)
+        make = (lambda: _spd(rng.standard_normal((n, n)), cupy)) if routine == "cho" \
+            else (lambda: rng.standard_normal((n, n)))
+
+        def sync():
+            cupy.cuda.runtime.deviceSynchronize()
+    else:
+        rng = np.random.default_rng(1)
+        make = (lambda: _spd(rng.standard_normal((n, n)), np)) if routine == "cho" \
+            else (lambda: np.asfortranarray(rng.standard_normal((n, n))))
+
+        def sync():
+            pass
+    best = np.inf
+    for _ in range(repeat):
+        a = make()
+        sync()
+        start = time.perf_counter()
+        if routine == "lu":
+            hybridla.lu_factor(a, overwrite_a=True, **kwargs)
+        elif routine == "cho":
+            hybridla.cho_factor(a, lower=True, overwrite_a=True, **kwargs)
+        else:
+            hybridla.qr(a, mode="raw", overwrite_a=True, **kwargs)
+        sync()
+        best = min(best, time.perf_counter() - start)
+        del a
+    if backend == "cuda":  # the workers get the GPU's memory back (the pools keep it otherwise)
+        cupy.get_default_memory_pool().free_all_blocks()
+        hybridla.backend.get_backend("cuda").free_cached()
+    return best
+
+
+def start_cluster(backend, scheduler):
+    """A local cluster of two workers (cuda: one per GPU), or a client of `scheduler`. No
+    worker memory limit: the matrices are as large as the machine allows (module docstring),
+    which Dask's default limit (a share of the memory per worker) would pause or kill."""
+    from distributed import Client, LocalCluster
+    if scheduler:
+        return None, Client(scheduler)
+    if backend == "cuda":
+        from dask_cuda import LocalCUDACluster
+        cluster = LocalCUDACluster(n_workers=2, threads_per_worker=4, memory_limit=0)
+    else:
+        cluster = LocalCluster(n_workers=2, threads_per_worker=2, processes=True,
+                               dashboard_address=None)
+    return cluster, Client(cluster)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=("cuda", "host"), default="cuda")
+    parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")],
+                        default=None, help="comma-separated orders (default 65536; host 600)")
+    parser.add_argument("--routines", default="lu,cho,qr")
+    parser.add_argument("--large", type=int, default=None,
+                        help="the order of the large LU run (default 120000 on cuda, 0: none)")
+    parser.add_argument("--nb", type=int, default=None, help="block size (default: config)")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--trace-dir", default=None)
+    parser.add_argument("--scheduler", default=None,
+                        help="address of a running Dask scheduler (else a local cluster)")
+    opts = parser.parse_args(argv)
+    cuda = opts.backend == "cuda"
+    sizes = opts.sizes or ([65536] if cuda else [600])
+    large = opts.large if opts.large is not None else (120000 if cuda else 0)
+    nb = opts.nb or (512 if cuda else 64)
+    routines = [r for r in opts.routines.split(",") if r]
+    unknown = set(routines) - set(FLOPS)
+    if unknown:
+        parser.error(f"unknown routines {sorted(unknown)}: lu, cho, qr")
+    trace_dir = opts.trace_dir or os.path.join(_ROOT, "perf", "traces")
+    os.makedirs(trace_dir, exist_ok=True)
+
+    # one GPU first, before any worker holds a GPU
+    single = {(r, n): one_gpu_seconds(r, n, opts.backend, nb, opts.repeat)
+              for r in routines for n in sizes}
+
+    cluster, client = start_cluster(opts.backend, opts.scheduler)
+    try:
+        workers = len(client.scheduler_info()["workers"])
+        print(f"hybridla.distributed, {workers} workers ({opts.backend}), nb {nb}, "
+              f"{time.strftime('%Y-%m-%d')}")
+        print("| routine | n | workers s | TFLOP/s | one GPU s | speedup | overhead | check |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        runs = [(r, n) for r in routines for n in sizes] + ([("lu", large)] if large else [])
+        for routine, n in runs:
+            a = matrix(n, routine, nb)
+            if n != large:  # the large one is generated as it is placed: held once, not twice
+                a = client.persist(a)
+                wait(a)
+            best, factors, path = np.inf, None, None
+            for i in range(opts.repeat):
+                path = os.path.join(trace_dir, f"distributed_{routine}_{n}_{i}.json")
+                factors = None
+                start = time.perf_counter()
+                factors = run_distributed(client, routine, a, opts.backend, nb, path)
+                best = min(best, time.perf_counter() - start)
+            overhead = 1 - engine_span(path) / best
+            ratio = residual_ratio(routine, a, factors, n, client, opts.backend, nb)
+            one = single.get((routine, n))
+            print(f"| {routine} | {n} | {best:.3f} | {FLOPS[routine](n) / best / 1e12:.2f} | "
+                  f"{'-' if one is None else f'{one:.3f}'} | "
+                  f"{'-' if one is None else f'{one / best:.2f}x'} | {overhead:.1%} | "
+                  f"{ratio:.2g} {'ok' if ratio < THRESH else 'FAILED'} |", flush=True)
+            del factors, a
+        print(f"traces: {trace_dir}")
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,357 @@
+"""The multi-worker factorizations (hybridla.distributed) on a Dask cluster: a LocalCluster of two
+host worker processes here (one module-scoped cluster for the file), two GPU workers under
+``-m cuda`` where two GPUs are visible. Accuracy as LAPACK's testers measure it (THRESH 30),
+against scipy; sizes not multiples of the block size, so that the last block column is ragged
+and the panels' pivots cross the owners' block boundaries; NumPy and dask arrays in and out;
+a singular matrix, a matrix that is not positive definite, and a worker that fails.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.linalg
+import scipy.linalg.lapack
+
+distributed = pytest.importorskip("distributed")
+da = pytest.importorskip("dask.array")
+
+import hybridla.distributed as hd  # noqa: E402
+from hybridla.lapack import _dist  # noqa: E402
+from hybridla.scheduler.transport import HostTransport, TransportAborted  # noqa: E402
+
+from _lapack_checks import (DTYPES, factorization_ratio, getrf_ratio,  # noqa: E402
+                            least_squares_ratio, lstsq_forward_ratio, matrix_with_condition,
+                            orthogonality_ratio, potrf_ratio, random_matrix, reflectors_product,
+                            solve_backward_error)
+
+THRESH = 30.0  # LAPACK's testers' threshold
+NB = 16        # small blocks: several per worker and a ragged last one at these sizes
+DTYPE_IDS = [np.dtype(d).name for d in DTYPES]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def client():
+    """Two host worker processes, a few threads each: the CI cluster."""
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as c:
+        yield c
+
+
+def _input(a, kind):
+    return da.from_array(a, chunks=(37, 23)[:a.ndim]) if kind == "dask" else a
+
+
+def _value(x):
+    return x.compute() if isinstance(x, da.Array) else x
+
+
+def _hermitian(n, dtype, rng):
+    a = random_matrix(n, n, dtype, rng)
+    h = a @ a.conj().T + n * np.eye(n, dtype=dtype)
+    return ((h + h.conj().T) / 2).astype(dtype)
+
+
+def _run_options(client):
+    return dict(client=client, backend="host", nb=NB)
+
+
+# -- LU --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["numpy", "dask"])
+@pytest.mark.parametrize("shape", [(101, 101), (120, 53), (53, 120)],
+                         ids=["square", "tall", "wide"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_lu_factor_ratio(client, dtype, shape, kind, rng):
+    a = random_matrix(*shape, dtype, rng)
+    lu, piv = hd.lu_factor(_input(a, kind), **_run_options(client))
+    assert isinstance(lu, da.Array if kind == "dask" else np.ndarray)
+    lu = _value(lu)
+    assert lu.dtype == np.dtype(dtype) and lu.shape == shape
+    assert getrf_ratio(a, lu, piv) < THRESH
+
+
+def test_lu_pivots_are_lapacks_and_cross_owners(client, rng):
+    """The same interchanges as LAPACK's getrf (randn, float64: no near-ties), among them rows
+    of other workers' block rows: a panel's pivot search spans every row, whoever owns the
+    columns."""
+    a = random_matrix(150, 150, np.float64, rng)
+    lu, piv = hd.lu_factor(a, **_run_options(client))
+    _, piv_ref, _ = scipy.linalg.lapack.dgetrf(a)
+    np.testing.assert_array_equal(piv, piv_ref)
+    assert np.any(piv // NB != np.arange(150) // NB)  # pivots from beyond the panel's block
+    assert getrf_ratio(a, lu, piv) < THRESH
+
+
+def test_inputs_are_left_as_they_were(client, rng):
+    """The workers write the factors over their parts only where those are the call's own:
+    a persisted dask array held whole by one rank (one block column) and the NumPy array stay
+    as they were."""
+    x = random_matrix(30, 30, np.float64, rng)
+    original = x.copy()
+    persisted = client.persist(da.from_array(x, chunks=x.shape))
+    lu, piv = hd.lu_factor(persisted, client=client, backend="host", nb=64)
+    assert getrf_ratio(original, lu.compute(), piv) < THRESH
+    np.testing.assert_array_equal(persisted.compute(), original)
+    hd.lu_factor(x, client=client, backend="host", nb=64)
+    np.testing.assert_array_equal(x, original)
+
+
+def test_lu_singular_warns_with_lapacks_info(client, rng):
+    a = random_matrix(90, 90, np.float64, rng)
+    a[:, 37] = 0  # U(38, 38) is exactly zero (scipy: info 38)
+    _, _, info = scipy.linalg.lapack.dgetrf(a)
+    with pytest.warns(scipy.linalg.LinAlgWarning, match=f"Diagonal number {info} is exactly"):
+        lu, piv = hd.lu_factor(a, **_run_options(client))
+    assert getrf_ratio(a, lu, piv) < THRESH
+    with pytest.raises(scipy.linalg.LinAlgError, match="singular"):
+        hd.solve(a, np.ones(90), **_run_options(client))
+
+
+@pytest.mark.parametrize("trans", [0, 1, 2])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_lu_solve_backward_error(client, dtype, trans, rng):
+    a = matrix_with_condition(83, 83, 1e3, dtype, rng)
+    b = random_matrix(83, 3, dtype, rng)
+    factors = hd.lu_factor(a, **_run_options(client))
+    x = hd.lu_solve(factors, b, trans=trans, **_run_options(client))
+    op = {0: a, 1: a.T, 2: a.conj().T}[trans]
+    assert x.shape == b.shape
+    assert solve_backward_error(op, x, b) < THRESH
+
+
+@pytest.mark.parametrize("kind", ["numpy", "dask"])
+def test_solve_and_lu_solve_on_dask_factors(client, kind, rng):
+    a = matrix_with_condition(77, 77, 1e2, np.complex128, rng)
+    b = random_matrix(77, 1, np.complex128, rng)[:, 0]
+    x = hd.solve(_input(a, kind), _input(b, kind), **_run_options(client))
+    assert isinstance(x, da.Array if kind == "dask" else np.ndarray)
+    assert solve_backward_error(a, _value(x), b) < THRESH
+    x = hd.solve(a, b, transposed=True, **_run_options(client))
+    assert solve_backward_error(a.T, x, b) < THRESH
+    lu, piv = hd.lu_factor(_input(a, kind), **_run_options(client))
+    x = hd.lu_solve((lu, piv), b, **_run_options(client))
+    assert solve_backward_error(a, x, b) < THRESH
+
+
+# -- Cholesky --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_cho_factor_and_solve(client, dtype, lower, rng):
+    a = _hermitian(91, dtype, rng)
+    marked = a.copy()  # the triangle not read carries marks, which the factor must keep
+    other = np.triu_indices(91, 1) if lower else np.tril_indices(91, -1)
+    marked[other] = 7
+    c, low = hd.cho_factor(marked, lower=lower, **_run_options(client))
+    assert low == lower and c.dtype == np.dtype(dtype)
+    assert potrf_ratio(a, c, lower) < THRESH
+    np.testing.assert_array_equal(c[other], 7)
+    b = random_matrix(91, 2, dtype, rng)
+    x = hd.cho_solve((c, lower), b, **_run_options(client))
+    assert solve_backward_error(a, x, b) < THRESH
+    x = hd.solve(a, b, assume_a="pos", lower=lower, **_run_options(client))
+    assert solve_backward_error(a, x, b) < THRESH
+
+
+def test_cholesky_dask_and_not_positive_definite(client, rng):
+    a = _hermitian(70, np.float64, rng)
+    u = hd.cholesky(_input(a, "dask"), **_run_options(client))
+    assert isinstance(u, da.Array)
+    u = u.compute()
+    np.testing.assert_array_equal(np.tril(u, -1), 0)
+    assert potrf_ratio(a, u, False) < THRESH
+    bad = a.copy()
+    bad[40, 40] = -1.0  # the 41st leading minor is the first that is not positive definite
+    with pytest.raises(scipy.linalg.LinAlgError) as scipy_error:
+        scipy.linalg.cholesky(bad, lower=True)
+    with pytest.raises(scipy.linalg.LinAlgError) as ours:
+        hd.cholesky(bad, lower=True, **_run_options(client))
+    assert str(ours.value) == str(scipy_error.value)
+
+
+# -- QR and least squares ------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(110, 61), (61, 110)], ids=["tall", "wide"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_qr_modes(client, dtype, shape, rng):
+    a = random_matrix(*shape, dtype, rng)
+    q, r = hd.qr(a, **_run_options(client))
+    assert q.shape == (shape[0], shape[0]) and r.shape == shape
+    assert factorization_ratio(a, q, r) < THRESH
+    assert orthogonality_ratio(q) < THRESH
+    q, r = hd.qr(_input(a, "dask"), mode="economic", **_run_options(client))
+    q, r = q.compute(), r.compute()
+    k = min(shape)
+    assert q.shape == (shape[0], k) and r.shape == (k, shape[1])
+    assert factorization_ratio(a, q, r) < THRESH and orthogonality_ratio(q) < THRESH
+    (factors, tau), r_raw = hd.qr(a, mode="raw", **_run_options(client))
+    # LAPACK's storage: the reflectors below R and tau represent the same Q
+    q_full = reflectors_product(factors, tau, "QR")
+    assert factorization_ratio(a, q_full, np.triu(factors), dtype=dtype) < THRESH
+    np.testing.assert_array_equal(hd.qr(a, mode="r", **_run_options(client))[0], r_raw)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_lstsq(client, dtype, rng):
+    a = matrix_with_condition(105, 47, 1e2, dtype, rng)
+    b = random_matrix(105, 2, dtype, rng)
+    x, residues, rank, s = hd.lstsq(_input(a, "dask"), b, **_run_options(client))
+    x_ref, residues_ref, _, _ = scipy.linalg.lstsq(a, b)
+    assert x.shape == (47, 2) and rank == 47 and s is None
+    assert least_squares_ratio(a, x, b) < THRESH
+    assert lstsq_forward_ratio(a, b, x, x_ref) < THRESH
+    np.testing.assert_allclose(residues, residues_ref, rtol=1e3 * np.finfo(dtype).eps)
+    x1, r1, _, _ = hd.lstsq(a, b[:, 0], **_run_options(client))
+    assert x1.shape == (47,) and np.ndim(r1) == 0
+    with pytest.raises(NotImplementedError, match="M >= N"):
+        hd.lstsq(a.T, b[:47], **_run_options(client))
+
+
+# -- validation, failures, traces -----------------------------------------------------------------
+def test_arguments_are_validated_on_the_client(client, rng):
+    a = random_matrix(20, 20, np.float64, rng)
+    with pytest.raises(ValueError, match="trans must be"):
+        hd.lu_solve((a, np.arange(20, dtype=np.int32)), np.ones(20), trans=3, client=client)
+    with pytest.raises(ValueError, match="square"):
+        hd.cho_factor(a[:, :10], client=client)
+    with pytest.raises(ValueError, match="overwrite_a must be True or False"):
+        hd.lu_factor(a, overwrite_a="yes", client=client)
+    with pytest.raises(ValueError, match="b must have 20 rows"):
+        hd.lu_solve((a, np.arange(20, dtype=np.int32)), np.ones(21), client=client)
+    bad = a.copy()
+    bad[3, 4] = np.nan
+    with pytest.raises(ValueError, match="infs or NaNs"):
+        hd.lu_factor(bad, client=client)
+    with pytest.raises(ValueError, match="infs or NaNs"):  # a dask array's: on its workers
+        hd.lu_factor(da.from_array(bad, chunks=7), client=client, backend="host")
+    with pytest.raises(NotImplementedError, match="assume_a"):
+        hd.solve(a, np.ones(20), assume_a="sym", client=client)
+
+
+def test_no_client_is_an_error(monkeypatch):
+    def none_active():
+        raise ValueError("No clients found")
+    monkeypatch.setattr(distributed, "default_client", none_active)
+    with pytest.raises(ValueError, match="no Dask distributed client"):
+        hd.lu_factor(np.eye(3))
+
+
+@pytest.mark.parametrize("routine", ["lu_factor", "cholesky", "qr"])
+def test_worker_failure_surfaces_and_leaves_nothing_running(client, routine, rng):
+    """A panel that raises on rank 1 aborts the transport: rank 0, waiting for the next
+    broadcast, stops instead of hanging; the client gets rank 1's own exception once both
+    tasks have ended, and the cluster is idle and usable after it."""
+    a = _hermitian(80, np.float64, rng)
+    address = sorted(client.scheduler_info()["workers"])[1]
+    client.run(_dist.set_fault, 1, 3, "injected fault on rank 1, step 3",
+               workers=[address])
+    try:
+        with pytest.raises(RuntimeError, match="injected fault on rank 1, step 3"):
+            getattr(hd, routine)(a, **_run_options(client))
+    finally:
+        client.run(_dist.clear_faults)
+    assert all(not tasks for tasks in client.processing().values())
+    lu, piv = hd.lu_factor(a, **_run_options(client))
+    assert getrf_ratio(a, lu, piv) < THRESH
+
+
+def test_transport_abort_wakes_a_waiting_peer():
+    """Two ranks in one process: rank 1 waits in a broadcast from rank 0; rank 0 aborts
+    instead of sending; rank 1's broadcast raises TransportAborted at once (no timeout)."""
+    from multiprocessing.connection import Pipe
+    ends = Pipe()
+    zero = HostTransport(0, 2, {1: ends[0]}, timeout=60)
+    one = HostTransport(1, 2, {0: ends[1]}, timeout=60)
+    caught = []
+
+    def wait():
+        try:
+            one.broadcast(None, [], [np.zeros(3)], 0)
+        except TransportAborted as exc:
+            caught.append(exc)
+
+    waiter = threading.Thread(target=wait)
+    started = time.monotonic()
+    waiter.start()
+    zero.abort("a task failed")
+    waiter.join(timeout=30)
+    assert not waiter.is_alive() and time.monotonic() - started < 30
+    assert caught and "a task failed" in str(caught[0])
+    zero.close()
+    one.close()
+
+
+def test_transport_timeout():
+    from multiprocessing.connection import Pipe
+    ends = Pipe()
+    zero = HostTransport(0, 2, {1: ends[0]}, timeout=0.2)
+    one = HostTransport(1, 2, {0: ends[1]}, timeout=0.2)
+    with pytest.raises(TransportAborted, match="no message from rank 1"):
+        zero.reduce(None, [np.ones(2)], [np.ones(2)], 0)
+    zero.close()
+    one.close()
+
+
+def test_merged_trace_has_every_worker_and_the_collectives(client, rng, tmp_path):
+    import json
+    path = tmp_path / "lu.json"
+    a = random_matrix(90, 90, np.float64, rng)
+    hd.lu_factor(a, trace=str(path), **_run_options(client))
+    events = json.loads(path.read_text())["traceEvents"]
+    lanes = {e["args"]["name"] for e in events if e.get("ph") == "M" and
+             e.get("name") == "thread_name"}
+    assert any(lane.startswith("w0/") for lane in lanes)
+    assert "w0/comm:bcast" in lanes and "w1/comm:bcast" in lanes
+    panels = [e for e in events if e.get("ph") == "X" and e["name"] == "panel"]
+    assert len(panels) == -(-90 // NB)  # each step's panel once, by its owner
+
+
+def test_perf_script_smoke(client, tmp_path):
+    """perf/distributed.py runs on the host backend (its GPU runs are for the 2-GPU machine)."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "perf" / "distributed.py"), "--backend", "host", "--sizes",
+         "300", "--routines", "lu,cho,qr", "--repeat", "1", "--trace-dir", str(tmp_path),
+         "--scheduler", client.scheduler.address],
+        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert re.search(r"\| lu \| 300 \|", out.stdout), out.stdout
+    assert list(tmp_path.glob("*.json"))
+
+
+# -- two GPUs --------------------------------------------------------------------------------------
+def _gpu_count():
+    try:
+        import pycuda.driver as drv
+        drv.init()
+        return drv.Device.count()
+    except Exception:
+        return 0
+
+
+@pytest.mark.cuda
+def test_two_gpus_lu_cholesky_qr():
+    if _gpu_count() < 2:
+        pytest.skip("fewer than 2 GPUs visible")
+    pytest.importorskip("nccl.core")
+    dask_cuda = pytest.importorskip("dask_cuda")
+    rng = np.random.default_rng(7)
+    with dask_cuda.LocalCUDACluster(n_workers=2, threads_per_worker=4) as cluster, \
+            distributed.Client(cluster) as gpu_client:
+        options = dict(client=gpu_client, backend="cuda", nb=256)
+        for dtype in DTYPES:
+            a = random_matrix(1500, 1300, dtype, rng)
+            lu, piv = hd.lu_factor(_input(a, "dask"), **options)
+            assert getrf_ratio(a, lu.compute(), piv) < THRESH
+            h = _hermitian(1300, dtype, rng)
+            assert potrf_ratio(h, hd.cholesky(h, lower=True, **options), True) < THRESH
+            q, r = hd.qr(a, mode="economic", **options)
+            assert factorization_ratio(a, q, r) < THRESH and orthogonality_ratio(q) < THRESH
+            b = random_matrix(1300, 2, dtype, rng)
+            x = hd.solve(a[:1300], b, **options)
+            assert solve_backward_error(a[:1300], x, b) < THRESH
