@@ -8,7 +8,8 @@ Usage (from the repository root):
     python3 perf/distributed.py --sizes 32768 --routines lu --repeat 2 --trace-dir perf/traces
     python3 perf/distributed.py --backend host --sizes 600      # the CPU machine (a smoke test)
 
-What each row times:
+What each row times (after an untimed call of each routine at n = WARMUP_N, on one GPU and
+on the workers: kernels compiled, handles and communicators made; best of --repeat):
 - "workers": the wall time of the hybridla.distributed call on the client, the input already a
   dask array persisted on the workers (generated there, seeded: it never passes through the
   client), the factors left on the workers as a dask array (not computed); so it includes the
@@ -53,6 +54,7 @@ import hybridla.backend  # noqa: E402
 import hybridla.distributed as hd  # noqa: E402
 from hybridla.bench.flops import geqrf_flops, getrf_flops, potrf_flops  # noqa: E402
 
+WARMUP_N = 4096  # the untimed first calls' order, on one GPU and on the workers
 FLOPS = {"lu": lambda n: getrf_flops(n, n), "cho": potrf_flops, "qr": lambda n: geqrf_flops(n, n)}
 THRESH = 30.0
 
@@ -129,35 +131,35 @@ def _spd(b, xp):
 
 
 def one_gpu_seconds(routine, n, backend, nb, repeat):
-    """hybridla's one-GPU GPU interface (host backend: its CPU interface), best of `repeat`;
-    the matrix made on the device from the same seed's distribution."""
+    """hybridla's one-GPU GPU interface (host backend: its CPU interface), best of `repeat`
+    after one untimed call at min(n, WARMUP_N) (kernels compiled, handles made); the matrix
+    made on the device from the same seed's distribution."""
     kwargs = dict(backend=backend, nb=nb)
     if backend == "cuda":
         import cupy
         rng = cupy.random.default_rng(1)
-        make = (lambda: _spd(rng.standard_normal((n, n)), cupy)) if routine == "cho" \
-            else (lambda: rng.standard_normal((n, n)))
+        make = (lambda size: _spd(rng.standard_normal((size, size)), cupy)) \
+            if routine == "cho" else (lambda size: rng.standard_normal((size, size)))
 
         def sync():
             cupy.cuda.runtime.deviceSynchronize()
     else:
         rng = np.random.default_rng(1)
-        make = (lambda: _spd(rng.standard_normal((n, n)), np)) if routine == "cho" \
-            else (lambda: np.asfortranarray(rng.standard_normal((n, n))))
+        make = (lambda size: _spd(rng.standard_normal((size, size)), np)) if routine == "cho" \
+            else (lambda size: np.asfortranarray(rng.standard_normal((size, size))))
 
         def sync():
             pass
+    factor = {"lu": lambda a: hybridla.lu_factor(a, overwrite_a=True, **kwargs),
+              "cho": lambda a: hybridla.cho_factor(a, lower=True, overwrite_a=True, **kwargs),
+              "qr": lambda a: hybridla.qr(a, mode="raw", overwrite_a=True, **kwargs)}[routine]
+    factor(make(min(n, WARMUP_N)))
     best = np.inf
     for _ in range(repeat):
-        a = make()
+        a = make(n)
         sync()
         start = time.perf_counter()
-        if routine == "lu":
-            hybridla.lu_factor(a, overwrite_a=True, **kwargs)
-        elif routine == "cho":
-            hybridla.cho_factor(a, lower=True, overwrite_a=True, **kwargs)
-        else:
-            hybridla.qr(a, mode="raw", overwrite_a=True, **kwargs)
+        factor(a)
         sync()
         best = min(best, time.perf_counter() - start)
         del a
@@ -220,6 +222,11 @@ def main(argv=None):
         print("| routine | n | workers s | TFLOP/s | one GPU s | speedup | overhead | check |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- |")
         runs = [(r, n) for r in routines for n in sizes] + ([("lu", large)] if large else [])
+        for routine in {r for r, _ in runs}:  # untimed first: each worker's kernels, handles
+            warm = client.persist(matrix(WARMUP_N, routine, nb))
+            wait(warm)
+            run_distributed(client, routine, warm, opts.backend, nb, None)
+            del warm
         for routine, n in runs:
             a = matrix(n, routine, nb)
             if n != large:  # the large one is generated as it is placed: held once, not twice
