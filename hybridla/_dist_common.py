@@ -79,7 +79,8 @@ def _layout(client, backend, routine, dtype, m, n, nb, lookahead):
 def _place(client, addresses, layout, operand):
     """(each rank's part as a Future on its worker, whether the worker may write over it)."""
     return _cluster.place(client, addresses, operand.data,
-                          [layout.columns(rank) for rank in range(layout.size)], operand.dtype)
+                          [layout.columns(rank) for rank in range(layout.size)], operand.dtype,
+                          layout.nb)
 
 
 def _run(client, backend, addresses, layout, lookahead, parts, work, job, trace):
