@@ -199,6 +199,36 @@ def record_broadcast(graph, run, step, owner, send, recv, reads, slots):
                      chain="comm", bytes=0.0)
 
 
+def factor_distributed(run, record, name, **results):
+    """One rank's share of a distributed factorization (getrf_dist, potrf_dist, geqrf_dist):
+    a graph whose failing task aborts every peer, the panel slots, `record(graph, run,
+    slots)`'s recording run on the engine, then the results of the panels this rank
+    factored (panel_results's `results`: pivots, tau). Returns the trace."""
+    graph = AbortingGraph(run.transport)
+    slots = PanelSlots(run.ops, run.layout.m, run.plan.nb, run.A.dtype, run.plan.lookahead + 2,
+                       run.plan.device_settings)
+    try:
+        trace = run_graph_of(run, graph, record(graph, run, slots), name)
+    finally:
+        slots.close()
+    panel_results(run, **results)
+    return trace
+
+
+def record_panel(graph, run, step, panel, factor, writes, flops):
+    """The owner's panel task of `step`: `factor(lane, ops, panel)`, on the panel lane where
+    the backend has a device, after the fault point of the tests' failure injection."""
+    graph.add("panel", step, "gpu:panel" if run.ops.has_device else "cpu",
+              functools.partial(_panel_task, factor=factor, ops=run.ops, panel=panel,
+                                rank=run.rank, step=step),
+              writes=writes, flops=flops)
+
+
+def _panel_task(lane, factor, ops, panel, rank, step):
+    fault_point(rank, step)
+    factor(lane, ops, panel)
+
+
 def run_graph_of(run, graph, recording, name):
     """Run the recorded graph on this worker's engine (the steps start while the rest are
     recorded); returns the trace."""

@@ -15,31 +15,21 @@ workers as in getrf_dist. info is 0: a Householder factorization cannot fail.
 """
 from __future__ import annotations
 
-import functools
-
 from ..panel.qr import householder_panel_cpu
 from ..scheduler import Region
 from ..scheduler.graph import WindowGraph
 from ..scheduler.plan import PANEL_FLOPS
 from ..update.qr import larfb_flops
 from ._blocked import BlockedSteps
-from ._dist import (AbortingGraph, PanelSlots, fault_point, panel_results, record_broadcast,
-                    run_graph_of)
+from ._dist import (AbortingGraph, PanelSlots, factor_distributed, record_broadcast,
+                    record_panel, run_graph_of)
 from ._householder import QR, record_block_update, record_reflectors, reserve_reflector_slots
 
 
 def geqrf_dist(run):
     """Factor this rank's share run.A in place (R and the reflectors, LAPACK's storage);
     run.results gets the tau of the panels it factored. Returns the trace."""
-    graph = AbortingGraph(run.transport)
-    slots = PanelSlots(run.ops, run.layout.m, run.plan.nb, run.A.dtype, run.plan.lookahead + 2,
-                       run.plan.device_settings)
-    try:
-        trace = run_graph_of(run, graph, record_geqrf_dist(graph, run, slots), "geqrf")
-    finally:
-        slots.close()
-    panel_results(run, tau=True)
-    return trace
+    return factor_distributed(run, record_geqrf_dist, "geqrf", tau=True)
 
 
 def record_geqrf_dist(graph, run, slots):
@@ -57,9 +47,8 @@ def record_geqrf_dist(graph, run, slots):
 
         # [A11; A21] = Q1 [R11; 0]
         if mine:
-            graph.add("panel", step, "gpu:panel" if ops.has_device else "cpu",
-                      functools.partial(_panel, ops=ops, panel=panel, rank=run.rank, step=step),
-                      writes=[own_panel], flops=PANEL_FLOPS["geqrf"](m - k0, kb))
+            record_panel(graph, run, step, panel, _panel, [own_panel],
+                         PANEL_FLOPS["geqrf"](m - k0, kb))
 
         # slot := the reflectors and tau[k0:k1], from the owner
         record_broadcast(graph, run, step, owner,
@@ -82,8 +71,7 @@ def record_geqrf_dist(graph, run, slots):
         yield step
 
 
-def _panel(lane, ops, panel, rank, step):
-    fault_point(rank, step)
+def _panel(lane, ops, panel):
     rows, cols = (0, panel.m), (0, panel.n)
     if ops.has_device:
         ops.householder_panel(lane, panel, 0, "QR", rows, cols, cols)

@@ -20,23 +20,14 @@ import functools
 
 from ..update import lu as lu_update
 from ._blocked import BlockedSteps
-from ._dist import (AbortingGraph, PanelSlots, fault_point, panel_results, record_broadcast,
-                    run_graph_of)
+from ._dist import factor_distributed, record_broadcast, record_panel
 from ..scheduler import Region
 
 
 def getrf_dist(run):
     """Factor this rank's share run.A in place; run.results gets, for the panels this rank
     factored, their global pivots and infos (_dist.panel_results). Returns the trace."""
-    graph = AbortingGraph(run.transport)
-    slots = PanelSlots(run.ops, run.layout.m, run.plan.nb, run.A.dtype, run.plan.lookahead + 2,
-                       run.plan.device_settings)
-    try:
-        trace = run_graph_of(run, graph, record_getrf_dist(graph, run, slots), "getrf")
-    finally:
-        slots.close()
-    panel_results(run, pivots=True)
-    return trace
+    return factor_distributed(run, record_getrf_dist, "getrf", pivots=True)
 
 
 def record_getrf_dist(graph, run, slots):
@@ -54,9 +45,8 @@ def record_getrf_dist(graph, run, slots):
 
         # [A11; A21] = P [L11; L21] U11
         if mine:
-            graph.add("panel", step, "gpu:panel" if ops.has_device else "cpu",
-                      functools.partial(_panel, ops=ops, panel=panel, rank=run.rank, step=step),
-                      writes=[own_panel], flops=lu_update.update_flops(m - k0, 0, 0, 0, 0))
+            record_panel(graph, run, step, panel, _panel, [own_panel],
+                         lu_update.update_flops(m - k0, 0, 0, 0, 0))
 
         # slot := [L11; L21] and the pivots (relative to k0), from the owner
         record_broadcast(graph, run, step, owner,
@@ -84,8 +74,7 @@ def record_getrf_dist(graph, run, slots):
         yield step
 
 
-def _panel(lane, ops, panel, rank, step):
-    fault_point(rank, step)
+def _panel(lane, ops, panel):
     ops.getrf_panel(lane, panel, 0, 0, 0, panel.n)
 
 

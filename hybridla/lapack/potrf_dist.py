@@ -22,22 +22,13 @@ from ..panel.chol import potrf_panel_cpu
 from ..scheduler import Region
 from ..update import chol as chol_update
 from ._blocked import BlockedSteps
-from ._dist import (AbortingGraph, PanelSlots, fault_point, panel_results, record_broadcast,
-                    run_graph_of)
+from ._dist import factor_distributed, record_broadcast, record_panel
 
 
 def potrf_dist(run):
     """Factor this rank's share run.A (lower) in place; run.results gets the infos of the
     panels it factored. Returns the trace."""
-    graph = AbortingGraph(run.transport)
-    slots = PanelSlots(run.ops, run.layout.m, run.plan.nb, run.A.dtype, run.plan.lookahead + 2,
-                       run.plan.device_settings)
-    try:
-        trace = run_graph_of(run, graph, record_potrf_dist(graph, run, slots), "potrf")
-    finally:
-        slots.close()
-    panel_results(run)
-    return trace
+    return factor_distributed(run, record_potrf_dist, "potrf")
 
 
 def record_potrf_dist(graph, run, slots):
@@ -52,10 +43,9 @@ def record_potrf_dist(graph, run, slots):
 
         # A11 = L11 L11^H;  A21 := A21 L11^-H
         if mine:
-            graph.add("panel", step, "gpu:panel" if ops.has_device else "cpu",
-                      functools.partial(_panel, ops=ops, panel=panel, rank=run.rank, step=step),
-                      writes=[own_panel, Region("diagonal inverse", 0, 1)],
-                      flops=kb ** 3 / 3 + float(kb * kb * (n - k1)))
+            record_panel(graph, run, step, panel, _panel,
+                         [own_panel, Region("diagonal inverse", 0, 1)],
+                         kb ** 3 / 3 + float(kb * kb * (n - k1)))
 
         # slot := [L11; L21], from the owner
         record_broadcast(graph, run, step, owner,
@@ -74,8 +64,7 @@ def record_potrf_dist(graph, run, slots):
         yield step
 
 
-def _panel(lane, ops, panel, rank, step):
-    fault_point(rank, step)
+def _panel(lane, ops, panel):
     kb = panel.n
     if ops.has_device:
         ops.potrf_panel(lane, panel, 0, "L", 0, kb)
