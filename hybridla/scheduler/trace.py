@@ -33,6 +33,9 @@ TASK_COLORS = {
     "larft": "tab:pink", "round": "tab:brown", "tail": "tab:purple", "top": "tab:cyan",
     "identity": "lightgray", "stage": "yellowgreen", "upload": "tab:green", "pin": "darkgreen",
     "download": "tab:gray", "unstage": "silver", "panel_d2h": "gold", "panel_h2d": "khaki",
+    # out of core (lapack/_ooc.py), the distributed drivers' collectives (lapack/_dist.py)
+    "left_update": "darkorange", "laswp": "rosybrown", "laswp_home": "sienna",
+    "pivots": "lightcoral", "bcast": "mediumpurple", "reduce": "plum",
 }
 # the metadata keys, in the order the chart's title and the process label show them
 METADATA_KEYS = ("routine", "shape", "dtype", "nb", "lookahead", "panel", "panels", "backend",
