@@ -216,7 +216,7 @@ def main(argv=None):
 
     cluster, client = start_cluster(opts.backend, opts.scheduler)
     try:
-        workers = len(client.scheduler_info()["workers"])
+        workers = len(client.nthreads())
         print(f"hybridla.distributed, {workers} workers ({opts.backend}), nb {nb}, "
               f"{time.strftime('%Y-%m-%d')}")
         print("| routine | n | workers s | TFLOP/s | one GPU s | speedup | overhead | check |")

@@ -248,7 +248,7 @@ def test_worker_failure_surfaces_and_leaves_nothing_running(client, routine, rng
     broadcast, stops instead of hanging; the client gets rank 1's own exception once both
     tasks have ended, and the cluster is idle and usable after it."""
     a = _hermitian(80, np.float64, rng)
-    address = sorted(client.scheduler_info()["workers"])[1]
+    address = sorted(client.nthreads())[1]
     client.run(_dist.set_fault, 1, 3, "injected fault on rank 1, step 3",
                workers=[address])
     try:

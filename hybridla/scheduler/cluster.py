@@ -40,8 +40,11 @@ def find_client(client=None):
 
 
 def workers(client) -> list[str]:
-    """The workers' addresses, in rank order (sorted: the same order on every call)."""
-    addresses = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    """The workers' addresses, in rank order (sorted: the same order on every call). Asked of
+    the scheduler (Client.nthreads): Client.scheduler_info returns the client's cached copy,
+    which its periodic refresh may have just replaced by totals without workers (CI saw "no
+    workers" so, with two running)."""
+    addresses = sorted(client.nthreads())
     if not addresses:
         raise RuntimeError("the Dask cluster has no workers")
     return addresses
