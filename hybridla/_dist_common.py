@@ -178,9 +178,11 @@ def _out(client, factors, operand, shape=None):
     return _assemble(client, parts, layout, operand.dtype, operand.dask is not None)
 
 
-def _rhs(name, b, n, dtype, check_finite):
-    """A right-hand side as the solves take it: (host n x nrhs array in the common dtype,
-    its original shape, whether it was a dask array)."""
+def _rhs(name, b, operand, check_finite):
+    """A right-hand side as the solves take it, for the matrix `operand` (n: its rows):
+    (host n x nrhs array in the common dtype of the two, its original shape, whether it was a
+    dask array); the operand's dtype becomes that common one, which the solve runs in."""
+    n = operand.shape[0]
     lazy = _cluster.is_dask_array(b)
     if lazy:
         if b.ndim not in (1, 2):
@@ -190,8 +192,8 @@ def _rhs(name, b, n, dtype, check_finite):
     if array.shape[0] != n:
         raise ValueError(f"{name} must have {n} rows to match the matrix; got shape "
                          f"{array.shape}")
-    dtype = _common_dtype(dtype, b_dtype)
-    return np.array(array.reshape(n, -1), dtype=dtype, order="F"), array.shape, lazy
+    operand.dtype = _common_dtype(operand.dtype, b_dtype)
+    return np.array(array.reshape(n, -1), dtype=operand.dtype, order="F"), array.shape, lazy
 
 
 def _x_out(x, shape, lazy, rows=None):

@@ -158,8 +158,7 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
     if m < n:
         raise NotImplementedError(f"a of shape {operand.shape} (M < N): the distributed lstsq "
                                   f"solves M >= N only")
-    rhs, shape, lazy = _rhs("b", b, m, operand.dtype, check_finite)
-    operand.dtype = rhs.dtype
+    rhs, shape, lazy = _rhs("b", b, operand, check_finite)
     client, backend, nb, lookahead = _options(client, backend, nb, lookahead)
     if n == 0 or rhs.size == 0:
         x = np.zeros((n,) + tuple(shape[1:]), dtype=rhs.dtype)

@@ -161,8 +161,7 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, cl
     piv = np.asarray(piv)
     if piv.shape != (n,):
         raise ValueError(f"piv must have shape ({n},) to match lu; got shape {piv.shape}")
-    rhs, shape, lazy = _rhs("b", b, n, operand.dtype, check_finite)
-    operand.dtype = rhs.dtype
+    rhs, shape, lazy = _rhs("b", b, operand, check_finite)
     client, backend, nb, _ = _options(client, backend, nb, None)
     if n == 0 or rhs.size == 0:
         return _x_out(rhs, shape, lazy)
@@ -232,8 +231,7 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=
                                   f"'pos' or 'positive definite'")
     operand = _factors_operand("a", a, check_finite)
     n = operand.shape[0]
-    rhs, shape, lazy = _rhs("b", b, n, operand.dtype, check_finite)
-    operand.dtype = rhs.dtype
+    rhs, shape, lazy = _rhs("b", b, operand, check_finite)
     client, backend, nb, lookahead = _options(client, backend, nb, lookahead)
     if n == 0 or rhs.size == 0:
         return _x_out(rhs, shape, lazy)
@@ -372,8 +370,7 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True, *, client=No
     _flag("overwrite_b", overwrite_b)
     operand = _factors_operand("c", c, check_finite)
     n = operand.shape[0]
-    rhs, shape, lazy = _rhs("b", b, n, operand.dtype, check_finite)
-    operand.dtype = rhs.dtype
+    rhs, shape, lazy = _rhs("b", b, operand, check_finite)
     client, backend, nb, _ = _options(client, backend, nb, None)
     if n == 0 or rhs.size == 0:
         return _x_out(rhs, shape, lazy)

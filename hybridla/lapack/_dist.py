@@ -95,10 +95,16 @@ class WorkerRun:
     panels: dict = field(default_factory=dict)  # step -> (k0, the window it was factored in)
     output: Any = None  # the store whose columns go back (None: A; orgqr_dist's Q)
 
-    def own_panel(self, step, k0, window):
-        """The window of run.A this rank factors step's panel in, kept for panel_results."""
+    def panel(self, step, k0, k1, lk, rows, owner):
+        """Step's panel, rows k0:`rows` of its columns (at lk here): (the window of run.A this
+        rank factors it in, kept for panel_results, or None where another rank owns it; its
+        region of "A" on the owner)."""
+        region = Region("A", k0, rows, lk, lk + k1 - k0)
+        if owner != self.rank:
+            return None, region
+        window = self.ops.window(self.A, k0, rows, lk, lk + k1 - k0)
         self.panels[step] = (k0, window)
-        return window
+        return window, region
 
     @property
     def width(self) -> int:

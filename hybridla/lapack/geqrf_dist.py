@@ -42,8 +42,7 @@ def record_geqrf_dist(graph, run, slots):
     for step, k0, k1, owner, lk in run.steps(k_end):
         kb, mine = k1 - k0, owner == run.rank
         S, slot = slots.store(step), slots.slot(step)
-        panel = run.own_panel(step, k0, ops.window(A, k0, m, lk, lk + kb)) if mine else None
-        own_panel = Region("A", k0, m, lk, lk + kb)
+        panel, own_panel = run.panel(step, k0, k1, lk, m, owner)
 
         # [A11; A21] = Q1 [R11; 0]
         if mine:

@@ -40,8 +40,7 @@ def record_getrf_dist(graph, run, slots):
         # the step's slot as a store of rows k0:m, whose pivots are the step's (relative to k0)
         S, slot = ops.window(slots.store(step), 0, m - k0, 0, kb), slots.region(step)
         rows = ops.window(A, k0, m, 0, run.width)  # rows k0:m: the step's interchanges' reach
-        panel = run.own_panel(step, k0, ops.window(A, k0, m, lk, lk + kb)) if mine else None
-        own_panel = Region("A", k0, m, lk, lk + kb)
+        panel, own_panel = run.panel(step, k0, k1, lk, m, owner)
 
         # [A11; A21] = P [L11; L21] U11
         if mine:

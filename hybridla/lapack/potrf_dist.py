@@ -32,14 +32,13 @@ def potrf_dist(run):
 
 
 def record_potrf_dist(graph, run, slots):
-    ops, A, n = run.ops, run.A, run.layout.n
+    A, n = run.A, run.layout.n
     steps = BlockedSteps(graph, A, run.plan, n,
                          lambda k0, k1: chol_update.herk_flops(n, k0, k1, k1, n))
     for step, k0, k1, owner, lk in run.steps(n):
         kb, mine = k1 - k0, owner == run.rank
         S, slot = slots.store(step), slots.region(step)
-        panel = run.own_panel(step, k0, ops.window(A, k0, n, lk, lk + kb)) if mine else None
-        own_panel = Region("A", k0, n, lk, lk + kb)
+        panel, own_panel = run.panel(step, k0, k1, lk, n, owner)
 
         # A11 = L11 L11^H;  A21 := A21 L11^-H
         if mine:
