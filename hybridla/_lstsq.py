@@ -18,6 +18,7 @@ from ._common import (
     _flag,
     _host_backend,
     _host_matrix,
+    _memory_budget,
     _shape_and_dtype,
     is_device_array,
 )
@@ -291,11 +292,21 @@ def _gelsy_where(engine, matrix, array, b, b_array, b_shape, dtype, rcond, overw
                  options):
     """gelsy's results for `matrix` (the user's a, `array` its host form, or a copy rebuilt
     from its factors): on a device backend (either interface) by the pivoted QR of
-    lapack/geqp3.py and gelsy_factored; on the host backend by LAPACK's gelsy."""
-    if engine.has_device or is_device_array(matrix):
+    lapack/geqp3.py and gelsy_factored; on the host backend, or for a host matrix over the
+    device's budget (the pivoted QR has no out-of-core driver), by LAPACK's gelsy."""
+    if is_device_array(matrix) or (engine.has_device and _fits_device(engine, matrix, dtype,
+                                                                      options)):
         return _gelsy_engine(matrix, array, b, b_array, b_shape, dtype, rcond, overwrite_a,
                              backend, options)
     return _gelsy(matrix, array, b_array, dtype, rcond, overwrite_a)
+
+
+def _fits_device(engine, matrix, dtype, options) -> bool:
+    """Whether the pivoted QR of the host `matrix` fits the device's memory budget."""
+    m, n = matrix.shape
+    nb = make_plan(engine, m, n, dtype, routine="qr", nb=options["nb"]).nb
+    budget = _memory_budget(engine)
+    return budget is None or engine.required_bytes(m, n, dtype, nb) <= budget
 
 
 def _gelsy_engine(matrix, array, b, b_array, b_shape, dtype, rcond, overwrite_a, backend,
