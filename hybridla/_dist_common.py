@@ -9,7 +9,7 @@ import numpy as np
 
 from . import backend as _backends
 from . import config as _config
-from ._common import _common_dtype, _host_matrix, _lapack_dtype
+from ._common import _all_finite, _common_dtype, _host_matrix, _lapack_dtype
 from .lapack import _dist
 from .lapack import solves_dist
 from .scheduler import cluster as _cluster
@@ -109,7 +109,8 @@ def _factor(client, backend, routine, driver, operand, nb, lookahead, trace, arg
     job = dict(name=operand.name, routine=routine, dtype=operand.dtype,
                check_finite=operand.check_finite, arguments=arguments or {}, private=private)
     futures, results = _run(client, backend, addresses, layout, lookahead, parts,
-                            functools.partial(_dist.on_worker, driver), job, trace)
+                            functools.partial(_dist.on_worker, driver, all_finite=_all_finite),
+                            job, trace)
     return _cluster.local_parts(client, futures), layout, results, (addresses, lookahead)
 
 

@@ -102,7 +102,7 @@ def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_fini
         addresses, lookahead = context
         qlayout = _dist.ColumnCyclic(m, columns, layout.nb, layout.size)
         job = dict(name="a", routine="qr", dtype=operand.dtype, check_finite=False,
-                   arguments={"columns": columns, "tau": tau})
+                   writes_part=False, arguments={"columns": columns, "tau": tau})
         futures, _ = _run(client, backend, addresses, layout, lookahead, parts,
                           functools.partial(_dist.on_worker, orgqr_dist), job, None)
         q = _assemble(client, _cluster.local_parts(client, futures), qlayout, operand.dtype,

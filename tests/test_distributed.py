@@ -355,3 +355,56 @@ def test_two_gpus_lu_cholesky_qr():
             b = random_matrix(1300, 2, dtype, rng)
             x = hd.solve(a[:1300], b, **options)
             assert solve_backward_error(a[:1300], x, b) < THRESH
+
+
+# -- a worker's host-resident part: every final block goes home, once ----------------------------
+
+class _WindowsOfTheStub:
+    """The host backend, except that a window of the streamed stub is the stub itself (the
+    recorders only take windows for their regions and results, which a recording leaves alone)."""
+
+    def __init__(self, stub):
+        from hybridla.backend import get_backend
+        self._host, self._stub = get_backend("host"), stub
+        self.has_device = True
+
+    def window(self, A, r0, r1, c0, c1):
+        return A if A is self._stub else self._host.window(A, r0, r1, c0, c1)
+
+    def __getattr__(self, name):
+        return getattr(self._host, name)
+
+
+@pytest.mark.parametrize("routine", ["getrf", "potrf", "geqrf"])
+@pytest.mark.parametrize("shape", [(45, 45), (45, 29), (29, 45)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_host_resident_part_goes_home_once_after_its_last_write(routine, shape, rank):
+    """On a device backend each rank's part is a streamed store (uploaded while the first
+    steps run, the final blocks downloaded while the rest goes on): the recorded graph of
+    each driver sends every element of the rank's part home exactly once, after its last
+    write, and the store's residency agrees."""
+    from hybridla.lapack.geqrf_dist import record_geqrf_dist
+    from hybridla.lapack.getrf_dist import record_getrf_dist
+    from hybridla.lapack.potrf_dist import record_potrf_dist
+    from hybridla.scheduler import TaskGraph
+    from hybridla.scheduler.plan import make_plan
+    from _lapack_checks import StreamedStoreStub, assert_downloads_cover_once
+    m, n = shape if routine != "potrf" else (shape[0], shape[0])
+    nb = 8
+    layout = _dist.ColumnCyclic(m, n, nb, 2)
+    A = StreamedStoreStub(m, layout.width(rank))
+    ops = _WindowsOfTheStub(A)
+    plan = make_plan(ops._host, m, n, np.float64, routine={"getrf": "lu", "potrf": "cho",
+                                                            "geqrf": "qr"}[routine],
+                     nb=nb, lookahead=1)
+    run = _dist.WorkerRun(ops, plan, HostTransport.__new__(HostTransport), layout, rank, A)
+    slots = _dist.PanelSlots(ops._host, m, nb, np.float64, 3)
+    record = {"getrf": record_getrf_dist, "potrf": record_potrf_dist,
+              "geqrf": record_geqrf_dist}[routine]
+    graph = TaskGraph()
+    for _ in record(graph, run, slots):
+        pass
+    if routine == "potrf":  # the strict upper triangle is never written: it stays home
+        assert A.residency.home_is_current(), A.residency
+        return
+    assert_downloads_cover_once(graph, m, layout.width(rank), A)

@@ -261,43 +261,53 @@ def panel_results(run, pivots=False, tau=False):
                        **({"tau": scalars} if tau else {}))
 
 
-def on_worker(driver, ops, transport, rank, local, job):
+def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
     """One worker's whole share of a distributed call (the long-lived task's body,
-    scheduler/cluster.py): its local matrix `local` (host, m x its columns) into a store where
-    the backend computes, `driver(run)` on it, the factors back to the host. `job`: what every
-    rank was given alike (shape, dtype, the resolved nb and look-ahead, check_finite, and the
-    driver's own arguments). Returns {"local", "results", "trace", "wall_origin"}."""
+    scheduler/cluster.py): its local matrix `local` (host, m x its columns) as a host-resident
+    store, streamed up while the driver's first steps run and its final blocks sent home
+    while the rest goes on (the drivers' send_home, as the CPU interface's), `driver(run)`
+    on it. `job`: what every rank was given alike (shape, dtype, the resolved nb and
+    look-ahead, check_finite, and the driver's own arguments); `all_finite(array)`: the
+    user layer's finiteness test for check_finite (default: NumPy's, entry by entry).
+    Returns {"local", "results", "trace", "wall_origin"}."""
     import dataclasses
 
     from ..scheduler.plan import make_plan
 
     m, n = job["shape"]
     layout = ColumnCyclic(m, n, job["nb"], transport.size)
-    # read only (into the working store): no copy unless its layout or dtype needs one
+    given = local
     local = np.asfortranarray(local, dtype=job["dtype"])
-    if job["check_finite"] and not np.isfinite(local).all():
+    finite = all_finite or (lambda array: bool(np.isfinite(array).all()))
+    if job["check_finite"] and not finite(local):
         raise ValueError(f"{job['name']} must not contain infs or NaNs (check_finite=True)")
     plan = make_plan(ops, m, n, job["dtype"], routine=job["routine"], nb=job["nb"],
                      lookahead=job["lookahead"], panel=job.get("panel"))
     plan = dataclasses.replace(plan, trace_path=None, progress=False)
-    A = ops.matrix(m, local.shape[1], local.dtype, plan.nb, plan.device_settings)
+    # The factors' home is the rank's part itself where it is this call's own (job["private"]:
+    # scheduler/cluster.place; or the copy asfortranarray just made), so that a large matrix
+    # is held once per worker, not twice; a part that is not gets a copy here, unless the
+    # driver only reads it (job["writes_part"] False: orgqr_dist's factors).
+    own = local is not given or job.get("private", [False] * (rank + 1))[rank]
+    writes = job.get("writes_part", True)
+    home = local if not writes or (own and local.flags.writeable) else \
+        np.array(local, order="F")
+    A = ops.host_matrix(home, home, plan.nb, settings=plan.device_settings) \
+        if ops.has_device else ops.host_matrix(home, home, plan.nb)
     run = WorkerRun(ops, plan, transport, layout, rank, A)
     try:
-        lane = ops.lane("gpu:update")
-        if local.size:
-            with lane:
-                ops.from_host(lane, local, A.block(0, m, 0, local.shape[1]))
         trace = driver(run, **job.get("arguments", {}))
-        out = A if run.output is None else run.output
-        # the factors go back over the rank's part where it is this call's own (job["private"]:
-        # scheduler/cluster.place), so that a large matrix is held once per worker, not
-        # twice; another output (orgqr's Q) gets an array of its own
-        reuse = run.output is None and job.get("private", [False] * (rank + 1))[rank] and \
-            local.flags.writeable and local.flags.f_contiguous
-        result = local if reuse else np.empty((out.m, out.n), dtype=local.dtype, order="F")
-        if result.size:
-            with lane:
-                ops.to_host(lane, out.block(0, out.m, 0, out.n), out=result)
+        if getattr(A, "streamed", False) and not A.residency.home_is_current():
+            raise RuntimeError(f"{job['routine']}: the driver left blocks of rank {rank}'s "
+                               f"part on the device ({A.residency})")
+        result = home
+        if run.output is not None:  # another output (orgqr's Q) gets an array of its own
+            out = run.output
+            result = np.empty((out.m, out.n), dtype=local.dtype, order="F")
+            if result.size:
+                lane = ops.lane("gpu:update")
+                with lane:
+                    ops.to_host(lane, out.block(0, out.m, 0, out.n), out=result)
     finally:
         if run.output is not None:
             run.output.close()

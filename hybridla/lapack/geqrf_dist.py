@@ -8,6 +8,8 @@ For each step k (panel columns k0:k1, kb = k1 - k0 <= nb), on every rank:
     all:               V1 := the slot's reflectors, explicitly;  T1 := larft(V1, tau)
     all, its columns right of the panel, the next block column first:
                        [A12; A22] := Q1^H [A12; A22]       W = V1^H C;  W := T1^H W;  C -= V1 W
+    final, and sent home where the part is host-resident: the owner's panel, every rank's
+                       rows k0:k1 right of it
 
 Each rank forms T1 itself from the broadcast reflectors (kb^2 (m - k0) flops, beside the
 update's 4 kb (m - k0) w) rather than receiving it: one message a step. Look-ahead across
@@ -20,7 +22,7 @@ from ..scheduler import Region
 from ..scheduler.graph import WindowGraph
 from ..scheduler.plan import PANEL_FLOPS
 from ..update.qr import larfb_flops
-from ._blocked import BlockedSteps
+from ._blocked import BlockedSteps, upload_all
 from ._dist import (AbortingGraph, PanelSlots, factor_distributed, record_broadcast,
                     record_panel, run_graph_of)
 from ._householder import QR, record_block_update, record_reflectors, reserve_reflector_slots
@@ -67,6 +69,13 @@ def record_geqrf_dist(graph, run, slots):
                               lambda c0, c1, lane: record_block_update(
                                   graph, ops, S, reflectors, "L", "C", QR.direction, A, "A",
                                   (k0, m, c0, c1), lane, step, larfb_flops(m - k0, kb, c1 - c0)))
+
+        # final now, sent home where the part is host-resident: the owner's panel (R11 and
+        # the reflectors) and rows k0:k1 (R12) of every rank's columns right of it
+        if mine:
+            steps.send_home(step, k0, m, lk, lk + kb)
+        if run.width > (lk + kb if mine else lk):
+            steps.send_home(step, k0, k1, lk + kb if mine else lk, run.width)
         yield step
 
 
@@ -91,6 +100,8 @@ def orgqr_dist(run, columns, tau):
     k_end = min(m, run.layout.n, columns)
     qlayout = type(run.layout)(m, columns, nb, run.layout.size)
     width = qlayout.width(run.rank)
+    if A.streamed:  # the factors only read here: all of them up, now
+        upload_all(A, run.plan)
     E = run.output = ops.matrix(m, width, A.dtype, nb, run.plan.device_settings)
     identity = np.zeros((m, width), dtype=A.dtype, order="F")
     identity[qlayout.columns(run.rank), np.arange(width)] = 1

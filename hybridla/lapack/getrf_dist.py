@@ -8,6 +8,7 @@ For each step k (panel columns k0:k1, kb = k1 - k0 <= nb), on every rank:
     all:               [A10; A20] := P_k^T [A10; A20]          its finished columns on the left
     all, its columns right of the panel, the next one first (look-ahead) then the rest:
                        [A12; A22] := P_k^T [A12; A22];  A12 := L11^-1 A12;  A22 -= L21 A12
+    all:               rows k0:k1 of its columns are final: they go home (a host-resident part)
 
 Every worker holds whole columns, so the interchanges never leave it. Look-ahead across
 workers: each rank updates its first block column past the panel on the panel lane first;
@@ -70,6 +71,10 @@ def record_getrf_dist(graph, run, slots):
                                                     k0=k0, kb=kb, c0=c0, c1=c1),
                                   reads=[slot], writes=[Region("A", k0, m, c0, c1)],
                                   flops=lu_update.update_flops(m, k0, k1, c0, c1)))
+
+        # rows k0:k1 of this rank's columns are final now (all rows that remain, after the
+        # last step): a host-resident part sends them home
+        steps.send_home(step, k0, k1 if k1 < k_end else m, 0, run.width)
         yield step
 
 

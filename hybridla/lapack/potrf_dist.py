@@ -9,6 +9,7 @@ For each step k (diagonal block k0:k1, kb = k1 - k0 <= nb), on every rank:
     all, each of its block columns j right of the panel (rows j0:n), the next one first:
                        A[j0:n, j] -= L[j0:n, k] L[j, k]^H        herk on the diagonal block,
                                                                  gemm below it
+    owner:             block column k is final: it goes home (a host-resident part)
 
 Look-ahead across workers as in getrf_dist: each rank's first block column past the panel
 goes first on the panel lane; on the owner of step k + 1 it is the next diagonal block.
@@ -58,9 +59,23 @@ def record_potrf_dist(graph, run, slots):
                                   "update", step, lane,
                                   functools.partial(_update, run=run, S=S, k0=k0, kb=kb, c0=c0,
                                                     c1=c1),
-                                  reads=[slot], writes=[Region("A", 0, n, c0, c1)],
+                                  reads=[slot], writes=_trapezoid(run, c0, c1),
                                   flops=chol_update.herk_flops(n, k0, k1, 0, c1 - c0)))
+
+        # the owner's block column k is final since its panel: a host-resident part sends it
+        # home (the strict upper triangle is never written and stays as it came)
+        if mine:
+            steps.send_home(step, k0, n, lk, lk + kb)
         yield step
+
+
+def _trapezoid(run, c0, c1):
+    """The regions an update of local columns c0:c1 writes: rows j0:n of each block column
+    (j0 its first global column); the strict upper triangle above them is never written, so
+    a host-resident part keeps it at home (no download)."""
+    nb, n = run.plan.nb, run.layout.n
+    return [Region("A", run.layout.global_column(run.rank, c), n, c, min(c + nb, c1))
+            for c in range(c0, c1, nb)]
 
 
 def _panel(lane, ops, panel):
