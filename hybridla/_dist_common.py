@@ -68,25 +68,33 @@ def _resolve_plan(backend, m, n, dtype, routine, nb, lookahead):
     return plan.nb, plan.lookahead
 
 
-def _layout(client, backend, routine, dtype, m, n, nb, lookahead):
-    """The workers, and the layout of an m x n matrix over them (nb resolved on the first)."""
+def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None):
+    """The workers, the layout of the m x n matrix `operand` over them (nb resolved on the
+    first) and each rank's part placed on its worker: (addresses, layout, lookahead, parts
+    as Futures, whether each worker may write over its part). `data`: what to place, if not
+    operand.data (the same shape). A dask array's block columns stay on the workers that
+    already hold them, as far as the trailing updates' balance allows (BlockColumns.near:
+    moving a block between worker processes costs more than an uneven share of the updates
+    unless the share is far off); a NumPy array is cut cyclically and scattered."""
     addresses = _cluster.workers(client)
-    nb, lookahead = client.submit(_resolve_plan, backend, m, n, dtype, routine, nb, lookahead,
-                                  workers=[addresses[0]], pure=False).result()
-    return addresses, _dist.ColumnCyclic(m, n, nb, len(addresses)), lookahead
-
-
-def _place(client, addresses, layout, operand):
-    """(each rank's part as a Future on its worker, whether the worker may write over it)."""
-    return _cluster.place(client, addresses, operand.data,
-                          [layout.columns(rank) for rank in range(layout.size)], operand.dtype,
-                          layout.nb)
+    nb, lookahead = client.submit(_resolve_plan, backend, m, n, operand.dtype, routine, nb,
+                                  lookahead, workers=[addresses[0]], pure=False).result()
+    data = operand.data if data is None else data
+    if _cluster.is_dask_array(data):
+        data, holders = _cluster.block_columns(client, addresses, data, nb)
+        layout = _dist.BlockColumns.near(m, n, nb, len(addresses), holders, min(m, n))
+    else:
+        layout = _dist.BlockColumns(m, n, nb, len(addresses))
+    parts, private = _cluster.place(client, addresses, data,
+                                    [layout.columns(rank) for rank in range(layout.size)],
+                                    operand.dtype, layout.nb)
+    return addresses, layout, lookahead, parts, private
 
 
 def _run(client, backend, addresses, layout, lookahead, parts, work, job, trace):
     """Run `work` on every worker over its part; returns (Futures of what each returned, the
     small results on the client); a `trace` path gets the merged Chrome trace."""
-    job = dict(job, shape=(layout.m, layout.n), nb=layout.nb, lookahead=lookahead)
+    job = dict(job, shape=(layout.m, layout.n), nb=layout.nb, lookahead=lookahead, layout=layout)
     futures = _cluster.run_job(client, addresses, work, parts, job, backend)
     results = _cluster.small_results(client, futures)
     if trace is not None:
@@ -103,9 +111,8 @@ def _factor(client, backend, routine, driver, operand, nb, lookahead, trace, arg
     Futures on their workers, the layout, the ranks' small results, the run's context for a
     solve that follows)."""
     m, n = operand.shape
-    addresses, layout, lookahead = _layout(client, backend, routine, operand.dtype, m, n, nb,
-                                           lookahead)
-    parts, private = _place(client, addresses, layout, operand)
+    addresses, layout, lookahead, parts, private = _layout(client, backend, routine, operand,
+                                                           m, n, nb, lookahead)
     job = dict(name=operand.name, routine=routine, dtype=operand.dtype,
                check_finite=operand.check_finite, arguments=arguments or {}, private=private)
     futures, results = _run(client, backend, addresses, layout, lookahead, parts,
@@ -136,7 +143,7 @@ def _assemble(client, parts, layout, dtype, like_dask):
         import dask.array as da
         blocks = []
         for j in range(layout.blocks):
-            rank, local = layout.owner(j), (j // layout.size) * nb
+            rank, local = layout.owner(j), layout.local_start(layout.owner(j), j)
             width = min(nb, n - j * nb)
             piece = dask.delayed(_columns)(parts[rank], local, local + width)
             blocks.append(da.from_delayed(piece, (m, width), dtype=dtype,

@@ -100,7 +100,7 @@ def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_fini
         q = _module(lazy).eye(m, columns, dtype=operand.dtype)
     else:
         addresses, lookahead = context
-        qlayout = _dist.ColumnCyclic(m, columns, layout.nb, layout.size)
+        qlayout = _dist.BlockColumns(m, columns, layout.nb, layout.size)
         job = dict(name="a", routine="qr", dtype=operand.dtype, check_finite=False,
                    writes_part=False, arguments={"columns": columns, "tau": tau})
         futures, _ = _run(client, backend, addresses, layout, lookahead, parts,

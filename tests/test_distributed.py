@@ -391,7 +391,7 @@ def test_a_host_resident_part_goes_home_once_after_its_last_write(routine, shape
     from _lapack_checks import StreamedStoreStub, assert_downloads_cover_once
     m, n = shape if routine != "potrf" else (shape[0], shape[0])
     nb = 8
-    layout = _dist.ColumnCyclic(m, n, nb, 2)
+    layout = _dist.BlockColumns(m, n, nb, 2)
     A = StreamedStoreStub(m, layout.width(rank))
     ops = _WindowsOfTheStub(A)
     plan = make_plan(ops._host, m, n, np.float64, routine={"getrf": "lu", "potrf": "cho",
@@ -408,3 +408,38 @@ def test_a_host_resident_part_goes_home_once_after_its_last_write(routine, shape
         assert A.residency.home_is_current(), A.residency
         return
     assert_downloads_cover_once(graph, m, layout.width(rank), A)
+
+
+# -- where the block columns live: the layout follows the data ------------------------------------
+
+def test_block_columns_owned_anywhere_index_alike():
+    """Any ownership map: each rank's columns, their local starts and global indices agree
+    with one another and cover the matrix once."""
+    rng = np.random.default_rng(5)
+    layout = _dist.BlockColumns(30, 53, 8, 3, tuple(int(r) for r in rng.integers(0, 3, 7)))
+    seen = np.zeros(53, int)
+    for rank in range(3):
+        cols = layout.columns(rank)
+        assert len(cols) == layout.width(rank)
+        seen[cols] += 1
+        for local, col in enumerate(cols):
+            assert layout.global_column(rank, local) == col
+        for j in layout.owned(rank):
+            assert cols[layout.local_start(rank, j)] == j * 8
+    np.testing.assert_array_equal(seen, 1)
+
+
+def test_layout_near_the_holders_moves_only_what_balance_needs():
+    """Blocks held cyclically stay where they are; all on one worker, or each half on one,
+    move until the trailing updates are within the tolerance of an even split, and no
+    further (cyclic ownership is the yardstick: within it)."""
+    m = n = 64 * 16
+    cyclic = _dist.BlockColumns(m, n, 16, 2)
+    assert cyclic.imbalance(n) <= 1.05
+    held = [j % 2 for j in range(64)]
+    assert list(_dist.BlockColumns.near(m, n, 16, 2, held, n).owners) == held
+    for held, most in (([0] * 64, 32), ([0] * 32 + [1] * 32, 32), ([-1] * 64, 64)):
+        layout = _dist.BlockColumns.near(m, n, 16, 2, held, n)
+        assert layout.imbalance(n) <= 1.1, (held, layout.owners)
+        moved = sum(a != b for a, b in zip(held, layout.owners))
+        assert moved <= most, (held, layout.owners)  # a block held nowhere "moves" anyway

@@ -30,7 +30,7 @@ import functools
 import numpy as np
 
 from ..scheduler import Region
-from ._dist import AbortingGraph, ColumnCyclic, WorkerRun, run_graph_of
+from ._dist import AbortingGraph, WorkerRun, run_graph_of
 from ._householder import QR, reserve_reflector_slots
 from ..update.qr import apply_block_reflector
 
@@ -46,7 +46,7 @@ def solve_on_worker(solve, ops, transport, rank, local, job):
     b = np.array(job["b"], dtype=job["dtype"], order="F", copy=True)
     plan = make_plan(ops, m, n, job["dtype"], routine=job["routine"], nb=job["nb"],
                      lookahead=job["lookahead"])
-    layout = ColumnCyclic(m, n, plan.nb, transport.size)
+    layout = job["layout"]
     local = np.asarray(local, dtype=job["dtype"])
     if job["check_finite"] and not np.isfinite(local).all():
         raise ValueError(f"{job['name']} must not contain infs or NaNs (check_finite=True)")

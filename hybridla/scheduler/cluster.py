@@ -12,6 +12,7 @@ that the others' collectives raise instead of waiting (scheduler/transport.py).
 from __future__ import annotations
 
 import operator
+import os
 import secrets
 import time
 import uuid
@@ -87,13 +88,35 @@ def place(client, addresses, a, columns, dtype, nb):
     return parts, private
 
 
+def block_columns(client, addresses, a, nb):
+    """The dask array `a` cut into block columns of nb and persisted where Dask computes them
+    (a chunk that is one already stays where it is), and the rank (index in `addresses`)
+    of the worker holding each block column, -1 where none of them does: (the persisted
+    array, the ranks)."""
+    from distributed import wait
+
+    blocks = client.persist(a.rechunk((a.shape[0], nb)))
+    wait(blocks)
+    who = client.who_has(blocks)
+    rank = {address: r for r, address in enumerate(addresses)}
+    keys = blocks.__dask_keys__()  # one row of chunks: [[key of column block 0, 1, ...]]
+    holders = []
+    for key in (keys[0] if keys else []):
+        held = [rank[w] for w in who.get(key, ()) if w in rank]
+        holders.append(held[0] if held else -1)
+    return blocks, holders
+
+
 def _stack_columns(blocks, m, dtype):
-    """The block columns `blocks` (m rows each) side by side in one new F-ordered array."""
+    """The block columns `blocks` (m rows each) side by side in one new F-ordered array,
+    copied by a thread per core (NumPy's copies release the GIL): one thread moved ~3.5
+    GB/s, 5 s for a worker's 17 GB at n = 65536 on two GPUs."""
+    from concurrent.futures import ThreadPoolExecutor
     out = np.empty((m, sum(b.shape[1] for b in blocks)), dtype=dtype, order="F")
-    c0 = 0
-    for block in blocks:
-        out[:, c0:c0 + block.shape[1]] = block
-        c0 += block.shape[1]
+    starts = np.cumsum([0] + [b.shape[1] for b in blocks])
+    with ThreadPoolExecutor(max(1, min(len(blocks), os.cpu_count() or 1))) as pool:
+        list(pool.map(lambda i: np.copyto(out[:, starts[i]:starts[i + 1]], blocks[i],
+                                          casting="unsafe"), range(len(blocks))))
     return out
 
 
