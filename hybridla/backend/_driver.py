@@ -17,6 +17,7 @@ _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 _CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
 _CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1  # other threads may still allocate meanwhile
 _CU_DEV_RESOURCE_TYPE_SM = 1
+_CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH = 120
 _CU_GREEN_CTX_DEFAULT_STREAM = 1  # required by cuGreenCtxCreate
 
 
@@ -66,6 +67,16 @@ def current_device() -> int | None:
     device = ctypes.c_int()
     _check(_cuda.cuCtxGetDevice(ctypes.byref(device)), "cuCtxGetDevice")
     return device.value
+
+
+def cluster_launch(ordinal: int) -> bool:
+    """Whether device `ordinal` launches kernels in thread-block clusters (compute capability
+    9.0 on; PyCUDA has no name for the attribute)."""
+    device, value = ctypes.c_int(), ctypes.c_int()
+    _check(_cuda.cuDeviceGet(ctypes.byref(device), ctypes.c_int(ordinal)), "cuDeviceGet")
+    _check(_cuda.cuDeviceGetAttribute(ctypes.byref(value), _CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH,
+                                      device), "cuDeviceGetAttribute(CLUSTER_LAUNCH)")
+    return bool(value.value)
 
 
 def stream_synchronize(stream: int) -> None:
@@ -225,6 +236,17 @@ class Module:
                                              name.encode()), f"cuModuleGetFunction({name})")
             self._functions[name] = fn.value
         return self._functions[name]
+
+    def load_functions(self, names) -> None:
+        """Look the kernels `names` up and load their code now (cuFuncLoad, where the driver
+        has it: CUDA 12.4 on). Under the driver's lazy loading (CUDA_MODULE_LOADING=LAZY, the
+        default) a kernel's code is loaded at its first launch otherwise, on the caller's
+        critical path, and loading may wait for the work the device has in flight."""
+        load = getattr(_cuda, "cuFuncLoad", None)
+        for name in names:
+            function = self.function(name)
+            if load is not None:
+                _check(load(ctypes.c_void_p(function)), f"cuFuncLoad({name})")
 
     def launch(self, name, grid, block, stream: int, *args, shared: int = 0,
                cooperative: bool = False):

@@ -26,12 +26,12 @@ from . import (batched, blas, chol, interop, ldl, lu, memory, mixed, pivoted_qr,
                store, transfers)
 from .interop import device_array_layout
 from .memory import DeviceArray
-from .runtime import SM_SPLITS, CudaLane
+from .runtime import SM_SPLITS, CudaLane, KernelBuildError
 from .store import DeviceBlock, DeviceMatrix
 from .transfers import HOST_TRANSFERS
 
 __all__ = ["CudaBackend", "CudaLane", "DeviceArray", "DeviceBlock", "DeviceMatrix",
-           "HOST_TRANSFERS", "SM_SPLITS", "device_array_layout"]
+           "HOST_TRANSFERS", "KernelBuildError", "SM_SPLITS", "device_array_layout"]
 
 
 class CudaBackend(BackendDefaults):
@@ -59,9 +59,11 @@ class CudaBackend(BackendDefaults):
         self._call_depth = 0
         self.device_name = self.device.name()
         self.multiprocessors = self.device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
-        # compiled once per process (PyCUDA caches the cubin on disk too)
+        # compiled once per process (PyCUDA caches the cubin on disk too), in the background:
+        # a first call's host work (checks, staging copies, the upload) goes on meanwhile, and
+        # a kernel's first launch waits for its own module (runtime.Kernels)
         self.kernels, self.fused_panel_shared, self.tslu_shared, self.leaf_cluster = \
-            runtime.compile_kernels(self.device, self.context)
+            runtime.compile_kernels(self.device, self.context, self.ordinal)
         self._lanes = {}
         self._lanes_lock = threading.Lock()
         # device.sm_split "green": per number of panel SMs, the two green contexts and their
@@ -73,8 +75,11 @@ class CudaBackend(BackendDefaults):
         self._alloc_lock = threading.Lock()
         self._pool = None  # pycuda's DeviceMemoryPool, made on first use (memory_pool)
         self.staging_lock = threading.Lock()
-        self._staging = []
+        self._staging = None  # memory.PinnedBuffers, made by the first call that stages
         self._copy_pool, self._copy_pool_size = None, 0
+        # the lanes of a first call, their cuBLAS and cuSOLVER handles made in the background
+        # too (last: the thread reads the state above)
+        runtime.make_lanes_in_background(self)
 
     # -- the context, lanes, runs and synchronization (runtime.py) -----------------------------
     active = runtime.active
@@ -110,7 +115,7 @@ class CudaBackend(BackendDefaults):
     stream_synchronize = interop.stream_synchronize
 
     # -- pinned staging slots, host copies, host <-> blocks (transfers.py) ---------------------
-    staging_slots = transfers.staging_slots
+    staging_slots = memory.staging_slots  # made in the background (memory.PinnedBuffers)
     host_copy = transfers.host_copy
     to_host = transfers.to_host
     from_host = transfers.from_host

@@ -1,11 +1,14 @@
 """Device memory of the cuda backend: allocations for the tile stores (from a pool, when the run's
 DeviceSettings.memory_pool says so), what they and the pool hold, and `DeviceArray`, a result
-array hybridla hands to the user.
+array hybridla hands to the user; the pinned host buffers kept for staging (`staging_slots`).
 
 Module-level functions over the backend (the facade, `CudaBackend`, binds them), which keeps the
 counters and the pool for the process.
 """
 from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
 
 import numpy as np
 import pycuda.driver as drv
@@ -84,6 +87,89 @@ def free_memory(backend) -> int:
         return drv.mem_get_info()[0] + backend.cached_bytes()
     finally:
         drv.Context.pop()
+
+
+class PinnedBuffers:
+    """`count` pinned host buffers (NumPy uint8 arrays) of `nbytes` each, allocated one after
+    the other, in order, by a host thread of their own from construction on (cuMemHostAlloc
+    costs about as much as pinning: 0.1 to 0.2 s per GiB), so that the first can be filled
+    while the others are made. `buffer(i)` waits for buffer i only; an allocation that
+    failed is raised there, in the caller's thread, for it and every buffer after it."""
+
+    def __init__(self, context, count: int, nbytes: int):
+        self.count, self.nbytes = count, nbytes
+        self._buffers: list = []
+        self._failure: BaseException | None = None
+        self._made = threading.Condition()
+        self._thread = threading.Thread(target=self._allocate, args=(context,),
+                                        name="hybridla-pinned")
+        self._thread.start()
+
+    def _allocate(self, context):
+        context.push()
+        try:
+            for _ in range(self.count):
+                buffer = drv.pagelocked_empty(self.nbytes, np.uint8)
+                with self._made:
+                    self._buffers.append(buffer)
+                    self._made.notify_all()
+        except BaseException as exc:  # noqa: BLE001 - raised by `buffer`, in the caller's thread
+            with self._made:
+                self._failure = exc
+                self._made.notify_all()
+        finally:
+            drv.Context.pop()
+
+    def buffer(self, index: int) -> np.ndarray:
+        with self._made:
+            self._made.wait_for(lambda: len(self._buffers) > index or self._failure is not None)
+            if len(self._buffers) > index:
+                return self._buffers[index]
+            raise self._failure  # type: ignore[misc]
+
+    @property
+    def failed(self) -> bool:
+        return self._failure is not None
+
+    def join(self):
+        """Wait until the thread has made every buffer (or failed)."""
+        self._thread.join()
+
+
+class Slots(Sequence):
+    """Some of a `PinnedBuffers`' buffers as a sequence (slicing gives another): indexing
+    waits for that buffer only."""
+
+    def __init__(self, buffers: PinnedBuffers, indices: range):
+        self._pinned, self._indices = buffers, indices
+
+    def __len__(self):
+        return len(self._indices)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return Slots(self._pinned, self._indices[index])
+        return self._pinned.buffer(self._indices[index])
+
+
+def staging_slots(backend, count: int, nbytes: int) -> Slots:
+    """`count` pinned host buffers of `nbytes` or more, allocated once and kept for the process
+    (like a pinned memory pool: cuMemHostAlloc costs about as much as pinning, so it is paid
+    once, not on every call), in the background (`PinnedBuffers`: a slot's first use waits for
+    it alone, so a first call's upload starts after one slot is made, not all). The caller
+    holds `staging_lock`."""
+    pinned = backend._staging
+    if pinned is None or pinned.failed or pinned.count < count or pinned.nbytes < nbytes:
+        # grown to the largest count and size asked so far: a mixed solve stages its float32
+        # copy and then its float64 matrix, which must not reallocate on every call
+        made, size = count, nbytes
+        if pinned is not None and not pinned.failed:
+            made, size = max(count, pinned.count), max(nbytes, pinned.nbytes)
+        if pinned is not None:  # the old buffers go before the larger ones are made
+            pinned.join()
+            backend._staging = pinned = None
+        backend._staging = PinnedBuffers(backend.context, made, size)
+    return Slots(backend._staging, range(count))
 
 
 def required_bytes(m, n, dtype, nb) -> int:

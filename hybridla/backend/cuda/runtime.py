@@ -10,7 +10,11 @@ process's device state (context, kernels, lanes), which the other family files r
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
+import re
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 
@@ -18,10 +22,14 @@ import numpy as np
 import pycuda.driver as drv
 from nvmath.bindings import cublas, cusolverDn
 from pycuda.compiler import compile as compile_cuda
+from pycuda.compiler import get_nvcc_version
 
+from ..._logging import get_logger
 from .. import _driver
 from ..host import HostLane
 from ..ops import DeviceSettings
+
+_log = get_logger("cuda")
 
 _PREFIX = {np.dtype(np.float32): "s", np.dtype(np.float64): "d",
            np.dtype(np.complex64): "c", np.dtype(np.complex128): "z"}
@@ -32,8 +40,24 @@ _LEAF_CLUSTER = {"blocks": 16, "threads": 512, "max_rows": 16 * 512 * 4, "max_wi
 # STRIP)
 _STATS_THREADS, _STATS_STRIP = 256, 64
 SM_SPLITS = ("cublas", "green")  # device.sm_split: how device.panel_sms is kept
-_KERNEL_FILES = ("laswp.cu", "lapack_aux.cu", "geqp3.cu", "convert.cu", "hemv.cu", "getrf_panel.cu",
-                 "tslu.cu", "getrf_leaf_cluster.cu", "butterfly.cu")
+# Each file of cuda/ is the module of its own kernels, compiled after the files whose
+# definitions it uses (in the order they had when all were one module). The files a first LU
+# call needs come first: they are compiled first where the host has fewer cores than there are
+# modules.
+_KERNEL_FILES = {
+    "laswp.cu": (),
+    "lapack_aux.cu": (),
+    "getrf_panel.cu": (),
+    "tslu.cu": ("getrf_panel.cu",),
+    "getrf_leaf_cluster.cu": ("getrf_panel.cu", "tslu.cu"),
+    "convert.cu": ("lapack_aux.cu",),
+    "geqp3.cu": ("lapack_aux.cu",),
+    "hemv.cu": ("lapack_aux.cu", "convert.cu"),
+    "butterfly.cu": ("lapack_aux.cu",),
+}
+# the lanes a first factorization takes, made in the background when the backend is (begin_run's
+# lane, the first upload's, the panels', the downloads')
+_FIRST_LANES = ("gpu:update", "copy:h2d", "gpu:panel", "copy:d2h")
 
 
 def _kernel_source(name: str) -> str:
@@ -44,36 +68,171 @@ def _kernel_source(name: str) -> str:
     return resources.files("hybridla.kernels").joinpath(name).read_text()
 
 
-def compile_kernels(device, context):
-    """Our kernels, compiled once per process (PyCUDA caches the cubin on disk too), with the
-    launch limits the device allows them: (kernels, fused_panel_shared, tslu_shared,
-    leaf_cluster)."""
+# a kernel's definition: `__global__ void`, attributes such as __launch_bounds__(...), its name
+_GLOBAL = re.compile(r"__global__\s+void\s+(?:__\w+__\s*\([^()]*\)\s*)*(\w+)\s*\(")
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)\(([^)]*)\)(.*)$", re.MULTILINE)
+
+
+def kernel_names(source: str) -> set[str]:
+    """The names of the kernels (__global__ functions) a CUDA C source defines, those its
+    function-like macros make included (each invocation at the start of a line, its arguments
+    substituted, `##` pasted): what the lookup of a kernel's module goes by."""
+    source = re.sub(r"/\*.*?\*/", " ", source, flags=re.DOTALL)
+    source = re.sub(r"//[^\n]*", "", source).replace("\\\n", " ")
+    macros = {name: ([p.strip() for p in params.split(",")], body)
+              for name, params, body in _DEFINE.findall(source) if "__global__" in body}
+    plain = _DEFINE.sub("", source)
+    names = set(_GLOBAL.findall(plain))
+    for name, (params, body) in macros.items():
+        for arguments in re.findall(rf"^[ \t]*{name}\(([^)]*)\)", plain,
+                                    flags=re.MULTILINE):
+            values: dict[str, str] = dict(zip(params, (a.strip() for a in arguments.split(","))))
+            expanded = "".join(values.get(token, token) for token in re.split(r"(\w+)", body)
+                               if token)
+            names |= set(_GLOBAL.findall(re.sub(r"\s*##\s*", "", expanded)))
+    return names
+
+
+class KernelBuildError(RuntimeError):
+    """A module of our kernels (a file of cuda/) could not be compiled or loaded."""
+
+
+class Kernels:
+    """Our kernels, one module per file of cuda/ (`files`: file -> the files compiled before
+    it in its module), built in parallel by host threads of their own from construction on
+    (nvcc is a subprocess: the threads compile at once, one core each) while the caller goes
+    on. `build(file, source)` compiles and loads one module (in a worker thread) and returns
+    it; `source(file)` reads a file; `workers`: the threads that build (None: one per module,
+    at most one per core).
+
+    The lookups of `_driver.Module` (`function`, `launch`, `allow_shared`,
+    `allow_nonportable_cluster`) take a kernel's name and wait for its own module only. A
+    module whose build failed raises KernelBuildError naming its file, in the thread that
+    looks a kernel of it up, at every lookup; a name no file defines raises KeyError. No
+    thread is left once the builds are done."""
+
+    def __init__(self, build, files=None, source=_kernel_source, workers: int | None = None):
+        files = _KERNEL_FILES if files is None else files
+        sources = {name: source(name) for name in files}
+        self._file_of: dict[str, str] = {}  # kernel name -> file
+        for name in files:
+            for kernel in kernel_names(sources[name]):
+                if kernel in self._file_of:
+                    raise ValueError(f"kernel {kernel} is defined in {self._file_of[kernel]} "
+                                     f"and in {name}")
+                self._file_of[kernel] = name
+        self._before = dict(files)
+        # "#line": nvcc's messages then name the file and line a problem is in
+        module_sources = {name: "".join(f'#line 1 "{part}"\n{sources[part]}\n'
+                                        for part in (*files[name], name)) for name in files}
+        if workers is None:
+            workers = max(1, min(len(files), os.cpu_count() or 1))
+        builders = ThreadPoolExecutor(workers, thread_name_prefix="hybridla-nvcc")
+        try:
+            self._modules = {name: builders.submit(build, name, module_sources[name])
+                             for name in files}
+        finally:
+            builders.shutdown(wait=False)  # its threads end with the last build
+
+    def file_of(self, kernel: str) -> str:
+        """The file of cuda/ that defines `kernel` (KeyError where none does)."""
+        try:
+            return self._file_of[kernel]
+        except KeyError:
+            raise KeyError(f"no file of cuda/ defines a kernel {kernel!r}") from None
+
+    def module(self, file: str):
+        """The module of `file`, once built (waits for it)."""
+        try:
+            return self._modules[file].result()
+        except Exception as exc:
+            with_ = f" (after {', '.join(self._before[file])})" if self._before[file] else ""
+            raise KernelBuildError(f"building the kernels of cuda/{file}{with_} failed: "
+                                   f"{type(exc).__name__}: {exc}") from exc
+
+    def module_of(self, kernel: str):
+        """The module that holds `kernel`, once built (waits for it)."""
+        return self.module(self.file_of(kernel))
+
+    def wait(self) -> Kernels:
+        """Every module built (raising the first failure, as `module`)."""
+        for file in self._modules:
+            self.module(file)
+        return self
+
+    def function(self, name: str):
+        return self.module_of(name).function(name)
+
+    def launch(self, name, grid, block, stream: int, *args, shared: int = 0,
+               cooperative: bool = False):
+        self.module_of(name).launch(name, grid, block, stream, *args, shared=shared,
+                                    cooperative=cooperative)
+
+    def allow_shared(self, name: str, nbytes: int) -> None:
+        self.module_of(name).allow_shared(name, nbytes)
+
+    def allow_nonportable_cluster(self, name: str) -> None:
+        self.module_of(name).allow_nonportable_cluster(name)
+
+
+_nvcc_version_lock = threading.Lock()
+
+
+def _build_module(context, arch: str, prepare, file: str, source: str) -> _driver.Module:
+    """Compile one module of `Kernels` for `arch` (PyCUDA's compiler: its on-disk cache, keyed
+    by the source, the options and nvcc's version, skips nvcc when the module is there), load
+    it into `context` with its kernels' code, and let `prepare(file, module)` set their launch
+    limits. Runs in a worker thread: the context is pushed here."""
+    with _nvcc_version_lock:  # asked once per process (PyCUDA memoizes it, without a lock)
+        get_nvcc_version("nvcc")
+    # the architecture given: PyCUDA would ask the context current in this thread (none)
+    cubin = compile_cuda(source, no_extern_c=True, options=["-O3"], arch=arch)
     context.push()
     try:
-        source = "\n".join(_kernel_source(name) for name in _KERNEL_FILES)
-        kernels = _driver.Module(compile_cuda(source, no_extern_c=True, options=["-O3"]))
-        optin = getattr(drv.device_attribute, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", None)
-        # the dynamic shared memory a fused LU panel may take (the kernel's static share,
-        # under 1 KiB, comes out of the same per-block limit)
-        most = device.get_attribute(optin) if optin else 48 * 1024
-        fused_panel_shared = most - 1024
-        # tslu.cu's static shares (the finish's copy of U11, 32 x 32 elements; the slots)
-        # stay under 20 KiB
-        tslu_shared = most - 20 * 1024
-        # a cluster of 16 blocks is above the portable 8: allowed per kernel, where the
-        # device has it (an H100 or H200 does; elsewhere the leaves go to getrf_panel)
-        leaf_cluster = device.compute_capability() >= (9, 0)
-        try:
-            if leaf_cluster:
-                kernels.allow_nonportable_cluster("getrf_leaf_cluster_s")
-        except _driver.CudaDriverError:
-            leaf_cluster = False
-        for prefix in _PREFIX.values():
-            kernels.allow_shared(f"getrf_panel_fused_{prefix}", fused_panel_shared)
-            kernels.allow_shared(f"tslu_{prefix}", tslu_shared)
-            kernels.allow_shared(f"tslu_finish_{prefix}", tslu_shared)
+        module = _driver.Module(cubin)
+        # the file's own kernels (those of the files before it live in their own modules)
+        module.load_functions(kernel_names(source[source.rindex(f'#line 1 "{file}"'):]))
+        prepare(file, module)
     finally:
         drv.Context.pop()
+    return module
+
+
+def compile_kernels(device, context, ordinal: int):
+    """Our kernels, compiled once per process (PyCUDA caches the cubin on disk too), with the
+    launch limits the device allows them: (kernels, fused_panel_shared, tslu_shared,
+    leaf_cluster). Returns at once: `kernels` (a `Kernels`) compiles in the background, and a
+    kernel's first use waits for its own module; the limits come from the attributes of the
+    device (`ordinal`). No context need be current."""
+    optin = getattr(drv.device_attribute, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", None)
+    # the dynamic shared memory a fused LU panel may take (the kernel's static share,
+    # under 1 KiB, comes out of the same per-block limit)
+    most = device.get_attribute(optin) if optin else 48 * 1024
+    fused_panel_shared = most - 1024
+    # tslu.cu's static shares (the finish's copy of U11, 32 x 32 elements; the slots)
+    # stay under 20 KiB
+    tslu_shared = most - 20 * 1024
+    # a cluster of 16 blocks is above the portable 8: allowed per kernel, where the device
+    # has clusters (an H100 or H200 does; elsewhere the leaves go to getrf_panel). Decided
+    # from the device, not by the opt-in, so that no lane waits for the leaf's module (the
+    # slowest to compile); a device that has clusters and refuses the opt-in raises at the
+    # leaf's first launch.
+    leaf_cluster = device.compute_capability() >= (9, 0) and _driver.cluster_launch(ordinal)
+
+    def prepare(file, module):
+        if file == "getrf_panel.cu":
+            for prefix in _PREFIX.values():
+                module.allow_shared(f"getrf_panel_fused_{prefix}", fused_panel_shared)
+        elif file == "tslu.cu":
+            for prefix in _PREFIX.values():
+                module.allow_shared(f"tslu_{prefix}", tslu_shared)
+                module.allow_shared(f"tslu_finish_{prefix}", tslu_shared)
+        elif file == "getrf_leaf_cluster.cu" and leaf_cluster:
+            module.allow_nonportable_cluster("getrf_leaf_cluster_s")
+
+    major, minor = device.compute_capability()
+    arch = f"sm_{major}{minor}"
+    kernels = Kernels(functools.partial(_build_module, context, arch, prepare))
     return kernels, fused_panel_shared, tslu_shared, leaf_cluster
 
 
@@ -161,20 +320,45 @@ def lane(backend, name: str):
     """The lane of that name: "gpu:*" and "copy:*" lanes are CUDA streams; "cpu*" lanes are
     host worker threads (they wait for device events on the host)."""
     with backend._lanes_lock:
-        split = backend._split if name.startswith("gpu:") else None
-        lanes = backend._lanes if split is None else split["lanes"]
-        if name not in lanes:
-            backend.context.push()
+        return _lane_made(backend, name, backend._split if name.startswith("gpu:") else None)
+
+
+def _lane_made(backend, name: str, split):
+    """The lane `name` of `split` (a run's green contexts; None: the ordinary lanes), made
+    if it is not yet. The caller holds `_lanes_lock`."""
+    lanes = backend._lanes if split is None else split["lanes"]
+    if name not in lanes:
+        backend.context.push()
+        try:
+            if name.startswith("cpu"):
+                lanes[name] = HostLane(name)
+            else:
+                green = None if split is None else \
+                    split["panel" if name == "gpu:panel" else "rest"]
+                lanes[name] = CudaLane(name, backend, green)
+        finally:
+            drv.Context.pop()
+    return lanes[name]
+
+
+def make_lanes_in_background(backend, names=_FIRST_LANES) -> threading.Thread:
+    """Make the ordinary lanes `names` (streams; a compute lane's cuBLAS and cuSOLVER handles,
+    the costly part) in a host thread of its own, which ends when they are made: a first call
+    finds them made, or waits (`lane`, under `_lanes_lock`) for the one under way only. A lane
+    that cannot be made here is left to be made at its first use, where its error is raised
+    in the caller's thread."""
+    def make():
+        for name in names:
             try:
-                if name.startswith("cpu"):
-                    lanes[name] = HostLane(name)
-                else:
-                    green = None if split is None else \
-                        split["panel" if name == "gpu:panel" else "rest"]
-                    lanes[name] = CudaLane(name, backend, green)
-            finally:
-                drv.Context.pop()
-        return lanes[name]
+                with backend._lanes_lock:
+                    _lane_made(backend, name, None)
+            except Exception as exc:  # noqa: BLE001 - raised again at the lane's first use
+                _log.debug("lane %s not made ahead (%s); it is made at its first use",
+                           name, exc)
+
+    thread = threading.Thread(target=make, name="hybridla-lanes")
+    thread.start()
+    return thread
 
 
 def update_tasks(workers: int) -> int:
@@ -215,7 +399,9 @@ def _enter_split(backend, reserved: int):
         finally:
             drv.Context.pop()
         backend._green[reserved] = {"panel": panel, "rest": rest, "lanes": {}}
-    before = {name: lane for name, lane in backend._lanes.items() if name.startswith("gpu:")}
+    with backend._lanes_lock:  # the lanes made in the background may still be arriving
+        before = {name: lane for name, lane in backend._lanes.items()
+                  if name.startswith("gpu:")}
     backend._split = backend._green[reserved]
     backend.context.push()
     try:

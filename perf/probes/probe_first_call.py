@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""A fresh process's first call against its warm calls (issue 34, rows "first call"): the
+CPU interface's lu_factor of an n x n F-ordered float64 matrix with the defaults, in a child
+process per case: "fresh machine" (an empty PyCUDA compiler cache: XDG_CACHE_HOME an empty
+directory), then "cache present" (the same directory, which the first child filled).
+
+    python3 perf/probes/probe_first_call.py [--n 32768] [--warm 2]
+
+Each child times `import hybridla`, get_backend("cuda") (returns at once: the kernels compile
+and the first lanes' handles are made in the background), the first lu_factor, then --warm
+more; and, from get_backend on, when the last module of kernels was ready (a thread waiting on
+backend.kernels). The matrix is made once per child, in parallel (hybridla.bench.matrices),
+between the import and get_backend. Targets: first - warm <= 0.5 s with the cache, <= 2 s on
+a fresh machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+_CHILD = r"""
+import json, sys, threading, time
+t0 = time.perf_counter()
+import hybridla
+times = {"import": time.perf_counter() - t0}
+import numpy as np
+from hybridla import backend as backends
+from hybridla.bench.matrices import large_random_matrix
+n, warm = int(sys.argv[1]), int(sys.argv[2])
+a = large_random_matrix(n, np.float64, 0)
+t0 = time.perf_counter()
+backend = backends.get_backend("cuda")
+times["get_backend"] = time.perf_counter() - t0
+
+def kernels_ready():
+    backend.kernels.wait()
+    times["kernels ready (from get_backend)"] = time.perf_counter() - t0
+
+watcher = threading.Thread(target=kernels_ready)
+watcher.start()
+t1 = time.perf_counter()
+hybridla.lu_factor(a)
+times["first"] = time.perf_counter() - t1
+watcher.join()
+for i in range(warm):
+    t1 = time.perf_counter()
+    hybridla.lu_factor(a)
+    times[f"warm {i + 1}"] = time.perf_counter() - t1
+print("TIMES " + json.dumps(times), flush=True)
+"""
+
+
+def run_child(n: int, warm: int, cache: str) -> dict:
+    env = dict(os.environ, XDG_CACHE_HOME=cache)  # the child's environment only
+    env.pop("PYCUDA_CACHE_DIR", None)  # it would override XDG_CACHE_HOME
+    env.pop("PYCUDA_DISABLE_CACHE", None)
+    done = subprocess.run([sys.executable, "-c", _CHILD, str(n), str(warm)], env=env,
+                          capture_output=True, text=True, check=False)
+    for line in done.stdout.splitlines():
+        if line.startswith("TIMES "):
+            return json.loads(line[len("TIMES "):])
+    raise RuntimeError(f"the child failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=32768)
+    parser.add_argument("--warm", type=int, default=2)
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="hybridla-first-call-") as cache:
+        for case in ("fresh machine (empty cache)", "cache present"):
+            rows.append((case, run_child(args.n, args.warm, cache)))
+    print(f"lu_factor, {args.n} x {args.n} float64, F-ordered, defaults; seconds")
+    print(f"{'case':30} {'import':>7} {'backend':>8} {'kernels':>8} {'first':>7} "
+          f"{'warm':>7} {'first-warm':>11}")
+    for case, t in rows:
+        warm = min(v for k, v in t.items() if k.startswith("warm")) if args.warm else 0.0
+        print(f"{case:30} {t['import']:7.2f} {t['get_backend']:8.2f} "
+              f"{t['kernels ready (from get_backend)']:8.2f} {t['first']:7.2f} {warm:7.2f} "
+              f"{t['first'] - warm:11.2f}")
+    print("kernels: from get_backend until the last module of kernels was ready; warm: the "
+          "fastest warm call")
+    for case, t in rows:
+        print(case, json.dumps({k: round(v, 3) for k, v in t.items()}))
+
+
+if __name__ == "__main__":
+    main()
