@@ -7,6 +7,7 @@ from . import _stacked, _stacked_qr
 from . import backend as _backends
 from . import lapack as _lapack
 from ._common import (
+    _check_memory,
     _device_backend,
     _device_matrix_checks,
     _factor,
@@ -18,7 +19,7 @@ from ._common import (
     is_device_array,
 )
 from .lapack.gehrd import check_lo_hi, zero_below_subdiagonal
-from .lapack.orghr import orghr
+from .lapack.orghr import orghr, orghr_home
 from .scheduler.plan import make_plan
 
 
@@ -112,16 +113,26 @@ def _check_stats(stats):
                          f"stats={stats!r}")
 
 
-def _gehrd(a, lo, hi, overwrite_a, check_finite, backend, nb, trace, stats, progress=False):
+def _gehrd(a, lo, hi, overwrite_a, check_finite, backend, nb, trace, stats, progress=False,
+           q_home=None):
     """Validate lo and hi against a's order (before anything is written), then gehrd through
     `_factor` (which checks a and the engine options before it starts); returns (factors,
-    tau), a new empty factors array for an empty a (on either interface)."""
+    tau), a new empty factors array for an empty a (on either interface).
+
+    `q_home`, for a host `a` only: None, or (q, plan) with q an F-ordered n x n host array of
+    the LAPACK dtype and plan a "qr" plan on the reduction's backend: gehrd's Q is formed into
+    q from the reduction's own store before `_factor` frees it (lapack/orghr.orghr_home; on a
+    device backend the reflectors are on the device already), and the run's trace shows it."""
     n = _square_order(a)
     if n is not None:  # else `_factor` raises for the shape
         lo, hi = check_lo_hi(n, lo, n - 1 if hi is None else hi)
 
     def driver(A, plan):
         tau, info, run_trace = _lapack.gehrd(A, plan, lo, hi, stats=stats)
+        if q_home is not None:
+            q, q_plan = q_home
+            A.set_tau(tau)
+            run_trace = orghr_home(A, q, q_plan, lo, hi, run_trace)
         return info, tau, run_trace
     # no look-ahead and the panels on the CPU: gehrd.py says why
     factors, _, tau = _factor(a, overwrite_a, check_finite, backend,
@@ -144,6 +155,12 @@ def hessenberg(a, calc_q=False, overwrite_a=False, check_finite=True, *, backend
     included, a matrix of order 1 or 2 comes back as it is (a copy, in its own dtype, with
     Q = the float64 identity), where gehrd would make a complex subdiagonal entry real; empty
     input gives empty results. Every argument is checked before any work, whatever the order.
+
+    Q is formed where H was reduced. A NumPy array on a device backend is streamed up, reduced
+    on the device, and H comes home as gehrd's factors do; Q is formed beside the reflectors on
+    the device and streamed home into a new host array, when the two n x n stores fit the
+    device-memory budget together (else Q is formed on the host from the factors, as the host
+    backend forms it).
 
     Parameters
     ----------
@@ -208,7 +225,8 @@ def hessenberg(a, calc_q=False, overwrite_a=False, check_finite=True, *, backend
     _check_stats(stats)
     if _stacked.is_stack((a, 2)):  # (..., N, N): _stacked.py, _stacked_qr.py
         return _stacked_qr.hessenberg(a, calc_q, check_finite, backend, nb, trace, stats)
-    n, dtype = _check_hessenberg(a, check_finite, backend, nb, trace)
+    n, dtype, reduction_plan, q_plan = _check_hessenberg(a, check_finite, backend, nb, trace,
+                                                         progress)
     if n <= 2 and not is_device_array(a):
         array = np.asarray(a)
         if n == 0:  # scipy: empty results in the LAPACK dtype
@@ -217,20 +235,27 @@ def hessenberg(a, calc_q=False, overwrite_a=False, check_finite=True, *, backend
         return (array.copy(), np.eye(n)) if calc_q else array.copy()
     # device arrays of order <= 2: no reflector at all (hi = lo), so again H = A and Q = I
     hi = None if n > 2 else min(n - 1, 0)
+    # CPU interface: Q formed from the reduction's own store, where the reduction ran (on a
+    # device its reflectors are there already; formed on the host, Q took 3.6x the time of the
+    # reduction at n = 16384: issue 34), as long as both stores fit the memory budget together
+    q = None
+    if calc_q and not is_device_array(a) and _fits_beside(reduction_plan, q_plan, n, dtype):
+        q = np.empty((n, n), dtype, order="F")
     # a was checked above (check_finite included)
-    factors, tau = _gehrd(a, 0, hi, overwrite_a, False, backend, nb, trace, stats, progress)
+    factors, tau = _gehrd(a, 0, hi, overwrite_a, False, backend, nb, trace, stats, progress,
+                          q_home=None if q is None else (q, q_plan))
     (n, _), dtype = _shape_and_dtype(factors)
     ops = _backends.get_backend("cuda" if is_device_array(factors) else "host")
     if n == 0:  # an empty device array (factors: a new one)
         return (factors, ops.empty((0, 0), dtype, like=factors)) if calc_q else factors
     stores = [ops.wrap(factors, tau=tau)]
     try:
-        if calc_q:
+        if calc_q and q is None:  # Q where the factors are now: the GPU interface, or a host
+            # matrix whose Q did not fit beside its factors (then formed on the host)
             q = ops.empty((n, n), dtype, like=factors)
             stores.append(ops.wrap(q))
-            plan = make_plan(ops, n, n, dtype, routine="qr", nb=nb, lookahead=0, panel="cpu",
-                             progress=progress)
-            orghr(stores[0], stores[1], plan, 0, n - 1 if hi is None else hi)
+            orghr(stores[0], stores[1], _q_plan(ops, n, dtype, nb, progress), 0,
+                  n - 1 if hi is None else hi)
         zero_below_subdiagonal(ops, stores[0])  # H: zeros where the reflectors were
     finally:
         for store in stores:
@@ -238,10 +263,11 @@ def hessenberg(a, calc_q=False, overwrite_a=False, check_finite=True, *, backend
     return (factors, q) if calc_q else factors
 
 
-def _check_hessenberg(a, check_finite, backend, nb, trace):
+def _check_hessenberg(a, check_finite, backend, nb, trace, progress=False):
     """hessenberg's checks, before any work and whatever the order: a (square, numbers, finite
     when asked), the backend, and the plans of the reduction ("hrd") and of forming Q ("qr"),
-    as `_factor` and orghr will make them. Returns (n, the LAPACK dtype)."""
+    as `_factor` and orghr will make them on the backend the reduction runs on. Returns (n, the
+    LAPACK dtype, the reduction's plan, Q's plan)."""
     if is_device_array(a):
         ops = _device_backend("a", backend)
         shape, dtype = _device_matrix_checks("a", a, ops, check_finite)
@@ -252,6 +278,27 @@ def _check_hessenberg(a, check_finite, backend, nb, trace):
     if shape[0] != shape[1]:
         raise ValueError(f"expected a square matrix for a; got shape {shape}")
     n = shape[0]
-    make_plan(ops, n, n, dtype, routine="hrd", nb=nb, lookahead=0, panel="cpu", trace=trace)
-    make_plan(ops, n, n, dtype, routine="qr", nb=nb, lookahead=0, panel="cpu")
-    return n, dtype
+    reduction_plan = make_plan(ops, n, n, dtype, routine="hrd", nb=nb, lookahead=0, panel="cpu",
+                               trace=trace)
+    return n, dtype, reduction_plan, _q_plan(ops, n, dtype, nb, progress)
+
+
+def _q_plan(ops, n, dtype, nb, progress):
+    """The plan orghr forms an n x n Q with on `ops`: orgqr's tasks, nb or configuration
+    "qr.nb", no look-ahead (Q is formed after the reduction, nothing to overlap)."""
+    return make_plan(ops, n, n, dtype, routine="qr", nb=nb, lookahead=0, panel="cpu",
+                     progress=progress)
+
+
+def _fits_beside(reduction_plan, q_plan, n, dtype) -> bool:
+    """Whether Q's n x n store fits the memory budget beside the reduction's (2 n^2 elements
+    and their workspaces where the backend computes), as `_check_memory` counts a store: the
+    configured device.memory_budget, else 90% of a device's free memory; the host backend
+    without a configured budget has no limit."""
+    ops = reduction_plan.backend
+    try:
+        _check_memory(ops, n, n, dtype, reduction_plan.nb,
+                      extra_bytes=ops.required_bytes(n, n, dtype, q_plan.nb))
+    except MemoryError:
+        return False
+    return True

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import scipy.linalg
 import scipy.linalg.lapack
+from _lapack_checks import (DTYPES, StreamedStoreStub, assert_downloads_cover_once, eps_of, norm1,
+                            orthogonality_ratio, random_matrix, to_device, to_host, wide)
 
 import hybridla
-from _lapack_checks import (DTYPES, StreamedStoreStub, assert_downloads_cover_once, eps_of, norm1, orthogonality_ratio,
-                            random_matrix, to_device, to_host, wide)
+from hybridla.backend.host import HostBackend, HostMatrix
 
 THRESH = 30.0
 DTYPE_IDS = [np.dtype(d).name for d in DTYPES]
@@ -273,3 +274,246 @@ def test_gpu_interface_results_stay_on_the_device(device_kind, dtype, rng):
     h, q = hybridla.hessenberg(to_device(small, device_kind), calc_q=True)
     np.testing.assert_array_equal(to_host(h), small)
     np.testing.assert_array_equal(to_host(q), np.eye(2))
+
+
+# -- the CPU interface on a device backend: Q formed where the reduction ran ----------------------
+# On the CPU machine a host backend stands in for the device: it says it has one, and a host
+# matrix becomes a store with a working copy of its own that moves to and from the user's arrays
+# only through the transfer plan, as a cuda store's does (hessenberg's real device runs are the
+# `backend` fixture's "cuda" parameter and the cuda tests below).
+
+class _StreamedStore(HostMatrix):
+    """A host-resident matrix as a device backend keeps it: a working copy of its own, NaN until
+    uploaded (a read of anything not brought up shows), filled from host_source by the uploads
+    and copied into host_result by the downloads, pageable or staged through slots. Counts what
+    each element of the working copy sent home (`sent`) and what arrived from home (`arrived`).
+    One store at a time holds the staging slots, as on the cuda backend (a lock there)."""
+
+    def __init__(self, backend, source, result, nb):
+        super().__init__(np.full(source.shape, np.nan, dtype=source.dtype, order="F"), nb)
+        self.backend, self.host_source, self.host_result = backend, source, result
+        self.streamed, self.transfer = True, "pageable"
+        self.checks_finite = False  # the caller checks up front
+        self.sent, self.arrived = np.zeros(source.shape, int), np.zeros(source.shape, int)
+        if backend.staged:
+            self.use_staging(4, 4)
+
+    def use_staging(self, up_slots, down_slots):
+        assert self.backend.slots_held_by is None, "the staging slots are another store's"
+        self.backend.slots_held_by = self
+        super().use_staging(up_slots, down_slots)
+        self.transfer = "staged"
+
+    def end_staging(self):
+        if self.backend.slots_held_by is self:
+            self.backend.slots_held_by = None
+        super().end_staging()
+
+    def upload_block(self, lane, r0, r1, c0, c1):
+        self.a[r0:r1, c0:c1] = self.host_source[r0:r1, c0:c1]
+        self.arrived[r0:r1, c0:c1] += 1
+
+    def upload_staged(self, lane, slot, r0, r1, c0, c1):
+        super().upload_staged(lane, slot, r0, r1, c0, c1)
+        self.arrived[r0:r1, c0:c1] += 1
+
+    def stage_block(self, lane, slot, r0, r1, c0, c1):
+        self.stage_array(lane, slot, self.host_source[r0:r1, c0:c1])
+
+    def download_block(self, lane, r0, r1, c0, c1):
+        self.host_result[r0:r1, c0:c1] = self.a[r0:r1, c0:c1]
+        self.sent[r0:r1, c0:c1] += 1
+
+    def download_staged(self, lane, slot, r0, r1, c0, c1):
+        super().download_staged(lane, slot, r0, r1, c0, c1)
+        self.sent[r0:r1, c0:c1] += 1
+
+    def unstage_block(self, lane, slot, r0, r1, c0, c1):
+        self.unstage_array(lane, slot, self.host_result[r0:r1, c0:c1])
+
+
+class _StreamingHost(HostBackend):
+    """The host backend standing in for a device backend: has_device, and every host matrix a
+    _StreamedStore (all of them staged, or none), kept in `stores` in the order made."""
+    has_device = True
+    device_name = "emulated device"
+
+    def __init__(self, staged):
+        super().__init__()
+        self.staged, self.stores, self.slots_held_by = staged, [], None
+
+    def host_matrix(self, source, result, nb, dtype=None, settings=None, check_finite=None):
+        store = _StreamedStore(self, source, result, nb)
+        self.stores.append(store)
+        return store
+
+    @staticmethod
+    def free_memory():
+        return 1 << 40
+
+
+@pytest.fixture(params=[False, True], ids=["pageable", "staged"])
+def emulated(request, monkeypatch):
+    """backend="cuda" means a _StreamingHost for the test (hybridla.backend.get_backend's other
+    names as they are)."""
+    device = _StreamingHost(staged=request.param)
+    get_backend = hybridla.backend.get_backend
+    monkeypatch.setattr(hybridla.backend, "get_backend",
+                        lambda name="auto", ordinal=None: device if name == "cuda"
+                        else get_backend(name, ordinal))
+    return device
+
+
+def hessenberg_emulated(a, **kw):
+    """hessenberg itself, without the public wrapper (which would enter a real CUDA context
+    for backend="cuda")."""
+    from hybridla._decomp_hessenberg import hessenberg
+    return hessenberg(a, backend="cuda", **kw)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_cpu_interface_on_a_device_forms_q_there_and_streams_it_home(emulated, dtype, rng):
+    """The reduction's store is the one Q is formed from (nothing of the factors goes up
+    again); Q's store has the new host array q as its home, receives nothing from it, and sends
+    every element home once; the slots are free at the end; the results are scipy's, and the
+    user's array (streamed from directly: F-ordered, its LAPACK dtype) is left as it was."""
+    n = 45
+    a = np.asfortranarray(random_matrix(n, n, dtype, rng))
+    saved = a.copy(order="F")
+    h, q = hessenberg_emulated(a, calc_q=True, nb=8)
+    reduction, q_store = emulated.stores
+    assert reduction.host_source is a and q_store.host_result is q and q_store.host_source is q
+    np.testing.assert_array_equal(reduction.arrived, 1)
+    np.testing.assert_array_equal(q_store.arrived, 0)
+    np.testing.assert_array_equal(q_store.sent, 1)
+    assert emulated.slots_held_by is None
+    np.testing.assert_array_equal(a, saved)
+    assert h.dtype == q.dtype == np.dtype(dtype) and q.flags.f_contiguous
+    assert np.all(np.tril(h, -2) == 0)
+    assert similarity_ratio(a, h, q, dtype) < THRESH and orthogonality_ratio(q) < THRESH
+    h_ref, q_ref = scipy.linalg.hessenberg(a, calc_q=True)
+    tol = 1e3 * eps_of(dtype)
+    assert norm1(h - h_ref) <= tol * norm1(h_ref) and np.abs(q - q_ref).max() <= tol
+    np.testing.assert_array_equal(hessenberg_emulated(a, nb=8), h)  # H alone: the same reduction
+    assert len(emulated.stores) == 3
+
+
+def test_q_that_does_not_fit_beside_the_factors_is_formed_on_the_host(emulated, rng):
+    """device.memory_budget: room for both stores forms Q on the device; room for the
+    reduction's alone forms it on the host from the factors (the same Q); less than that is
+    the reduction's MemoryError, as before."""
+    n, nb, dtype = 37, 8, np.complex128
+    a = random_matrix(n, n, dtype, rng)  # C-ordered: the reduction streams from a copy
+    saved = a.copy()
+    one_store = HostBackend.required_bytes(n, n, dtype, nb)
+    results = {}
+    for budget, stores in ((2 * one_store, 2), (2 * one_store - 1, 1), (one_store, 1)):
+        emulated.stores.clear()
+        with hybridla.config.set({"device.memory_budget": budget}):
+            h, q = hessenberg_emulated(a, calc_q=True, nb=nb)
+        assert len(emulated.stores) == stores, budget
+        assert similarity_ratio(a, h, q, dtype) < THRESH and orthogonality_ratio(q) < THRESH
+        results[stores] = h, q
+    np.testing.assert_array_equal(a, saved)
+    for h_q_device, h_q_host in zip(results[2], results[1]):
+        assert np.abs(h_q_device - h_q_host).max() <= 100 * eps_of(dtype)
+    with hybridla.config.set({"device.memory_budget": one_store - 1}), \
+            pytest.raises(MemoryError, match="budget"):
+        hessenberg_emulated(a, calc_q=True, nb=nb)
+
+
+@pytest.mark.parametrize("n, lo, hi", [(37, 0, 36), (37, 4, 30), (37, 5, 5), (9, 0, 8)])
+def test_orghr_home_forms_the_documented_q_for_lo_hi(emulated, n, lo, hi, rng):
+    """The driver itself on a streamed reduction with lo and hi: q holds LAPACK's documented
+    Q; a q of the wrong shape, dtype or layout is refused before anything happens."""
+    from hybridla.lapack import gehrd
+    from hybridla.lapack.orghr import orghr_home
+    from hybridla.scheduler.plan import make_plan
+    dtype = np.float64
+    a = balanced_matrix(n, lo, hi, dtype, rng)
+    factors = np.empty_like(a, order="F")
+    F = emulated.host_matrix(a, factors, 8)
+    try:
+        plan = make_plan(emulated, n, n, dtype, routine="hrd", nb=8, lookahead=0, panel="cpu")
+        tau, _, trace = gehrd(F, plan, lo, hi)
+        F.set_tau(tau)
+        for bad in (np.empty((n, n)), np.empty((n, n + 1), order="F"),
+                    np.empty((n, n), np.float32, order="F")):
+            with pytest.raises(ValueError, match="q must be"):
+                orghr_home(F, bad, plan, lo, hi, trace)
+        assert len(emulated.stores) == 1 and (emulated.slots_held_by is F) == emulated.staged
+        q = np.full((n, n), np.nan, order="F")
+        orghr_home(F, q, plan, lo, hi, trace)
+    finally:
+        F.close()
+    assert np.abs(q - gehrd_q(factors, tau, lo, hi)).max() <= 100 * eps_of(dtype)
+    np.testing.assert_array_equal(emulated.stores[1].sent, 1)
+
+
+def _trace_names_and_times(path):
+    from hybridla.scheduler import Trace
+    return [(r["name"], r["start"], r["end"]) for r in Trace.load(path).records]
+
+
+def test_trace_shows_q_formed_after_the_reduction(backend, tmp_path, rng):
+    """The trace of hessenberg(calc_q=True) on a host array holds the reduction, then Q's
+    formation (orgqr's identity and updates; on a device Q's way home too), on one clock: Q's
+    tasks start once the reduction's panels have ended."""
+    from hybridla.scheduler import Trace
+    path = tmp_path / "hessenberg.json"
+    a = random_matrix(40, 40, np.complex64, rng)
+    h, q = hybridla.hessenberg(a, calc_q=True, backend=backend, nb=8, trace=str(path))
+    assert similarity_ratio(a, h, q, np.complex64) < THRESH
+    records = Trace.load(path).records
+    last_panel = max(r["end"] for r in records if r["name"] == "panel")
+    q_started = min(r["start"] for r in records if r["name"] == "identity")
+    assert q_started >= last_panel - 1e-3
+
+
+# -- the CPU interface on the GPU: the transfers Q goes home by, and the budget's fallback --------
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("transfer", ["staged", "pageable"])
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64], ids=["float64", "complex64"])
+def test_cpu_interface_q_on_the_gpu_by_each_transfer(cuda_backend, transfer, dtype, rng):
+    """device.pin_min_bytes 0 makes even this small matrix travel as a large one does: staged
+    through the pinned slots (Q's store takes them once the reduction's has given them back),
+    or pageable. ("register" is left out: it would pin this small array's heap pages, which
+    cuda/store.py's host_matrix says made copies fail.)"""
+    n = 301
+    a = np.asfortranarray(random_matrix(n, n, dtype, rng))
+    saved = a.copy(order="F")
+    with hybridla.config.set({"device.host_transfer": transfer, "device.pin_min_bytes": 0}):
+        h, q = hybridla.hessenberg(a, calc_q=True, backend="cuda", nb=32)
+    np.testing.assert_array_equal(a, saved)
+    assert np.all(np.tril(h, -2) == 0)
+    assert similarity_ratio(a, h, q, dtype) < THRESH and orthogonality_ratio(q) < THRESH
+    _, q_ref = scipy.linalg.hessenberg(a, calc_q=True)
+    assert np.abs(q - q_ref).max() <= 1e3 * eps_of(dtype)
+
+
+@pytest.mark.cuda
+def test_cpu_interface_q_over_the_gpu_budget_is_formed_on_the_host(cuda_backend, rng):
+    n, nb, dtype = 200, 32, np.float64
+    a = random_matrix(n, n, dtype, rng)
+    one_store = hybridla.backend.get_backend("cuda").required_bytes(n, n, dtype, nb)
+    with hybridla.config.set({"device.memory_budget": one_store + one_store // 2}):
+        h, q = hybridla.hessenberg(a, calc_q=True, backend="cuda", nb=nb)
+    assert similarity_ratio(a, h, q, dtype) < THRESH and orthogonality_ratio(q) < THRESH
+
+
+# -- perf/gehrd.py's hessenberg table (host rows) ------------------------------------------------
+
+def test_perf_script_prints_what_q_adds(capsys):
+    from _lapack_checks import load_perf_script, markdown_rows, unload_perf_script
+    module = load_perf_script("gehrd")
+    try:
+        assert module.main(["--sizes", "40", "--tables", "hessenberg", "--interfaces", "cpu",
+                            "--check-max", "40"]) == 0
+    finally:
+        unload_perf_script(module)
+    header, rows = markdown_rows(capsys.readouterr().out)
+    assert header[2:5] == ["H (s)", "H and Q (s)", "Q adds"]
+    assert [r["implementation"] for r in rows] == ["SciPy (host)", "hybridla CPU iface"]
+    for r in rows:
+        assert r["n"] == "40" and r["Q adds"].endswith("%") and float(r["check"]) < THRESH
