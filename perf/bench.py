@@ -4,11 +4,20 @@
 Usage (from the repository root; ``hybridla bench`` takes the same options):
 
     python3 perf/bench.py --routine getrf --sizes 16384 32768 --dtype float64 \
-        [--nb N] [--lookahead L] [--panel auto] [--repeat 3] [--interfaces gpu,cpu] \
-        [--baselines cusolver,magma,scipy] [--scipy-max 16384] [--trace-dir DIR] [--out FILE.md]
+        [--nb N] [--lookahead L] [--panel auto] [--repeat 5] \
+        [--interfaces gpu,cpu,gpu-tuned,cpu-tuned] \
+        [--baselines cusolver|cusolver-device,cusolver-pinned,cusolver-pageable,magma,scipy] \
+        [--scipy-max 16384] [--trace-dir DIR] [--out FILE.md]
 
     python3 perf/bench.py --routine potrf --sizes 16384 32768
     python3 perf/bench.py --routine geqrf,geqlf,gelqf --sizes 16384
+
+The implementations run alternately (round-robin, median and spread of --repeat rounds, a ratio
+inside the spreads is "parity"); hybridla's headline rows use the library's defaults, the CPU
+interface is compared with cuSOLVER on pinned host memory (runner.py's docstring has the rows).
+
+An installed hybridla takes precedence over the working tree's: run with PYTHONPATH=$PWD to
+time the checkout.
 
 The benchmark lives in the package, hybridla/bench/ (runner.py says what each row times and
 how results are checked; factorizations.py, checks.py, matrices.py, baselines.py, harness.py):

@@ -17,6 +17,17 @@ def bench():
     unload_perf_script(module)
 
 
+@pytest.fixture(autouse=True)
+def fixed_commit(monkeypatch):
+    """No git process in the tests: the header's commit is this."""
+    from hybridla.bench import harness
+    monkeypatch.setattr(harness, "git_commit", lambda: "abc1234")
+
+
+CPU = "hybridla CPU iface (host)"
+CPU_TUNED = "hybridla CPU iface (host) tuned (overwrite_a=True, check_finite=False)"
+
+
 # -- LAPACK's own geqlf / gelqf (not in scipy.linalg.lapack), through cython_lapack ---------
 
 _PREFIX = {np.dtype(np.float32): "s", np.dtype(np.float64): "d",
@@ -60,7 +71,7 @@ def fake_hybridla(kind, calls):
     own factors (so the checks are tested against a reference), recording the backend asked."""
     def fn(a, overwrite_a=False, check_finite=True, *, backend=None, nb=None, lookahead=None,
            panel=None, trace=None):
-        assert overwrite_a and not check_finite
+        assert overwrite_a != check_finite      # the library's defaults, or both tuned
         calls.append((kind, backend))
         return lapack_raw(kind, a)[0]
     return fn
@@ -80,11 +91,14 @@ def berr(cells):
 
 def test_getrf_table_keeps_its_columns(bench, capsys):
     assert bench.main(["--sizes", "40", "--repeat", "1", "--baselines", "scipy"]) == 0
-    header, rows = rows_of(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    header, rows = rows_of(out)
     assert tuple(header) == bench.COLUMNS
-    assert set(rows) == {(40, None, "hybridla CPU iface (host)"),
-                         (40, None, "SciPy lu_factor (host)")}
+    assert list(rows) == [(40, None, CPU), (40, None, CPU_TUNED),
+                          (40, None, "SciPy lu_factor (host)")]   # the headline first
     assert all(berr(c) < 30 for c in rows.values())
+    title = next(line for line in out.splitlines() if line.startswith("### "))
+    assert " UTC; device: " in title and "commit abc1234" in title and "baseline: " in title
 
 
 def test_potrf_and_getrf_in_one_run(bench, capsys, tmp_path):
@@ -94,13 +108,13 @@ def test_potrf_and_getrf_in_one_run(bench, capsys, tmp_path):
     header, rows = rows_of(out)
     assert header[:3] == ["n", "routine", "implementation"] and "vs our geqrf" not in header
     expected = {(n, r, impl) for n in (40, 67) for r, impl in
-                [("getrf", "hybridla CPU iface (host)"), ("getrf", "SciPy lu_factor (host)"),
-                 ("potrf", "hybridla CPU iface (host)"), ("potrf", "SciPy cho_factor (host)")]}
+                [("getrf", CPU), ("getrf", CPU_TUNED), ("getrf", "SciPy lu_factor (host)"),
+                 ("potrf", CPU), ("potrf", CPU_TUNED), ("potrf", "SciPy cho_factor (host)")]}
     assert set(rows) == expected
     assert all(berr(c) < 30 for c in rows.values()), rows
     assert out.index("| 40 | getrf") < out.index("| 40 | potrf") < out.index("| 67 | getrf")
-    assert {p.name for p in tmp_path.glob("*.json")} >= {"getrf_cpu_67.json",
-                                                           "potrf_cpu_67.json"}
+    assert {p.name for p in tmp_path.glob("*.json")} >= {
+        "getrf_cpu_67.json", "potrf_cpu_67.json", "getrf_cpu-tuned_67.json"}
 
 
 @pytest.mark.parametrize("dense_max", [8191, 10])     # dense check; random-vector estimate
@@ -113,21 +127,24 @@ def test_qr_family_against_our_geqrf(bench, capsys, monkeypatch, dense_max):
                 "--baselines", "scipy", "--dtype", "complex128"])
     header, rows = rows_of(capsys.readouterr().out)
     assert header[-2:] == ["vs our geqrf", "note"]
-    cpu = "hybridla CPU iface (host)"
-    assert list(rows) == [(50, "geqrf", cpu), (50, "geqrf", "SciPy qr (host)"),
-                          (50, "geqlf", cpu), (50, "gelqf", cpu)]   # SciPy's geqrf once
+    cpu = CPU
+    assert list(rows) == [(50, "geqrf", cpu), (50, "geqrf", CPU_TUNED),
+                          (50, "geqrf", "SciPy qr (host)"), (50, "geqlf", cpu),
+                          (50, "geqlf", CPU_TUNED), (50, "gelqf", cpu),
+                          (50, "gelqf", CPU_TUNED)]   # SciPy's geqrf once
     assert {c[1] for c in calls} == {"host"}
     for cells in rows.values():
         assert cells["backward error"].startswith("~") == (dense_max < 50)
         assert berr(cells) < 30, cells
     assert rows[(50, "geqrf", cpu)]["vs our geqrf"] == "–"
     for r in ("geqlf", "gelqf"):
-        assert rows[(50, r, cpu)]["vs our geqrf"].endswith("x")
+        assert rows[(50, r, cpu)]["vs our geqrf"].endswith(("x", "x (parity)"))
 
 
 def test_geqlf_alone_times_scipys_geqrf_and_skips_what_is_missing(bench, capsys, monkeypatch):
     monkeypatch.delattr(hybridla, "geqlf", raising=False)
-    bench.main(["--routine", "geqlf", "--sizes", "30", "--repeat", "1", "--baselines", "scipy"])
+    bench.main(["--routine", "geqlf", "--sizes", "30", "--repeat", "1", "--baselines", "scipy",
+                "--interfaces", "cpu"])
     header, rows = rows_of(capsys.readouterr().out)
     assert set(rows) == {(30, None, "hybridla CPU iface"), (30, None, "SciPy geqrf (host)")}
     assert rows[(30, None, "hybridla CPU iface")]["note"] == "skipped: hybridla.geqlf not available"
@@ -175,3 +192,101 @@ def test_routine_list_is_validated(bench):
     assert bench.parse_args(["--routine", "gelqf,geqrf"]).routines == ["geqrf", "gelqf"]
     with pytest.raises(SystemExit):
         bench.parse_args(["--routine", "getrf,gesvd"])
+
+
+# -- alternation, statistics, parity and the headline rows ---------------------------------
+
+def fake_clock(monkeypatch, durations):
+    """harness's clock advancing by the next of `durations` inside each timed call."""
+    from types import SimpleNamespace
+
+    from hybridla.bench import harness
+    now = [0.0]
+    monkeypatch.setattr(harness, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    steps = iter(durations)
+
+    def tick():
+        now[0] += next(steps)
+    return tick
+
+
+def test_alternate_runs_round_robin_with_median_spread_and_failures(monkeypatch):
+    from hybridla.bench import harness
+    calls = []
+    tick = fake_clock(monkeypatch, [9.0, 9.0, 9.0,            # the warm-up round
+                                    3.0, 1.0, 5.0,  1.0, 2.0,  2.0, 4.0])
+    finished = []
+
+    def contender(name, fail_at=None):
+        def fn(state, last):
+            calls.append((name, state, last))
+            if fail_at is not None and len([c for c in calls if c[0] == name]) == fail_at:
+                raise ValueError("boom")
+            tick()
+            return f"{name} result {len(calls)}"
+        return harness.Contender(name, fn, setup=lambda: f"{name} input",
+                                 meta=lambda result: result.split()[-1],
+                                 finish=lambda result: finished.append(result) or "checked")
+    m = harness.alternate([contender("hyb"), contender("base"), contender("bad", fail_at=3)],
+                          3, warmup=1)
+    assert [c[0] for c in calls] == ["hyb", "base", "bad"] * 3 + ["hyb", "base"]
+    assert [c[2] for c in calls] == [False] * 9 + [True] * 2
+    assert all(c[1] == f"{c[0]} input" for c in calls)
+    assert m["hyb"].times == [3.0, 1.0, 2.0] and m["hyb"].seconds == 2.0
+    assert m["base"].times == [1.0, 2.0, 4.0] and m["base"].seconds == 2.0
+    assert m["hyb"].spread == (1.0, 3.0) and harness.spread_cell(m["base"]) == "1-4"
+    assert m["hyb"].meta == "10"           # the median repetition's (the 3rd round's)
+    assert m["hyb"].result == "checked" and finished == ["hyb result 10", "base result 11"]
+    assert m["bad"].seconds is None and m["bad"].error == "ValueError: boom"
+    assert harness.compare(m["base"], m["bad"]) == "n/a"
+
+
+@pytest.mark.parametrize("base_times,this_times,cell", [
+    ([2.0, 2.1, 2.2], [1.0, 1.1, 1.2], "1.91x"),             # apart: faster
+    ([1.0, 1.05, 1.3], [0.95, 1.0, 1.1], "1.05x (parity)"),  # overlapping spreads
+    ([1.0, 1.0, 1.0], [2.0, 2.0, 2.1], "0.50x"),             # apart: slower
+])
+def test_ratio_is_parity_where_the_spreads_overlap(base_times, this_times, cell):
+    from statistics import median
+
+    from hybridla.bench import harness
+    base = harness.Measurement(median(base_times), None, base_times)
+    this = harness.Measurement(median(this_times), None, this_times)
+    assert harness.compare(base, this) == cell
+    assert harness.compare(None, this) == "–"
+
+
+def test_defaults_row_is_the_headline_and_tuned_rows_pass_their_options(bench, capsys,
+                                                                        monkeypatch):
+    """The defaults row passes neither overwrite_a nor check_finite; the tuned row both; the
+    two alternate; each row has its spread; a summary line follows the table."""
+    seen = []
+    real = hybridla.lu_factor
+
+    def lu_factor(a, **kw):
+        seen.append((kw.get("overwrite_a"), kw.get("check_finite"), kw.get("backend")))
+        return real(a, **kw)
+    monkeypatch.setattr(hybridla, "lu_factor", lu_factor)
+    assert bench.main(["--sizes", "36", "--repeat", "2", "--baselines", "none"]) == 0
+    out = capsys.readouterr().out
+    assert seen == [(None, None, "host"), (True, False, "host")] * 3    # 1 warm-up + 2
+    header, rows = rows_of(out)
+    assert list(rows) == [(36, None, CPU), (36, None, CPU_TUNED)]
+    summary = [line for line in out.splitlines() if line.startswith("- summary")]
+    assert len(summary) == 1 and CPU in summary[0] and "commit abc1234" in summary[0]
+    for cells in rows.values():
+        low, high = (float(v) for v in cells["spread (s)"].split("-"))
+        assert low <= float(cells["time (s)"]) <= high
+
+
+def test_interface_and_baseline_words(bench):
+    opts = bench.parse_args([])
+    assert opts.repeat >= 5
+    assert opts.interfaces == ["gpu", "cpu", "gpu-tuned", "cpu-tuned"]
+    impls = bench.IMPLEMENTATIONS
+    assert list(impls)[:4] == ["hybridla-gpu", "hybridla-gpu-tuned", "hybridla-cpu",
+                               "hybridla-cpu-tuned"]
+    for word in ("cusolver-device", "cusolver-pinned", "cusolver-pageable"):
+        assert word in bench.parse_args(["--baselines", word]).baselines
+    assert bench.HEADLINES == {"hybridla-gpu": "cusolver", "hybridla-cpu": "cusolver-pinned"}
+    assert "pinned" in bench.COLUMNS[-2] and "(device)" in bench.COLUMNS[-3]

@@ -124,10 +124,18 @@ def expected_rows(mixed, n, matrices, combos, solve_mixed_name="hybridla solve_m
         assumes = ("gen", "pos") if m.startswith("spd") else ("gen",)
         for assume in assumes:
             rows.add((n, m, f"hybridla solve FP64 {assume} CPU iface (host)"))
+            rows.add((n, m, f"{solve_mixed_name} defaults {assume} CPU iface (host)"))
             for lowest, refinement in combos:
                 rows.add((n, m, f"{solve_mixed_name} {lowest} {refinement} {assume} "
-                                f"CPU iface (host)"))
+                                f"CPU iface (host) tuned"))
     return rows
+
+
+@pytest.fixture(autouse=True)
+def fixed_commit(monkeypatch):
+    """No git process in the tests: the header's commit is this."""
+    from hybridla.bench import harness
+    monkeypatch.setattr(harness, "git_commit", lambda: "abc1234")
 
 
 def test_dry_run_prints_one_row_per_implementation(mixed, capsys, tmp_path):
@@ -154,7 +162,13 @@ def test_dry_run_prints_one_row_per_implementation(mixed, capsys, tmp_path):
             assert cells["backward error"] != "n/a" or cells["note"], cells
     text = out_file.read_text()
     assert "### solve_mixed float64" in text and "`perf/mixed.py --dry" in text
+    assert "commit abc1234" in text and " UTC; device: " in text and "baseline: " in text
     assert text.count("\n| 48 |") == len(rows)
+    # the headline (defaults) row is each matrix's first row
+    firsts = {}
+    for key in rows:
+        firsts.setdefault(key[1], key[2])
+    assert all(" defaults gen " in label for label in firsts.values()), firsts
 
 
 def test_rows_with_a_solve_mixed_stand_in(mixed, capsys, monkeypatch):
@@ -166,8 +180,8 @@ def test_rows_with_a_solve_mixed_stand_in(mixed, capsys, monkeypatch):
                     refinement="classical-gmres", tol=None, max_iter=30, inner_tol=1e-4,
                     max_inner=50, fallback=True, equilibrate=True, overwrite_a=False,
                     overwrite_b=False, check_finite=True, backend=None, nb=None):
-        assert isinstance(a, np.ndarray) and not overwrite_a and not check_finite
-        calls.append((assume_a, lowest, refinement, backend))
+        assert isinstance(a, np.ndarray) and not overwrite_a
+        calls.append((assume_a, lowest, refinement, backend, check_finite))
         x = scipy.linalg.solve(a, b, assume_a=assume_a, lower=lower)
         info = SimpleNamespace(iterations=2, residuals=[1e-3, 1e-9, 1e-17], fell_back=False,
                                seconds={"convert": 0.001, "factor": 0.002, "refine": 0.003,
@@ -181,13 +195,125 @@ def test_rows_with_a_solve_mixed_stand_in(mixed, capsys, monkeypatch):
     header, rows = rows_of(capsys.readouterr().out)
     combos = [("half", "gmres"), ("tf32", "gmres")]
     assert set(rows) == expected_rows(mixed, 40, ("spd-kappa=1e4",), combos)
-    assert sorted(set(calls)) == sorted({(a, lo, r, "host") for a in ("gen", "pos")
-                                         for lo, r in combos})
+    # tuned rows: what they ask, check_finite=False; the defaults rows: nothing but assume_a
+    # and the backend (the stand-in's own defaults: half, classical-gmres, check_finite=True)
+    assert sorted(set(calls)) == sorted(
+        {(a, lo, r, "host", False) for a in ("gen", "pos") for lo, r in combos}
+        | {(a, "half", "classical-gmres", "host", True) for a in ("gen", "pos")})
     for key, cells in rows.items():
         assert cells["passes"] == "yes", cells
+        assert cells["seed"] == "0"
         if "solve_mixed" in key[2]:
             assert cells["iterations"] == "2 (7 inner)" and cells["fell back"] == "no"
             assert (cells["convert (s)"], cells["factor (s)"], cells["refine (s)"]) == (
                 "0.001", "0.002", "0.003")
-            assert cells["vs our FP64"].endswith("x") and cells["vs cuSOLVER dd"] == "–"
+            assert cells["vs our FP64"].endswith(("x", "x (parity)"))
+            assert cells[mixed.FP64_COLUMN] == "–" and cells[mixed.IRS_COLUMN] == "–"
             assert cells["note"] == ""
+        else:
+            assert cells["vs our FP64"] == "–"
+
+
+# -- the alternation, rows and references (fakes: no GPU) ------------------------------------
+
+def test_runs_alternate_over_seeds_with_median_and_spread(mixed, capsys, monkeypatch):
+    """Every round runs each implementation once, in table order; each (n, seed, matrix) has
+    its rows; the spread cell is fastest-slowest of --repeat times."""
+    order = []
+    real_solve = hybridla.solve
+
+    def solve(a, b, **kw):
+        order.append(kw["assume_a"])
+        return real_solve(a, b, **kw)
+
+    def solve_mixed(a, b, assume_a="gen", **kw):
+        order.append("mixed-" + kw.get("lowest", "defaults"))
+        return scipy.linalg.solve(a, b), SimpleNamespace(iterations=1, fell_back=False)
+
+    monkeypatch.setattr(hybridla, "solve", solve)
+    monkeypatch.setattr(hybridla, "solve_mixed", solve_mixed, raising=False)
+    assert mixed.main(["--dry", "--sizes", "32", "--seeds", "0,1", "--matrices", "randn",
+                       "--lowest", "half", "--repeat", "3"]) == 0
+    out = capsys.readouterr().out
+    _, cells = markdown_rows(out)
+    assert [(c["seed"], c["implementation"]) for c in cells] == [
+        (seed, label) for seed in ("0", "1") for label in (
+            "hybridla solve_mixed defaults gen CPU iface (host)",
+            "hybridla solve FP64 gen CPU iface (host)",
+            "hybridla solve_mixed half classical-gmres gen CPU iface (host) tuned")]
+    # one warm-up round (first matrix only), then 3 rounds per matrix, alternating
+    assert order == ["mixed-defaults", "gen", "mixed-half"] * (1 + 3 + 3)
+    for c in cells:
+        low, high = (float(v) for v in c["spread (s)"].split("-"))
+        assert low <= float(c["time (s)"]) <= high
+
+
+def _row(mixed, key, irs, seconds, converged, times=None):
+    impl = mixed.Impl(key, key, None, irs=irs)
+    from hybridla.bench import harness
+    m = harness.Measurement(seconds, None, times or [seconds])
+    return mixed.Row(impl, m, mixed.Outcome(converged=converged))
+
+
+def test_best_converged_irs_is_the_fastest_that_converged(mixed):
+    rows = {r.impl.key: r for r in [
+        _row(mixed, "irs-fp16", True, 0.5, False),       # fastest, but fell back
+        _row(mixed, "irs-tf32", True, 0.9, True),
+        _row(mixed, "irs-fp32", True, 0.7, True),
+        _row(mixed, "cusolver-fp64-gen", False, 0.6, None)]}
+    assert mixed.best_converged_irs(rows).impl.key == "irs-fp32"
+    rows["irs-fp32"].outcome.converged = False
+    rows["irs-tf32"].outcome.converged = False
+    assert mixed.best_converged_irs(rows) is None
+
+
+def test_ratio_columns_name_their_references_and_say_parity(mixed):
+    """A GPU gen solve_mixed row: vs cuSOLVER FP64 (getrf+getrs), vs the best converged IRS
+    row (parity where the spreads overlap), vs our FP64."""
+    from hybridla.bench import harness
+    factory = mixed.MatrixFactory(20, 0, np)
+    prob = mixed.Problem(mixed.parse_matrix("randn"), 20, 1, 0, factory)
+    head = mixed.Impl("mixed-gpu-gen-defaults", "head", None, mixed=True, headline=True)
+    rows = {
+        "mixed-gpu-gen-defaults": mixed.Row(head, harness.Measurement(0.5, None, [0.45, 0.55])),
+        "cusolver-fp64-gen": _row(mixed, "cusolver-fp64-gen", False, 1.0, None, [0.9, 1.1]),
+        "irs-fp32": _row(mixed, "irs-fp32", True, 0.52, True, [0.5, 0.6]),
+        "fp64-gpu-gen": _row(mixed, "fp64-gpu-gen", False, 2.0, None, [2.0, 2.1]),
+    }
+    best = mixed.best_converged_irs(rows)
+    line = mixed.Table.row(prob, rows["mixed-gpu-gen-defaults"], rows, best)
+    cells = dict(zip(mixed.COLUMNS, (c.strip() for c in line.strip("|").split("|"))))
+    assert cells[mixed.FP64_COLUMN] == "2.00x"
+    assert cells[mixed.IRS_COLUMN] == "1.04x (parity)"
+    assert cells["vs our FP64"] == "4.00x"
+    env = mixed.Env(None, "host", mixed.parse_args(["--dry"]))
+    said = mixed.summary_lines(prob, rows, best, env)
+    assert len(said) == 2 and "2.00x" in said[0] and "1.04x (parity)" in said[1]
+    assert all("baseline: " in s and "commit abc1234" in s for s in said)
+
+
+def test_defaults_sizes_seeds_and_irs_rows(mixed):
+    opts = mixed.parse_args([])
+    assert opts.sizes == [8192, 16384, 32768] and opts.seeds == [0, 1] and opts.repeat >= 5
+    assert {"irs-fp16", "irs-bf16", "irs-tf32", "irs-fp32", "cusolver-getrf",
+            "cusolver-pinned"} <= set(opts.baselines)
+    assert "cusolver-dh" not in opts.baselines           # the simple API: on request only
+    assert mixed.parse_args(["--seed", "3"]).seeds == [3]
+    assert mixed.combinations(mixed.parse_args(["--lowest", "none"])) == []
+
+
+def test_irs_rows_say_why_when_the_binding_lacks_a_function(mixed, monkeypatch):
+    """A binding without IRSXgesv: the IRS rows print "n/a (reason)", nothing crashes."""
+    from hybridla.bench import baselines
+    fake = SimpleNamespace(irs_params_create=lambda: 1)     # everything else missing
+    monkeypatch.setattr(baselines, "cusolver", lambda: fake)
+    reason = baselines.irs_unavailable()
+    assert reason.startswith("nvmath.bindings.cusolverDn has no") and "irs_xgesv" in reason
+    with pytest.raises(RuntimeError, match="irs_xgesv"):
+        baselines.IrsGesv("FP16", 10, 1)
+    env = mixed.Env(object(), "cuda", mixed.parse_args(["--interfaces", "none",
+                                                        "--baselines", "irs-fp16,irs-fp32"]))
+    monkeypatch.setattr(mixed, "_cusolver_reason", lambda env: None)
+    impls = mixed.select_implementations(env)
+    assert [i.key for i in impls] == ["irs-fp16", "irs-fp32"]
+    assert all(i.skipped == f"n/a ({reason})" for i in impls)

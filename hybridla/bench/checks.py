@@ -49,6 +49,7 @@ class Case:
         self._anorm: Optional[float] = None
         self._x: Optional[np.ndarray] = None
         self._products: dict = {}
+        self.device_input = None   # baselines.DeviceInput, made by the first row needing it
 
     @property
     def nbytes(self) -> int:

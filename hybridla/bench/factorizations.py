@@ -1,7 +1,9 @@
 """What ``hybridla bench`` (perf/bench.py) times: the routines (getrf, geqrf, geqlf, gelqf,
 potrf), each with its flop count, test matrix, check and baselines' calls, and the
-implementations that time them (cuSOLVER on the device and with transfers, hybridla's GPU and
-CPU interfaces, MAGMA through PyTorch, SciPy), each knowing whether it can run here.
+implementations that time them (hybridla's GPU and CPU interfaces with the library's defaults
+and tuned, cuSOLVER on the device and with pinned and pageable transfers, MAGMA through
+PyTorch, SciPy), each knowing whether it can run here and planning its timed call for
+harness.alternate.
 """
 from __future__ import annotations
 
@@ -21,98 +23,132 @@ from .flops import gelqf_flops, geqlf_flops, geqrf_flops, getrf_flops, potrf_flo
 
 
 @dataclass
-class Outcome:
-    time: float
-    factors: tuple          # the routine's factors (NumPy or device arrays), see Routine
-    label: dict = field(default_factory=dict)    # fills the implementation's label
+class Plan:
+    """How one implementation is timed on one case, ready for harness.alternate: fn(state,
+    last) timed after setup() (untimed), sync around the clock, and finish(raw, notes) turning
+    the last repetition's raw result into the routine's factors (see Routine; untimed, it may
+    add notes). label fills the implementation's label; notes go to its row."""
+    fn: Callable[[Any, bool], Any]
+    finish: Callable[[Any, list], tuple]
+    setup: Callable[[], Any] = harness.no_setup
+    sync: Optional[Callable[[], None]] = None
+    label: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
 
 
-# -- the implementations' runs ---------------------------------------------------------------
-
-def run_cusolver(case: Case, r: Routine) -> Outcome:
-    """cuSOLVER on a device copy of A (uploaded outside the timed region)."""
-    setup = baselines.device_input(case.a)
-    m = harness.measure(lambda d_a, last: (d_a, *r.cusolver.call(d_a)), setup, case.repeat,
-                        warmup=case.warmup, sync=harness.cupy_sync)
-    a, aux, info = m.result
-    notes: list = []
-    factors = r.cusolver.finish((a, None if aux is None else harness.to_host(aux),
-                                 harness.to_host(info)), notes)
-    return Outcome(m.seconds, factors, notes=notes)
+def _as_factors(raw, notes: list) -> tuple:
+    return raw
 
 
-def run_cusolver_transfers(case: Case, r: Routine) -> Outcome:
-    """cuSOLVER from the pageable host matrix: upload, factor, download, all timed."""
-    out = case.work_buffer()                 # pageable host buffer receiving the factors
-    harness.prime_pinned_pool(case.nbytes, harness.logger("bench"))
-    m = harness.measure(
-        lambda _, last: baselines.factor_with_transfers(r.cusolver.call, case.a, out),
-        harness.no_setup, case.repeat, warmup=case.warmup, sync=harness.cupy_sync)
-    notes: list = []
-    return Outcome(m.seconds, r.cusolver.finish(m.result, notes), notes=notes)
+def _device_input(case: Case) -> baselines.DeviceInput:
+    """The case's device copy of A (uploaded once, shared by the rows that factor in place)."""
+    if case.device_input is None:
+        case.device_input = baselines.DeviceInput(case.a)
+    return case.device_input
 
 
-def run_hybridla_gpu(case: Case, r: Routine) -> Outcome:
-    """hybridla on a CuPy array (uploaded outside the timed region; factors stay there)."""
-    setup = baselines.device_input(case.a)
+# -- the implementations' plans ----------------------------------------------------------
 
-    def fn(d_a, last):
-        return r.call(getattr(hybridla, r.api_fn), d_a, backend="cuda",
-                      **case.engine_kwargs(r.name, "gpu", last))
+def plan_cusolver(case: Case, r: Routine) -> Plan:
+    """cuSOLVER on the device copy of A, refreshed outside the timed region."""
+    def finish(raw, notes):
+        a, aux, info = raw
+        return r.cusolver.finish((a, None if aux is None else harness.to_host(aux),
+                                  harness.to_host(info)), notes)
+    return Plan(lambda d_a, last: (d_a, *r.cusolver.call(d_a)), finish,
+                _device_input(case).refresh, harness.cupy_sync)
 
-    m = harness.measure(fn, setup, case.repeat, warmup=case.warmup, sync=harness.cupy_sync)
-    return Outcome(m.seconds, m.result)
+
+def _plan_with_transfers(case: Case, r: Routine, pinned: bool) -> Plan:
+    staging = baselines.HostStaging([case.a], pinned, harness.logger("bench"))
+    # pinned: a buffer of its own; pageable: the case's reusable host buffer
+    out = staging.output_like(case.a) if pinned else case.work_buffer()
+    return Plan(lambda _, last: baselines.factor_with_transfers(r.cusolver.call, staging, out),
+                r.cusolver.finish, sync=harness.cupy_sync)
 
 
-def run_hybridla_cpu(case: Case, r: Routine) -> Outcome:
-    """hybridla on the NumPy array: the cuda backend where there is one, else the host's."""
-    backend = "cuda" if "cuda" in harness.hybridla_backends() else "host"
+def plan_cusolver_pinned(case: Case, r: Routine) -> Plan:
+    """The CPU-interface reference: A copied once into pinned memory (untimed); timed: async
+    upload from it, cuSOLVER in place, async download into a pinned buffer, one stream."""
+    return _plan_with_transfers(case, r, pinned=True)
+
+
+def plan_cusolver_pageable(case: Case, r: Routine) -> Plan:
+    """What a first try gets: cupy.asarray upload of the pageable A, cuSOLVER, d_a.get(out=)
+    into a pageable array, one after the other, all timed."""
+    return _plan_with_transfers(case, r, pinned=False)
+
+
+def _hybridla_call(r: Routine, case: Case, iface: str, backend: str, tuned: bool):
+    options = dict(TUNED_OPTIONS) if tuned else {}
+    trace_as = f"{iface}-tuned" if tuned else iface
 
     def fn(a, last):
-        return r.call(getattr(hybridla, r.api_fn), a, backend=backend,
-                      **case.engine_kwargs(r.name, "cpu", last))
-
-    m = harness.measure(fn, case.host_copy, case.repeat, warmup=case.warmup)
-    factors = m.result
-    notes = [] if isinstance(factors[0], np.ndarray) else [
-        f"factors returned as {type(factors[0]).__name__}"]
-    return Outcome(m.seconds, factors, label={"backend": f" ({backend})"}, notes=notes)
+        return r.call(getattr(hybridla, r.api_fn), a, backend=backend, **options,
+                      **case.engine_kwargs(r.name, trace_as, last))
+    return fn
 
 
-def run_magma(case: Case, r: Routine) -> Outcome:
-    """MAGMA as PyTorch calls it, on a CUDA tensor."""
+def plan_hybridla_gpu(case: Case, r: Routine, tuned: bool = False) -> Plan:
+    """hybridla on a CuPy array (the device copy, refreshed outside the timed region; the
+    factors stay on the device); the library's defaults unless tuned."""
+    return Plan(_hybridla_call(r, case, "gpu", "cuda", tuned), _as_factors,
+                _device_input(case).refresh, harness.cupy_sync)
+
+
+def plan_hybridla_cpu(case: Case, r: Routine, tuned: bool = False) -> Plan:
+    """hybridla on the NumPy array: the cuda backend where there is one, else the host's. With
+    the library's defaults (overwrite_a=False) it gets the pristine A itself; tuned
+    (overwrite_a=True) a fresh copy made outside the timed region."""
+    backend = "cuda" if "cuda" in harness.hybridla_backends() else "host"
+
+    def finish(factors, notes):
+        if not isinstance(factors[0], np.ndarray):
+            notes.append(f"factors returned as {type(factors[0]).__name__}")
+        return factors
+    return Plan(_hybridla_call(r, case, "cpu", backend, tuned), finish,
+                case.host_copy if tuned else (lambda: case.a),
+                harness.cupy_sync if backend == "cuda" else None,
+                label={"backend": f" ({backend})"})
+
+
+def plan_magma(case: Case, r: Routine) -> Plan:
+    """MAGMA as PyTorch calls it, on a CUDA tensor uploaded outside the timed region; torch's
+    warnings about MAGMA or cuSOLVER (its fallback) go to the row's note."""
     torch = harness.optional_import("torch")
     # F-ordered host array -> tensor with strides (1, n): the logical matrix is A itself,
     # already in the column-major layout MAGMA wants.
     t_a = torch.from_numpy(case.a).to("cuda")
-    prev = torch.backends.cuda.preferred_linalg_library()
-    torch.backends.cuda.preferred_linalg_library("magma")
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            m = harness.measure(lambda _, last: r.torch.call(torch, t_a), harness.no_setup,
-                                case.repeat, warmup=case.warmup, sync=harness.torch_sync)
-    finally:
-        torch.backends.cuda.preferred_linalg_library(prev)
-    t_a = None  # the device copy goes before the checks
-    notes: list = []
-    factors = r.torch.finish(m.result, notes)
-    said = {str(w.message).splitlines()[0][:100] for w in caught
-            if "magma" in str(w.message).lower() or "cusolver" in str(w.message).lower()}
-    notes += [f"torch warned: {s}" for s in sorted(said)]
-    return Outcome(m.seconds, factors, label={"torch": f" {torch.__version__.split('+')[0]}"},
-                   notes=notes)
+    said: set = set()
+
+    def fn(_, last):
+        prev = torch.backends.cuda.preferred_linalg_library()
+        torch.backends.cuda.preferred_linalg_library("magma")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                raw = r.torch.call(torch, t_a)
+        finally:
+            torch.backends.cuda.preferred_linalg_library(prev)
+        said.update(str(w.message).splitlines()[0][:100] for w in caught
+                    if "magma" in str(w.message).lower() or "cusolver" in str(w.message).lower())
+        return raw
+
+    def finish(raw, notes):
+        factors = r.torch.finish(raw, notes)
+        notes += [f"torch warned: {s}" for s in sorted(said)]
+        return factors
+    return Plan(fn, finish, sync=harness.torch_sync,
+                label={"torch": f" {torch.__version__.split('+')[0]}"})
 
 
-def run_scipy(case: Case, r: Routine) -> Outcome:
+def plan_scipy(case: Case, r: Routine) -> Plan:
+    """SciPy on a fresh host copy (untimed), overwrite_a=True, check_finite=False."""
     import scipy.linalg
 
     fn = getattr(scipy.linalg, r.scipy_fn)
     call = r.scipy_call or r.call
-    m = harness.measure(lambda a, last: call(fn, a), case.host_copy, case.repeat,
-                        warmup=case.warmup)
-    return Outcome(m.seconds, m.result)
+    return Plan(lambda a, last: call(fn, a, **TUNED_OPTIONS), _as_factors, case.host_copy)
 
 
 # -- whether each can run here (None: it can) ------------------------------------------------
@@ -156,23 +192,29 @@ class Call:
     finish: Callable[[Any, list], tuple]
 
 
+# The options of the "tuned" rows (and of SciPy's, a baseline given every advantage): the
+# library's defaults are check_finite=True, overwrite_a=False, and a row without "tuned" passes
+# neither, so that it measures whatever the defaults are.
+TUNED_OPTIONS = {"overwrite_a": True, "check_finite": False}
+
+
 def _lu_call(fn, a, **kw) -> tuple:
-    lu, piv = fn(a, overwrite_a=True, check_finite=False, **kw)
+    lu, piv = fn(a, **kw)
     return lu, piv
 
 
 def _cho_call(fn, a, **kw) -> tuple:
-    return (fn(a, lower=True, overwrite_a=True, check_finite=False, **kw)[0],)
+    return (fn(a, lower=True, **kw)[0],)
 
 
 def _householder_call(fn, a, **kw) -> tuple:
     """hybridla.geqrf / geqlf / gelqf: (factors, tau), what LAPACK's routine computes (qr's raw
     mode also builds the triangle, which cuSOLVER's geqrf does not)."""
-    return fn(a, overwrite_a=True, check_finite=False, **kw)
+    return fn(a, **kw)
 
 
 def _raw_qr_call(fn, a, **kw) -> tuple:
-    (f, tau), _ = fn(a, mode="raw", overwrite_a=True, check_finite=False, **kw)
+    (f, tau), _ = fn(a, mode="raw", **kw)
     return f, tau
 
 
@@ -195,7 +237,7 @@ class Routine:
     flops: Callable[[int, int, Any], float]          # (m, n, dtype), LAWN 41
     matrix: str                                      # key of matrices.MATRICES
     api_fn: str                                      # hybridla.<api_fn>, scipy's signature
-    call: Callable[..., tuple]                       # (fn, a, **engine options) -> factors
+    call: Callable[..., tuple]                       # (fn, a, **options) -> factors
     check: Callable[[Case, tuple], tuple[float, bool]]
     error_text: str                                  # what check computes (table header)
     scipy_fn: Optional[str] = None                   # scipy.linalg.<scipy_fn>
@@ -280,9 +322,9 @@ class Impl:
     # Label template: {sub} is " geqrf" where a baseline stands in for a routine it lacks,
     # {what} SciPy's function (or the stand-in's name); a run fills the other fields.
     label: str
-    run: Callable[[Case, Routine], Outcome]
+    plan: Callable[[Case, Routine], Plan]
     probe: Callable[[], Optional[str]]                 # this machine: else left out (logged)
-    group: str                                         # an --interfaces or --baselines word
+    groups: tuple                                      # the --interfaces/--baselines words
     max_n: Callable[[argparse.Namespace], Optional[int]] = lambda opts: None
     hybridla: bool = False                             # times the routine itself
     # this routine: a reason gives a "skipped" row
@@ -302,22 +344,41 @@ class Impl:
         return self.label.format(**fields)
 
 
-# Run order within one size: the cuSOLVER rows first, so that every later row has its ratios.
+_TUNED = " tuned (overwrite_a=True, check_finite=False)"
+# Table and round order: hybridla's rows (each interface's first row, with the library's
+# defaults, is its headline), then the baselines; the CPU interface's ratios are against
+# cuSOLVER with pinned transfers (the reference), the pageable row is what a first try gets.
 IMPLEMENTATIONS: dict[str, Impl] = {
-    "cusolver": Impl("cuSOLVER{sub} (device)", run_cusolver, probe_cusolver, "cusolver",
-                     supports=_needs("cusolver", "cuSOLVER"), needs_gpu=True),
-    "cusolver+transfers": Impl("cuSOLVER{sub}+transfers", run_cusolver_transfers,
-                               probe_cusolver, "cusolver",
-                               supports=_needs("cusolver", "cuSOLVER"), needs_gpu=True),
-    "hybridla-gpu": Impl("hybridla GPU iface", run_hybridla_gpu, probe_hybridla_gpu, "gpu",
-                         hybridla=True, supports=_supports_hybridla, needs_gpu=True),
-    "hybridla-cpu": Impl("hybridla CPU iface{backend}", run_hybridla_cpu, lambda: None,
-                         "cpu", hybridla=True, supports=_supports_hybridla),
-    "magma": Impl("MAGMA{sub} (torch{torch})", run_magma, probe_magma, "magma",
+    "hybridla-gpu": Impl("hybridla GPU iface", plan_hybridla_gpu, probe_hybridla_gpu,
+                         ("gpu",), hybridla=True, supports=_supports_hybridla, needs_gpu=True),
+    "hybridla-gpu-tuned": Impl("hybridla GPU iface" + _TUNED,
+                               functools.partial(plan_hybridla_gpu, tuned=True),
+                               probe_hybridla_gpu, ("gpu-tuned",), hybridla=True,
+                               supports=_supports_hybridla, needs_gpu=True),
+    "hybridla-cpu": Impl("hybridla CPU iface{backend}", plan_hybridla_cpu, lambda: None,
+                         ("cpu",), hybridla=True, supports=_supports_hybridla),
+    "hybridla-cpu-tuned": Impl("hybridla CPU iface{backend}" + _TUNED,
+                               functools.partial(plan_hybridla_cpu, tuned=True), lambda: None,
+                               ("cpu-tuned",), hybridla=True, supports=_supports_hybridla),
+    "cusolver": Impl("cuSOLVER{sub} (device)", plan_cusolver, probe_cusolver,
+                     ("cusolver", "cusolver-device"), supports=_needs("cusolver", "cuSOLVER"),
+                     needs_gpu=True),
+    "cusolver-pinned": Impl("cuSOLVER{sub}+transfers pinned (reference)", plan_cusolver_pinned,
+                            probe_cusolver, ("cusolver", "cusolver-pinned"),
+                            supports=_needs("cusolver", "cuSOLVER"), needs_gpu=True),
+    "cusolver-pageable": Impl("cuSOLVER{sub}+transfers pageable (what a first try gets)",
+                              plan_cusolver_pageable, probe_cusolver,
+                              ("cusolver", "cusolver-pageable"),
+                              supports=_needs("cusolver", "cuSOLVER"), needs_gpu=True),
+    "magma": Impl("MAGMA{sub} (torch{torch})", plan_magma, probe_magma, ("magma",),
                   supports=_needs("torch", "torch"), needs_gpu=True),
-    "scipy": Impl("SciPy {what} (host)", run_scipy, probe_scipy, "scipy",
+    "scipy": Impl("SciPy {what} (host)", plan_scipy, probe_scipy, ("scipy",),
                   max_n=lambda opts: opts.scipy_max, supports=_needs("scipy_fn", "SciPy")),
 }
+# The rows the ratio columns divide by (the names above), and the headline row per interface.
+DEVICE_REFERENCE = "cusolver"
+HOST_REFERENCE = "cusolver-pinned"
+HEADLINES = {"hybridla-gpu": DEVICE_REFERENCE, "hybridla-cpu": HOST_REFERENCE}
 
 
 def select_implementations(opts: argparse.Namespace,
@@ -328,7 +389,7 @@ def select_implementations(opts: argparse.Namespace,
     no_gpu = harness.no_gpu_reason()
     chosen, without_gpu = [], []
     for name, impl in IMPLEMENTATIONS.items():
-        if impl.group not in wanted:
+        if not wanted.intersection(impl.groups):
             continue
         if impl.needs_gpu and no_gpu:
             without_gpu.append(impl.label.format(sub="", torch="", what="", backend=""))

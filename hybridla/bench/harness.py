@@ -1,6 +1,8 @@
 """What every benchmark and probe shares: optional GPU modules imported on first use, the clocks
-(host clock around synchronized calls, median or best of repeats; CUDA events), device and pinned
-host memory, the device's name, and markdown tables (time, TFLOP/s, backward error, ratios).
+(host clock around synchronized calls, median or best of repeats; CUDA events), the alternating
+comparison of several implementations (``alternate``: round-robin repetitions, median, spread,
+"parity"), device and pinned host memory, where and when a table was made (UTC date, device, git
+commit), and markdown tables (time, TFLOP/s, backward error, ratios).
 
 Importing this needs no GPU: CuPy, PyTorch, PyCUDA and nvmath-python are imported when first
 asked for (``optional_import``), and a failure is remembered with its reason (``import_error``).
@@ -141,6 +143,15 @@ def prime_pinned_pool(nbytes: int, log: Optional[Callable[[str], None]] = None) 
             log(f"could not pin {nbytes / 2**30:.1f} GiB ahead of a timed upload: {exc}")
 
 
+def pinned_empty(shape, dtype, order: str = "F") -> np.ndarray:
+    """An uninitialized NumPy array in page-locked (pinned) host memory from CuPy's pinned pool;
+    the array keeps the allocation alive. Pinning GBs takes seconds: allocate outside a clock."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    mem = cupy().cuda.alloc_pinned_memory(max(1, count * dtype.itemsize))
+    return np.frombuffer(mem, dtype, count).reshape(shape, order=order)
+
+
 def to_host(arr) -> np.ndarray:
     """A NumPy view/copy of a NumPy, CuPy or PyTorch array."""
     if isinstance(arr, np.ndarray):
@@ -174,10 +185,16 @@ def array_module(arr):
 
 @dataclass
 class Measurement:
-    seconds: float      # the statistic (median by default) of the timed repetitions
-    result: Any         # what the last repetition returned
+    seconds: Optional[float]   # the statistic (median by default); None where it failed
+    result: Any         # what the last repetition returned (alternate: finish(result))
     times: list = field(default_factory=list)   # every timed repetition, in order
     meta: Any = None    # meta(result) of the repetition whose time is the median (or None)
+    error: Optional[str] = None   # why it failed (alternate), else None
+
+    @property
+    def spread(self) -> Optional[tuple[float, float]]:
+        """(fastest, slowest) of the timed repetitions, or None without any."""
+        return (min(self.times), max(self.times)) if self.times else None
 
 
 def no_setup():
@@ -214,8 +231,112 @@ def measure(fn: Callable[[Any, bool], Any], setup: Callable[[], Any], repeat: in
             times.append(t1 - t0)
             if meta is not None:
                 metas.append(meta(result))
-    middle = sorted(range(len(times)), key=times.__getitem__)[(len(times) - 1) // 2]
-    return Measurement(statistic(times), result, times, metas[middle] if metas else None)
+    return Measurement(statistic(times), result, times,
+                       metas[_median_index(times)] if metas else None)
+
+
+def _median_index(times: list) -> int:
+    """The index of the median repetition (the lower middle one for an even count)."""
+    return sorted(range(len(times)), key=times.__getitem__)[(len(times) - 1) // 2]
+
+
+@dataclass
+class Contender:
+    """One implementation of an alternating comparison (``alternate``).
+
+    fn(state, last) is timed; setup() runs before it outside the clock (a fresh copy of the
+    input); sync, if given, runs before the clock starts and before it stops. meta(result), if
+    given, is kept per timed repetition. finish(result), if given, runs on the final
+    repetition's result at once, outside the clock, and its value is what the Measurement keeps:
+    the check of a large result happens there, so that the result need not stay alive while
+    the other contenders run (they may share input buffers).
+    """
+    name: str
+    fn: Callable[[Any, bool], Any]
+    setup: Callable[[], Any] = no_setup
+    sync: Optional[Callable[[], None]] = None
+    meta: Optional[Callable[[Any], Any]] = None
+    finish: Optional[Callable[[Any], Any]] = None
+
+
+def alternate(contenders: list, repeat: int, *, warmup: int = 0,
+              statistic: Callable[[list], float] = statistics.median) -> dict[str, Measurement]:
+    """Time the contenders round-robin: ``warmup + repeat`` rounds, each running every
+    contender once in list order (A, B, C, A, B, C, ...), so that slow drifts of the machine
+    (clocks, temperature, other load) fall on all of them alike. The first ``warmup`` rounds
+    are not timed.
+
+    Returns name -> Measurement: seconds = statistic (median) of its ``repeat`` times, times,
+    the meta of its median repetition, and result = finish(last result) (or the last result).
+    A contender that raises (in setup, fn or finish) is dropped from the later rounds: its
+    Measurement has seconds None and error "Type: message"; the others go on. At most one
+    result is alive at a time: each repetition's result is dropped before the next setup.
+    """
+    names = [c.name for c in contenders]
+    if len(set(names)) != len(names):
+        raise ValueError(f"contender names must be distinct: {names}")
+    times: dict[str, list] = {c.name: [] for c in contenders}
+    metas: dict[str, list] = {c.name: [] for c in contenders}
+    kept: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    total = warmup + repeat
+    for i in range(total):
+        last = i == total - 1
+        for c in contenders:
+            if c.name in errors:
+                continue
+            state = result = None
+            try:
+                state = c.setup()
+                if c.sync is not None:
+                    c.sync()
+                t0 = time.perf_counter()
+                result = c.fn(state, last)
+                if c.sync is not None:
+                    c.sync()
+                t1 = time.perf_counter()
+                state = None
+                if i >= warmup:
+                    times[c.name].append(t1 - t0)
+                    if c.meta is not None:
+                        metas[c.name].append(c.meta(result))
+                if last:
+                    kept[c.name] = c.finish(result) if c.finish is not None else result
+            except Exception as exc:
+                errors[c.name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+            state = result = None
+    out = {}
+    for c in contenders:
+        t, error = times[c.name], errors.get(c.name)
+        meta = metas[c.name][_median_index(t)] if metas[c.name] and len(metas[c.name]) == len(
+            t) else None
+        out[c.name] = Measurement(None if error or not t else statistic(t), kept.get(c.name),
+                                  t, meta, error)
+    return out
+
+
+def spreads_overlap(a: Measurement, b: Measurement) -> bool:
+    """Whether the [fastest, slowest] ranges of two measurements' repetitions overlap."""
+    sa, sb = a.spread, b.spread
+    return sa is not None and sb is not None and sa[0] <= sb[1] and sb[0] <= sa[1]
+
+
+def compare(base: Optional[Measurement], this: Optional[Measurement]) -> str:
+    """A ratio cell: base's median / this one's ("1.10x": this is faster), followed by
+    " (parity)" where the two spreads overlap (the difference is inside the run-to-run noise,
+    so it is not called faster or slower); "–" without a baseline, "n/a" without a time."""
+    if this is None or this.seconds is None:
+        return "n/a"
+    if base is None or base.seconds is None:
+        return "–"
+    text = f"{base.seconds / this.seconds:.2f}x"
+    return text + " (parity)" if spreads_overlap(base, this) else text
+
+
+def spread_cell(m: Optional[Measurement]) -> str:
+    """"fastest-slowest" seconds of a measurement's repetitions, "n/a" without any."""
+    spread = None if m is None else m.spread
+    return "n/a" if spread is None else f"{spread[0]:.4g}-{spread[1]:.4g}"
 
 
 def median_time(fn: Callable[[Any], Any], setup: Callable[[], Any], repeat: int,
@@ -316,6 +437,23 @@ def nvidia_smi_name(device_id: int) -> Optional[str]:
 
 def utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def git_commit() -> str:
+    """The short commit of the source tree hybridla is imported from (``git rev-parse --short
+    HEAD`` there), "unknown" where that fails (an installed wheel, no git)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here,
+                             capture_output=True, text=True, timeout=10, check=True)
+        return out.stdout.strip() or "unknown"
+    except Exception:
+        return "unknown"
+
+
+def provenance(device: str, baseline: str) -> str:
+    """The line every table and summary carries: UTC date, device, commit and baseline."""
+    return f"{utc_now()}; device: {device}; commit {git_commit()}; baseline: {baseline}"
 
 
 def command_line(argv, script: str) -> str:

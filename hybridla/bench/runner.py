@@ -2,8 +2,10 @@
 ``hybridla bench`` (installed), or ``python3 perf/bench.py`` in a source checkout.
 
     hybridla bench --routine getrf --sizes 16384 32768 --dtype float64 \
-        [--nb N] [--lookahead L] [--panel auto] [--repeat 3] [--interfaces gpu,cpu] \
-        [--baselines cusolver,magma,scipy] [--scipy-max 16384] [--trace-dir DIR] [--out FILE.md]
+        [--nb N] [--lookahead L] [--panel auto] [--repeat 5] \
+        [--interfaces gpu,cpu,gpu-tuned,cpu-tuned] \
+        [--baselines cusolver|cusolver-device,cusolver-pinned,cusolver-pageable,magma,scipy] \
+        [--scipy-max 16384] [--trace-dir DIR] [--out FILE.md]
 
     hybridla bench --routine potrf --sizes 16384 32768
     hybridla bench --routine geqrf,geqlf,gelqf --sizes 16384
@@ -22,39 +24,60 @@ Test matrices (F order, fixed seed, one per size and kind, shared by the routine
                                present, else on the host with NumPy (O(n^3): slow for large n
                                without a GPU); the two generators draw different numbers
 
-Every selected implementation is timed on it (xxxx = the routine's cuSOLVER/LAPACK call):
+Every selected implementation is timed on it (xxxx = the routine's cuSOLVER/LAPACK call;
+the --interfaces / --baselines word in brackets):
 
-  cuSOLVER (device)     xxxx of nvmath.bindings.cusolverDn (getrf, potrf lower, geqrf) on a
-                        CuPy array already on the device (upload outside the timed region)
-  cuSOLVER+transfers    from the pageable NumPy array: cupy.asarray upload (staged through
-                        CuPy's pinned pool, primed before the clock) + xxxx + download of the
-                        factors (and pivots / tau) into host memory, all timed
-  hybridla GPU iface    hybridla.lu_factor / cho_factor(lower=True) / geqrf / geqlf / gelqf
-                        on the CuPy array, overwrite_a=True, backend="cuda" (upload outside
-                        the timed region; the factors stay on the device)
-  hybridla CPU iface    the same call on the NumPy array, backend="cuda" (or "host" without a
-                        GPU); the factors are in host memory when the clock stops
-  MAGMA (torch)         torch.linalg.lu_factor / torch.linalg.cholesky_ex / torch.geqrf on a
+  hybridla GPU iface    [gpu] hybridla.lu_factor / cho_factor(lower=True) / geqrf / geqlf /
+                        gelqf on a CuPy array, backend="cuda", with the library's DEFAULTS
+                        (check_finite=True, overwrite_a=False: nothing else is passed); the
+                        factors stay on the device. The GPU interface's headline row.
+  ... tuned             [gpu-tuned] the same with overwrite_a=True, check_finite=False
+  hybridla CPU iface    [cpu] the same call on the NumPy array (the pristine A; overwrite_a=False
+                        leaves it alone), backend="cuda" (or "host" without a GPU); the factors
+                        are in host memory when the clock stops. The CPU interface's headline.
+  ... tuned             [cpu-tuned] overwrite_a=True, check_finite=False, on a fresh host copy
+  cuSOLVER (device)     [cusolver-device] xxxx of nvmath.bindings.cusolverDn (getrf, potrf
+                        lower, geqrf) on a device copy of A refreshed outside the timed region
+                        (a device-to-device copy); the GPU interface's reference
+  cuSOLVER+transfers pinned (reference)
+                        [cusolver-pinned] A copied once into a pinned host buffer outside the
+                        clock; timed: async upload from it on CuPy's stream, xxxx, async
+                        download into another pinned buffer (read there: no copy to pageable
+                        memory is timed), small pivots / tau / info; the CPU interface's
+                        reference
+  cuSOLVER+transfers pageable (what a first try gets)
+                        [cusolver-pageable] cupy.asarray of the pageable A (CuPy's pinned
+                        staging, its pool primed before the clock), xxxx, d_a.get(out=) into a
+                        pageable array, in series, all timed
+  MAGMA (torch)         [magma] torch.linalg.lu_factor / linalg.cholesky_ex / torch.geqrf on a
                         CUDA tensor with torch.backends.cuda.preferred_linalg_library("magma")
-  SciPy                 scipy.linalg.lu_factor / cho_factor(lower=True) / qr(mode="raw") on the
-                        host (only for n <= --scipy-max)
+  SciPy                 [scipy] scipy.linalg.lu_factor / cho_factor(lower=True) / qr(mode="raw")
+                        on the host, overwrite_a=True, check_finite=False (only n <= --scipy-max)
 
-cuSOLVER, MAGMA (through torch) and SciPy have no QL or LQ: for geqlf and gelqf their rows
-time geqrf on the same matrix ("cuSOLVER geqrf (device)", "SciPy geqrf (host)", ...; not
-repeated when geqrf is in the same run), the cuSOLVER ratios are against cuSOLVER's geqrf,
-and a column "vs our geqrf" gives hybridla's geqrf time through the same interface divided
-by this time (issue 3 asks geqlf and gelqf to be within 1.2x of our geqrf: >= 0.83x here).
-A hybridla function that does not exist (yet) gives a row "skipped: hybridla.qr not
-available"; an implementation that cannot run on this machine (no GPU, no torch) is left
-out with a message on stderr.
+--baselines cusolver means all three cuSOLVER rows.  cuSOLVER, MAGMA (through torch) and SciPy
+have no QL or LQ: for geqlf and gelqf their rows time geqrf on the same matrix ("cuSOLVER
+geqrf (device)", "SciPy geqrf (host)", ...; not repeated when geqrf is in the same run), the
+cuSOLVER ratios are against cuSOLVER's geqrf, and a column "vs our geqrf" gives hybridla's
+geqrf time through the same interface divided by this time (issue 3 asks geqlf and gelqf to be
+within 1.2x of our geqrf: >= 0.83x here).  A hybridla function that does not exist (yet) gives
+a row "skipped: hybridla.qr not available"; an implementation that cannot run on this machine
+(no GPU, no torch) is left out with a message on stderr.
 
-Each implementation runs once untimed at the smallest size (warm-up), then --repeat times
-per size; the median is reported.  GPU timings synchronize the device before reading the
-clock.  Every result is checked outside the timed region (checks.py: LAPACK's test ratios,
-dense for small n, random-vector estimates marked ~ above); the table's header gives the
-formulas.  Rows are printed as markdown as they come (a "routine" column when a run has
-several routines); --out appends the table to a file; --trace-dir keeps hybridla's trace of
-each last repetition as DIR/<routine>_<gpu|cpu>_<n>.json.
+Statistics (harness.alternate): at each size and routine the implementations run ALTERNATELY,
+round-robin in table order (hybridla, hybridla tuned, ..., cuSOLVER, ...; one untimed round at
+the smallest size, then --repeat rounds, 5 by default); each row gives the median and the
+spread (fastest-slowest).  Ratios = the baseline's median / this median (> 1: this is faster),
+"(parity)" where the two spreads overlap.  Ratio columns name their baseline: "vs cuSOLVER
+(device)" and "vs cuSOLVER pinned+transfers".  After the table, one summary line per size and
+routine gives each interface's headline (defaults) row against its reference (the GPU
+interface against cuSOLVER on the device, the CPU interface against pinned cuSOLVER), with the
+date, device, commit and baseline.  GPU timings synchronize the device before reading the
+clock.  Every result is checked outside the timed region, right after its last repetition
+(checks.py: LAPACK's test ratios, dense for small n, random-vector estimates marked ~ above);
+the table's header gives the formulas.  Rows are printed as markdown when a size and routine
+are done (a "routine" column when a run has several routines); --out appends the table to a
+file; --trace-dir keeps hybridla's trace of each last repetition as
+DIR/<routine>_<gpu|cpu|gpu-tuned|cpu-tuned>_<n>.json.
 
 Without a GPU only the hybridla CPU interface (host backend) and SciPy rows are produced, and
 one line on stderr says what was left out: ``hybridla bench`` then runs n = 1024 unless --sizes
@@ -74,16 +97,21 @@ import hybridla
 
 from . import baselines, harness
 from .checks import Case
-from .factorizations import ROUTINES, Impl, Routine, select_implementations
+from .factorizations import (DEVICE_REFERENCE, HEADLINES, HOST_REFERENCE, IMPLEMENTATIONS,
+                             ROUTINES, Impl, Routine, select_implementations)
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
-INTERFACES = ("gpu", "cpu")
-BASELINES = ("cusolver", "magma", "scipy")
+INTERFACES = ("gpu", "cpu", "gpu-tuned", "cpu-tuned")
+BASELINES = ("cusolver", "cusolver-device", "cusolver-pinned", "cusolver-pageable", "magma",
+             "scipy")
+DEFAULT_BASELINES = ("cusolver", "magma", "scipy")
 DEFAULT_SIZES = (4096,)
 SMALL_SIZES = (1024,)     # hybridla bench's default on a machine without a GPU
+DEFAULT_REPEAT = 5
 
-COLUMNS = ("n", "implementation", "time (s)", "TFLOP/s", "backward error",
-           "vs cuSOLVER", "vs cuSOLVER+transfers", "note")
+# (the first five columns are what tests/test_cli.py and earlier tables have)
+COLUMNS = ("n", "implementation", "time (s)", "TFLOP/s", "backward error", "spread (s)",
+           "vs cuSOLVER (device)", "vs cuSOLVER pinned+transfers", "note")
 ROUTINE_COLUMN = "routine"            # after "n", when a run has several routines
 OUR_REFERENCE_COLUMN = "vs our {}"    # before "note", when a routine stands on another
 
@@ -106,14 +134,18 @@ class Table(harness.MarkdownTable):
             columns.insert(len(columns) - 1, OUR_REFERENCE_COLUMN.format(ref))
         super().__init__(path, columns, right=("n", "time (s)", "TFLOP/s"))
 
-    def row(self, n: int, r: Routine, label: str, t=None, flop=None, berr=None,
-            estimated=False, bases=(None, None), ours=None, note="") -> str:
-        """One row; bases: the (cuSOLVER, cuSOLVER+transfers) times, ours: our time of
-        r.baseline through the same interface (or None)."""
+    def row(self, n: int, r: Routine, label: str, m: Optional[harness.Measurement] = None,
+            flop=None, berr=None, estimated=False, bases=(None, None), ours=None,
+            note="") -> str:
+        """One row; m: this row's measurement (None: not run), bases: the (cuSOLVER device,
+        cuSOLVER pinned+transfers) measurements, ours: hybridla's measurement of r.baseline
+        through the same interface (or None)."""
+        t = None if m is None else m.seconds
         cells = [str(n)] + ([r.name] if self.multi else []) + [
             label, harness.fmt(t, ".4g"), harness.rate(flop, t),
-            harness.error_cell(berr, estimated), *(harness.ratio(b, t) for b in bases)]
-        cells += [harness.ratio(ours if r.baseline == ref else None, t)
+            harness.error_cell(berr, estimated), harness.spread_cell(m),
+            *(harness.compare(b, m) for b in bases)]
+        cells += [harness.compare(ours if r.baseline == ref else None, m)
                   for ref in self.references]
         cells.append(note.replace("|", "/"))
         return self.format_row(cells)
@@ -124,10 +156,13 @@ class Table(harness.MarkdownTable):
                           for r in self.routines)
         notes = [
             f"hybridla: {hybridla.__file__}; numpy {np.__version__}; "
-            f"repeat {opts.repeat} (median), warm-up once at the smallest size; "
+            f"{opts.repeat} rounds, the implementations alternating round-robin (one "
+            f"untimed round at the smallest size); time = median, spread = fastest-slowest; "
             f"TFLOP/s from LAWN 41 {', '.join(names)} flops.",
             f"Backward error {errors} "
-            f"Ratios are cuSOLVER time / this time (> 1: this is faster).",
+            f"Ratios are the named baseline's median / this median (> 1: this is faster); "
+            f"\"(parity)\": the two spreads overlap. hybridla rows without \"tuned\" use the "
+            f"library's defaults (check_finite=True, overwrite_a=False) and are the headline.",
         ]
         for ref in self.references:
             stand = ", ".join(r.name for r in self.routines if r.baseline == ref)
@@ -137,8 +172,25 @@ class Table(harness.MarkdownTable):
                 f"and the cuSOLVER ratios of {stand} are against cuSOLVER's {ref}. "
                 f"\"vs our {ref}\" = hybridla's {ref} time through the same interface / "
                 f"this time (\"within 1.2x of our {ref}\" is >= 0.83x).")
-        self.start(f"{','.join(names)} {opts.dtype} on {harness.device_name()}, "
-                   f"{harness.utc_now()}", command, notes)
+        where = harness.provenance(harness.device_name(), BASELINE_NAMES)
+        self.start(f"{','.join(names)} {opts.dtype}; {where}", command, notes)
+
+
+BASELINE_NAMES = ("cuSOLVER (device) for the GPU interface, cuSOLVER with pinned transfers "
+                  "for the CPU interface")
+
+
+def summary_line(n: int, r: Routine, name: str, label: str, m: harness.Measurement,
+                 reference: str, base: Optional[harness.Measurement]) -> str:
+    """The headline of one interface at one size: its defaults row against its reference,
+    with where and when (a markdown list item, outside the table)."""
+    ref_label = IMPLEMENTATIONS[reference].label_for(r)
+    against = (f"{ref_label} not run" if base is None or base.seconds is None else
+               f"{ref_label} {base.seconds:.4g} s ({harness.spread_cell(base)}): "
+               f"{harness.compare(base, m)}")
+    return (f"- summary n={n} {r.name}: {label} {harness.fmt(m.seconds, '.4g')} s "
+            f"({harness.spread_cell(m)}) vs {against}; "
+            f"{harness.provenance(harness.device_name(), ref_label)}")
 
 
 # -- command line ------------------------------------------------------------------------------
@@ -202,11 +254,13 @@ def parse_args(argv=None, prog: Optional[str] = None,
     p = _Parser(
         prog=prog,
         description="Benchmark hybridla's factorizations against cuSOLVER, MAGMA and SciPy.",
-        epilog="One markdown row per size and implementation: cuSOLVER (device), "
-               "cuSOLVER+transfers (the CPU-interface baseline), hybridla GPU iface, hybridla "
-               "CPU iface, MAGMA (torch), SciPy; time (median of --repeat after one warm-up), "
+        epilog="One markdown row per size and implementation: hybridla GPU and CPU iface "
+               "(defaults, then tuned), cuSOLVER (device), cuSOLVER+transfers pinned (the "
+               "CPU-interface reference) and pageable, MAGMA (torch), SciPy; all alternating "
+               "round-robin; time (median of --repeat rounds after one warm-up round), spread, "
                "TFLOP/s (LAWN 41), backward error (LAPACK's test ratio, < 30 passes), ratios "
-               "to both cuSOLVER rows. Without a GPU: hybridla's host backend and SciPy only.")
+               "to cuSOLVER (device) and pinned cuSOLVER, \"(parity)\" where spreads overlap. "
+               "Without a GPU: hybridla's host backend and SciPy only.")
     p.add_argument("--routine", dest="routines", type=_routine_list, default="getrf",
                    metavar="|".join(ROUTINES),
                    help="one routine or a comma list (e.g. geqrf,geqlf,gelqf), run in "
@@ -219,11 +273,16 @@ def parse_args(argv=None, prog: Optional[str] = None,
     p.add_argument("--lookahead", type=int, default=None, help="hybridla lookahead depth")
     p.add_argument("--panel", choices=("cpu", "gpu", "auto"), default=None,
                    help="where hybridla factors panels")
-    p.add_argument("--repeat", type=positive_int, default=3, help="timed runs per size")
+    p.add_argument("--repeat", type=positive_int, default=DEFAULT_REPEAT,
+                   help=f"timed rounds per size and routine, the implementations alternating "
+                        f"(median and spread; default {DEFAULT_REPEAT})")
     p.add_argument("--interfaces", type=_word_list(INTERFACES), default=list(INTERFACES),
-                   help="hybridla interfaces, comma separated: gpu,cpu")
-    p.add_argument("--baselines", type=_word_list(BASELINES), default=list(BASELINES),
-                   help="comma separated: cusolver (device and +transfers), magma, scipy")
+                   help="hybridla rows, comma separated: gpu, cpu (the library's defaults: "
+                        "the headlines), gpu-tuned, cpu-tuned (overwrite_a=True, "
+                        "check_finite=False); default all")
+    p.add_argument("--baselines", type=_word_list(BASELINES), default=list(DEFAULT_BASELINES),
+                   help="comma separated: cusolver (= cusolver-device, cusolver-pinned, "
+                        "cusolver-pageable), magma, scipy")
     p.add_argument("--scipy-max", type=int, default=16384,
                    help="largest n for the (slow) SciPy baseline")
     p.add_argument("--seed", type=int, default=0, help="random matrix seed")
@@ -244,45 +303,86 @@ def parse_args(argv=None, prog: Optional[str] = None,
 
 # -- the run -----------------------------------------------------------------------------------
 
-def run_one(name: str, impl: Impl, r: Routine, case: Case, table: Table,
-            measured: dict) -> str:
-    """Time one implementation for routine r at one size, check its result; return the row.
-
-    measured maps (implementation, routine timed) to seconds at this size; this row's time
-    is added before its ratios are computed.
-    """
-    c = impl.computes(r)
-    label, note = impl.label_for(r), ""
-    t = berr = None
-    estimated = False
-    outcome = None
-    reason = impl.supports(c)
-    if reason:
-        log(f"n={case.n}: {c.name} {name}: {reason}")
-        return table.row(case.n, r, label, note=reason)
-    try:
-        log(f"n={case.n}: {c.name} {name}")
-        outcome = impl.run(case, c)
-        t, label = outcome.time, impl.label_for(r, **outcome.label)
-        notes = list(outcome.notes)
+def _checker(impl: Impl, c: Routine, case: Case, plan, outcome: dict):
+    """The contender's finish: the plan's factors of the last repetition, checked at once
+    (they may live in buffers the next contender refreshes); outcome gets berr, estimated."""
+    def finish(raw):
+        notes = outcome["notes"]
+        factors = plan.finish(raw, notes)
         try:
-            berr, estimated = c.check(case, outcome.factors)
+            outcome["berr"], outcome["estimated"] = c.check(case, factors)
         except Exception as exc:
             notes.append(f"backward error failed: {type(exc).__name__}: {exc}")
-        note = "; ".join(notes)
-    except Exception as exc:
-        note = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
-        log(f"n={case.n}: {c.name} {name} failed: {note}")
+        return None
+    return finish
+
+
+def run_routine(r: Routine, case: Case, impls: list, table: Table, measured: dict,
+                attempted: set) -> tuple[list, list]:
+    """Time the implementations of routine r at one size alternately (harness.alternate) and
+    check each result; returns (table rows, summary lines).
+
+    measured maps (implementation, routine timed) to Measurements at this size (this
+    routine's are added); attempted holds the (implementation, routine timed) pairs already
+    run at this size, so that a stand-in (geqrf for geqlf) runs once.
+    """
+    rows: list = []        # (name, impl, routine timed, label, outcome dict)
+    contenders = []
+    for name, impl in impls:
+        c = impl.computes(r)
+        key = (name, c.name)
+        if key in attempted:
+            continue
+        attempted.add(key)
+        limit = impl.max_n(case.opts)
+        if limit is not None and case.n > limit:
+            log(f"n={case.n}: skipping {name} (n > {limit})")
+            continue
+        outcome: dict = {"notes": [], "berr": None, "estimated": False}
+        label = impl.label_for(r)
+        reason = impl.supports(c)
+        if reason is None:
+            try:
+                plan = impl.plan(case, c)
+                label = impl.label_for(r, **plan.label)
+                outcome["notes"] += plan.notes
+                contenders.append(harness.Contender(
+                    name, plan.fn, plan.setup, plan.sync,
+                    finish=_checker(impl, c, case, plan, outcome)))
+            except Exception as exc:
+                reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
+        if reason:
+            log(f"n={case.n}: {c.name} {name}: {reason}")
+            outcome["notes"].append(reason)
+        rows.append((name, impl, c, label, outcome))
+    log(f"n={case.n}: {r.name}: {', '.join(x.name for x in contenders)} alternating, "
+        f"{case.warmup} + {case.repeat} rounds")
+    try:
+        results = harness.alternate(contenders, case.repeat, warmup=case.warmup)
     finally:
-        outcome = None
+        contenders = []
         harness.release_device_memory()
-    if t is not None:
-        measured[(name, c.name)] = t
+    for name, impl, c, _, outcome in rows:
+        m = results.get(name)
+        if m is not None:
+            if m.error:
+                log(f"n={case.n}: {c.name} {name} failed: {m.error}")
+                outcome["notes"].append(m.error)
+            measured[(name, c.name)] = m
     ref = r.baseline or r.name
-    bases = (measured.get(("cusolver", ref)), measured.get(("cusolver+transfers", ref)))
-    ours = measured.get((name, r.baseline)) if impl.hybridla and r.baseline else None
-    return table.row(case.n, r, label, t, c.flops(case.n, case.n, case.dtype), berr,
-                     estimated, bases, ours, note)
+    bases = (measured.get((DEVICE_REFERENCE, ref)), measured.get((HOST_REFERENCE, ref)))
+    lines, summaries = [], []
+    for name, impl, c, label, outcome in rows:
+        m = results.get(name)
+        ours = measured.get((name, r.baseline)) if impl.hybridla and r.baseline else None
+        lines.append(table.row(case.n, r, label, m, c.flops(case.n, case.n, case.dtype),
+                               outcome["berr"], outcome["estimated"], bases, ours,
+                               "; ".join(outcome["notes"])))
+        reference = HEADLINES.get(name)
+        if reference is not None and m is not None and m.seconds is not None:
+            summaries.append(summary_line(case.n, r, name, label, m, reference,
+                                          measured.get((reference, ref))))
+    return lines, summaries
 
 
 def main(argv=None, prog: Optional[str] = None, small_without_gpu: bool = False) -> int:
@@ -302,6 +402,7 @@ def main(argv=None, prog: Optional[str] = None, small_without_gpu: bool = False)
         return 1
     table = Table(opts.out, routines)
     table.begin(opts, command)
+    summaries: list = []
     try:
         for i, n in enumerate(sorted(set(opts.sizes))):
             case = None
@@ -315,16 +416,10 @@ def main(argv=None, prog: Optional[str] = None, small_without_gpu: bool = False)
                     log(f"n={n}: generating the {dtype} {kind}matrix "
                         f"({n * n * dtype.itemsize / 2**30:.2f} GiB)")
                     case = Case(n, dtype, opts, warmup=1 if i == 0 else 0, kind=r.matrix)
-                for name, impl in impls:
-                    key = (name, impl.computes(r).name)
-                    if key in attempted:     # a stand-in already in an earlier routine's rows
-                        continue
-                    attempted.add(key)
-                    limit = impl.max_n(opts)
-                    if limit is not None and n > limit:
-                        log(f"n={n}: skipping {name} (n > {limit})")
-                        continue
-                    table.emit(run_one(name, impl, r, case, table, measured))
+                lines, said = run_routine(r, case, impls, table, measured, attempted)
+                for line in lines:
+                    table.emit(line)
+                summaries += said
             case = None
             gc.collect()
     finally:
@@ -332,4 +427,8 @@ def main(argv=None, prog: Optional[str] = None, small_without_gpu: bool = False)
             baselines.destroy_handle()
         except Exception:
             pass
+    if summaries:
+        table.emit("")
+        for line in summaries:
+            table.emit(line)
     return 0
