@@ -20,7 +20,6 @@ from . import backend as _backends
 from . import config as _config
 from ._logging import get_logger
 from .backend import device_arrays as _device_arrays
-from .backend.host.transfers import all_finite
 from .lapack._host_rhs import lacpy_from_host
 from .scheduler.plan import make_plan
 from .scheduler.trace import run_metadata
@@ -118,29 +117,21 @@ PARALLEL_CHECK_BYTES = 64 << 20
 
 def _all_finite(array) -> bool:
     """Whether no entry of `array` is NaN or infinite (numpy.asarray_chkfinite's test), in a pass
-    that allocates nothing (backend/host/transfers.all_finite, piece by piece). A large
-    contiguous array is tested in pieces by several threads (NumPy's sums release the GIL)."""
+    that allocates nothing: a sum with a NaN or an infinity among its terms is not finite, so a
+    finite sum settles it, and only a sum that overflowed needs the test entry by entry. A large
+    contiguous array is summed in pieces by several threads (NumPy's sums release the GIL)."""
     if array.dtype.kind not in "fc":
         return True
-    threads = os.cpu_count() or 1
-    if array.nbytes >= PARALLEL_CHECK_BYTES and threads > 1 and \
-            (array.flags.c_contiguous or array.flags.f_contiguous):
-        pieces = np.array_split(array.ravel(order="K"), threads)  # views
-        with ThreadPoolExecutor(threads) as pool:
-            return all(list(pool.map(all_finite, pieces)))
-    return all_finite(array)
-
-
-def _nonfinite_message(name) -> str:
-    """What check_finite says of argument `name` holding an inf or NaN (ValueError's text)."""
-    return f"{name} must not contain infs or NaNs (check_finite=True)"
-
-
-def _require_finite(name, array):
-    """check_finite up front: ValueError naming `name` where the host array holds an inf or
-    NaN."""
-    if not _all_finite(array):
-        raise ValueError(_nonfinite_message(name))
+    with np.errstate(over="ignore", invalid="ignore"):
+        threads = os.cpu_count() or 1
+        if array.nbytes >= PARALLEL_CHECK_BYTES and threads > 1 and \
+                (array.flags.c_contiguous or array.flags.f_contiguous):
+            pieces = np.array_split(array.ravel(order="K"), threads)  # views
+            with ThreadPoolExecutor(threads) as pool:
+                total = sum(pool.map(np.sum, pieces))
+        else:
+            total = np.sum(array)
+        return bool(np.isfinite(total)) or bool(np.isfinite(array).all())
 
 
 def _flag(name, value) -> bool:
@@ -177,8 +168,9 @@ def _host_matrix(name, x, check_finite, ndims=(2,)):
         want = " or ".join(f"{d}-D" for d in ndims)
         raise ValueError(f"expected a {want} array for {name}; got shape {array.shape}")
     dtype = _lapack_dtype(name, array.dtype)
-    if check_finite:  # last: the one check that reads every entry
-        _require_finite(name, array)
+    # last: the one check that reads every entry
+    if check_finite and not _all_finite(array):
+        raise ValueError(f"{name} must not contain infs or NaNs (check_finite=True)")
     return array, dtype
 
 
@@ -192,7 +184,7 @@ def _device_matrix_checks(name, x, backend, check_finite, ndims=(2,)):
         raise TypeError(f"a device array {name} must be float32, float64, complex64 or "
                         f"complex128; got dtype {dtype}")
     if check_finite and backend.has_nonfinite(x):
-        raise ValueError(_nonfinite_message(name))
+        raise ValueError(f"{name} must not contain infs or NaNs (check_finite=True)")
     return shape, dtype
 
 
@@ -267,8 +259,7 @@ def _factor(a, overwrite_a, check_finite, backend, options, routine, driver, squ
         ops = _device_backend("a", backend)
         (m, n), dtype = _device_matrix_checks("a", a, ops, check_finite)
     else:
-        # check_finite below, once it is known whether the staging threads can do it
-        array, dtype = _host_matrix("a", a, check_finite=False)
+        array, dtype = _host_matrix("a", a, check_finite)
         ops = _host_backend(backend)
         m, n = array.shape
     if square and m != n:
@@ -280,8 +271,6 @@ def _factor(a, overwrite_a, check_finite, backend, options, routine, driver, squ
     budget = _check_memory(ops, m, n, dtype, plan.nb,
                            ooc=None if device or ooc_driver is None else plan.ooc)
     if budget is not None:
-        if check_finite:
-            _require_finite("a", array)
         source, result = _host_source_and_result(array, dtype, overwrite_a and array is a,
                                                  copy_needed=keep_other_triangle)
         info, extra, run_trace = ooc_driver(source, result,
@@ -298,19 +287,11 @@ def _factor(a, overwrite_a, check_finite, backend, options, routine, driver, squ
         source, result = _host_source_and_result(
             array, dtype, overwrite_a and array is a,
             copy_needed=keep_other_triangle or not ops.has_device)
-        # check_finite by the threads that stage the matrix, which read every byte anyway,
-        # where a run that fails midway loses nothing: the factors go to a new array (not
-        # the user's, factored in place, whose finished blocks go home during the run) and
-        # what is staged is what the check would read (the user's dtype: no rounding between)
-        on_the_way = check_finite and result is not array and array.dtype == dtype
         # how it travels and the device settings of its store: the plan's (the host backend
         # computes in `result` and takes none)
-        A = ops.host_matrix(source, result, plan.nb,
-                            settings=plan.device_settings if ops.has_device else None,
-                            check_finite=_nonfinite_message("a") if on_the_way else None)
+        A = ops.host_matrix(source, result, plan.nb, settings=plan.device_settings) \
+            if ops.has_device else ops.host_matrix(source, result, plan.nb)
     try:
-        if check_finite and not device and not A.checks_finite:
-            _require_finite("a", array)  # up front: the store will not check as it stages
         info, extra, run_trace = driver(A, plan)
     finally:
         A.close()

@@ -153,19 +153,12 @@ class StagedTileStore(TileStore, Protocol):
     (stage_array) and the DMA follows (upload_staged: the slot into the store's rectangle);
     downwards DMA into a down slot (download_staged), then a CPU task copies it into a host
     array (unstage_array). Out-of-core's working store moves its wide columns and finished
-    block columns so (lapack/_ooc.py); a streamed store its own host matrix.
-
-    checks_finite: stage_array tests every entry it copies (the threads that copy, on the
-    slot while it is in their cache) and raises ValueError(nonfinite_message) on an inf or
-    NaN, failing the run before that piece's DMA (a store made by host_matrix with
-    check_finite that stages; False for every other store)."""
+    block columns so (lapack/_ooc.py); a streamed store its own host matrix."""
 
     staged: bool
     up_slots: int
     down_slots: int
     slot_elements: int
-    checks_finite: bool
-    nonfinite_message: str | None
 
     def use_staging(self, up_slots: int, down_slots: int) -> None: ...
     def end_staging(self) -> None: ...
@@ -193,19 +186,13 @@ class StreamedTileStore(StagedTileStore, Protocol):
     copies it out (unstage_block). Pinned in place: the host array is pinned in pieces
     (plan_pin_pieces, pin_piece) and upload_block / download_block copy directly. A CPU panel
     goes down to a pinned buffer and back on its own copy lanes (panel_to_host,
-    panel_to_device).
-
-    prefault: the result is a new array (not the source), whose pages the transfer plan
-    faults in ahead of the downloads, a block column at a time (prefault_result: for
-    writing, contents unchanged, so the downloads need not wait for it)."""
+    panel_to_device)."""
 
     pin: bool
     transfer: str
-    prefault: bool
 
     def stage_block(self, lane: Any, slot: int, r0: int, r1: int, c0: int, c1: int) -> None: ...
     def unstage_block(self, lane: Any, slot: int, r0: int, r1: int, c0: int, c1: int) -> None: ...
-    def prefault_result(self, lane: Any, c0: int, c1: int) -> None: ...
     def plan_pin_pieces(self, pieces: int) -> Any: ...
     def pin_piece(self, piece: int) -> None: ...
     def upload_block(self, lane: Any, r0: int, r1: int, c0: int, c1: int) -> None: ...
@@ -263,18 +250,12 @@ class StoreOps(Protocol):
         """A new m x n tile store where the backend computes (uninitialized), following the
         run's settings (a device's memory pool)."""
     def host_matrix(self, source: Any, result: Any, nb: int, dtype: Any = None,
-                    settings: DeviceSettings | None = None,
-                    check_finite: str | None = None) -> Any:
+                    settings: DeviceSettings | None = None) -> Any:
         """A store whose home is the host array `source`, its results going to `result`
         (the same array with overwrite_a): on the host it computes there; on a device it is
         streamed (StreamedTileStore) or uploaded whole, per the run's DeviceSettings. A
         narrower `dtype` (a mixed solver's low-precision copy, `result` None) is rounded on
-        the way. `check_finite`: None, or the message of the ValueError the run fails with
-        where `source` holds an inf or NaN, raised by the staging of the piece that holds it
-        where the store stages (`checks_finite`); a store that does not leaves the check to
-        the caller, before the run. Only for a `result` that a run failing midway leaves
-        nothing of value in (not the caller's own array). A `result` that is not `source` is
-        a new array nobody has written yet."""
+        the way."""
     def window(self, A: Any, r0: int, r1: int, c0: int, c1: int) -> Any:
         """A store over rows r0:r1 x columns c0:c1 of store A, in place: a part of a working
         area factored in-core (out-of-core's wide columns). Its results are its own (pivots,

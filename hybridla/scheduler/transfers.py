@@ -29,7 +29,7 @@ from .graph import Region
 
 # the chains that order the copies (not memory: declared as ordering, graph.py)
 _UPLOADS, _DOWNLOADS = "copy:h2d", "copy:d2h"
-_STAGING, _UNSTAGING, _PINNING, _PREFAULT = "stage", "unstage", "pin", "prefault"
+_STAGING, _UNSTAGING, _PINNING = "stage", "unstage", "pin"
 
 
 class TransferPlan:
@@ -63,10 +63,6 @@ class TransferPlan:
                 self._staged_up(-1, slot, r0, r1, c0, c1, functools.partial(
                     A.stage_block, slot=slot, r0=r0, r1=r1, c0=c0, c1=c1))
                 A.residency.arrived(DEVICE, r0, r1, c0, c1)
-            # (a store says whether its result is new; the recording stubs of the tests,
-            # which run nothing, say nothing)
-            if getattr(A, "prefault", False):
-                self._prefault_result()
             return plan.upload_group
         self.piece_starts = A.plan_pin_pieces(plan.pin_pieces) if A.pin else [0]
         for piece in range(len(self.piece_starts) if A.pin else 0):
@@ -82,26 +78,6 @@ class TransferPlan:
                       bytes=(r1 - r0) * (c1 - c0) * A.dtype.itemsize)
             A.residency.arrived(DEVICE, r0, r1, c0, c1)
         return max(1, len(blocks) // len(self.piece_starts))
-
-    def _prefault_result(self):
-        """Fault in the pages of a new result array (A.prefault) off the critical path: a
-        chain of CPU tasks, a block column each (on the store's copy threads), that starts
-        once the staging chain has copied its last block, so it never holds up the upload
-        the first steps wait for, and runs while the GPU computes and the host has little
-        to do. Without it the unstaging copies are the pages' first touch, and a first touch
-        costs about as much as the copy itself (1 GiB into a new array: 0.31 s, into one
-        already faulted in: 0.15 s + 0.18 s to fault it; 2 threads no faster than one at
-        faulting, with 4 KiB pages or 2 MiB ones: NumPy 2.4 on the 2-core CI machine,
-        Linux 6.18), so spreading the faults over more threads would not hide them: moving
-        them to the idle middle of the run does. LU's block rows even fault in every
-        2 MiB page of the array with the first one (a huge page holds a few whole columns).
-        The tasks write nothing (madvise MADV_POPULATE_WRITE): an unstaging copy that
-        reaches a page first faults it in itself, so nothing waits for them."""
-        A, nb = self.A, self.plan.nb
-        for c0 in range(0, A.n, nb):
-            self.graph.add("prefault", -1, "cpu", functools.partial(
-                A.prefault_result, c0=c0, c1=min(c0 + nb, A.n)), chain=_PREFAULT,
-                after=[_STAGING], bytes=A.m * (min(c0 + nb, A.n) - c0) * A.dtype.itemsize)
 
     def send_home(self, step, r0, r1, c0, c1):
         """A block that is final now goes back to the host matrix while the factorization goes

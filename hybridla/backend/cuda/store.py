@@ -118,13 +118,6 @@ class DeviceMatrix:
         self.pin = False  # pin the host matrix as it uploads (CPU interface)
         self.pin_ranges, self.pin_cuts = [], []
         self.staged = False  # or copy it through the backend's pinned slots (`use_staging`)
-        # `host_matrix`'s check_finite: the staging threads test what they copy and raise
-        # ValueError(nonfinite_message) on an inf or NaN (transfers.stage_array)
-        self.checks_finite = False
-        self.nonfinite_message: str | None = None
-        # the result is a new array (not the source): the transfer plan faults its pages in
-        # ahead of the downloads (prefault_result)
-        self.prefault = False
         self._slots = None
         self.up_slots = self.down_slots = self.slot_elements = 0  # `use_staging` sets them
         self._column_sums = None  # `track_one_norm`: ones (m), column maxima (n), sums (n)
@@ -219,7 +212,6 @@ class DeviceMatrix:
     upload_staged = transfers.upload_staged
     download_staged = transfers.download_staged
     unstage_block = transfers.unstage_block
-    prefault_result = transfers.prefault_result
     upload_block = transfers.upload_block
     download_rows = transfers.download_rows
     download_block = transfers.download_block
@@ -404,23 +396,12 @@ def window(backend, A: DeviceMatrix, r0, r1, c0, c1) -> DeviceMatrix:
 
 
 def host_matrix(backend, source: np.ndarray, result: np.ndarray, nb: int, dtype=None,
-                settings: DeviceSettings | None = None,
-                check_finite: str | None = None) -> DeviceMatrix:
+                settings: DeviceSettings | None = None) -> DeviceMatrix:
     """The device working matrix for a host-resident input (CPU interface): streamed up from
     `source`, the factors streamed down into `result` (F-ordered, possibly the same array).
     A narrower `dtype` than the source's (a mixed solver's low-precision copy, `result`
     None) is rounded on the host: by the threads that stage it, or at once when small. How it
-    travels is the run's `settings` (host_transfer, pin_min_bytes; None: the defaults).
-
-    `check_finite`: None, or the message of the ValueError to raise where `source` holds an
-    inf or a NaN. A store that stages the matrix then has its staging threads test every
-    piece they copy (`checks_finite`: the run fails with that error, in the staging task of
-    the piece); one that does not stage it (small, pinned, pageable) leaves `checks_finite`
-    False, and the caller must check up front. Pass it only where a run that fails midway
-    loses nothing (`result` is not the caller's array).
-
-    A `result` that is not `source` is taken for a new array whose pages nobody has written
-    yet (`prefault`: the transfer plan faults them in ahead of the downloads)."""
+    travels is the run's `settings` (host_transfer, pin_min_bytes; None: the defaults)."""
     settings = DeviceSettings() if settings is None else settings
     dtype = np.dtype(dtype or source.dtype)
     transfer = settings.host_transfer
@@ -441,8 +422,6 @@ def host_matrix(backend, source: np.ndarray, result: np.ndarray, nb: int, dtype=
     try:
         if large and transfer == "staged":
             A.use_staging(up_slots=4, down_slots=4)
-            A.checks_finite, A.nonfinite_message = check_finite is not None, check_finite
-            A.prefault = result is not None and result is not source
     except BaseException:
         A.close()
         raise

@@ -9,18 +9,16 @@ the facade binds; those over the store `A` (a DeviceMatrix) DeviceMatrix binds a
 """
 from __future__ import annotations
 
-import concurrent.futures
-import functools
 import os
 import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pycuda.driver as drv
 from nvmath.bindings import cublas
 
 from .. import _driver
-from ..host.transfers import copy_checked, populate_for_writing
 from ..pinning import plan_pieces, split_at_cuts
 
 # How a host-resident matrix travels (device.host_transfer): through pinned slots that host
@@ -47,39 +45,25 @@ def staging_slots(backend, count: int, nbytes: int):
     return backend._staging[:count]
 
 
-def host_copy(backend, dst: np.ndarray, src: np.ndarray, copy_threads: int = 0,
-              check_finite: bool = False) -> bool:
+def host_copy(backend, dst: np.ndarray, src: np.ndarray, copy_threads: int = 0):
     """dst[...] = src, cut by columns over `copy_threads` threads (the store's
     DeviceSettings.copy_threads; 0: one per core): one thread's memcpy reaches a fraction of
-    the host's memory bandwidth (NumPy releases the GIL while copying). With check_finite,
-    each thread also tests the columns it copied, strip by strip while they are in its cache
-    (host/transfers.copy_checked), and the answer is whether every entry of dst is finite;
-    without, True."""
-    return all(_by_columns(backend, functools.partial(copy_checked, check_finite=check_finite),
-                           copy_threads, dst, src))
-
-
-def _by_columns(backend, work, copy_threads, first, *others) -> list:
-    """work(first[:, cols], *(o[:, cols] for o in others)) for column ranges that cut `first`
-    over `copy_threads` threads (0: one per core) of the backend's copy pool, made on first
-    use and kept (threads that live as long as the backend, like its pinned slots); the
-    answers in column order, once every range is done."""
+    the host's memory bandwidth (NumPy releases the GIL while copying)."""
     threads = max(1, int(copy_threads or os.cpu_count() or 1))
-    cols = first.shape[1]
+    cols = dst.shape[1]
     if threads == 1 or cols < 2:
-        return [work(first, *others)]
+        np.copyto(dst, src)
+        return
     if backend._copy_pool is None or backend._copy_pool_size != threads:  # made, or it moved
         if backend._copy_pool is not None:
             backend._copy_pool.shutdown(wait=False)
-        backend._copy_pool = concurrent.futures.ThreadPoolExecutor(
-            threads, thread_name_prefix="hybridla-copy")
+        backend._copy_pool = ThreadPoolExecutor(threads, thread_name_prefix="hybridla-copy")
         backend._copy_pool_size = threads
     step = -(-cols // threads)
-    futures = [backend._copy_pool.submit(work, first[:, j:j + step],
-                                         *(o[:, j:j + step] for o in others))
+    futures = [backend._copy_pool.submit(np.copyto, dst[:, j:j + step], src[:, j:j + step])
                for j in range(0, cols, step)]
-    concurrent.futures.wait(futures)  # all done, also where one failed, before an error goes up
-    return [future.result() for future in futures]
+    for future in futures:
+        future.result()
 
 
 # -- host-driven loops on store blocks (gehrd's panel): each call is complete on return, as
@@ -273,13 +257,8 @@ def stage_block(A, lane, slot, r0, r1, c0, c1):
 
 def stage_array(A, lane, slot, source):
     """Host side of an upload from any 2-D host array `source` (a rectangle of out-of-core's
-    host matrix: lapack/_ooc.py) into up slot `slot`, by the store's copy threads. A store
-    that checks finiteness (`host_matrix`'s check_finite) has them test what they copied, and
-    raises ValueError with its message when an entry is NaN or infinite: the task fails before
-    its DMA, so the run stops (scheduler/engine.py) and the caller's `close` frees the rest."""
-    if not A.backend.host_copy(_slot(A, "up", slot, *source.shape), source,
-                               A.settings.copy_threads, check_finite=A.checks_finite):
-        raise ValueError(A.nonfinite_message)
+    host matrix: lapack/_ooc.py) into up slot `slot`, by the store's copy threads."""
+    A.backend.host_copy(_slot(A, "up", slot, *source.shape), source, A.settings.copy_threads)
 
 
 def upload_staged(A, lane, slot, r0, r1, c0, c1):
@@ -296,15 +275,6 @@ def download_staged(A, lane, slot, r0, r1, c0, c1):
 def unstage_block(A, lane, slot, r0, r1, c0, c1):
     """Host side of a download: a down slot into the user's array at its place."""
     unstage_array(A, lane, slot, A.host_result[r0:r1, c0:c1])
-
-
-def prefault_result(A, lane, c0, c1):
-    """Fault in the pages of columns c0:c1 of the host result for writing, their contents
-    unchanged (host/transfers.populate_for_writing), by the copy threads: a new result array
-    (`A.prefault`) is otherwise first touched by the unstaging copies, which then pay for the
-    faults on the way home, the last block columns' at the end of the run."""
-    _by_columns(A.backend, populate_for_writing, A.settings.copy_threads,
-                A.host_result[:, c0:c1])
 
 
 def unstage_array(A, lane, slot, target):

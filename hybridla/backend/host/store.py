@@ -7,7 +7,6 @@ from scipy.linalg import get_lapack_funcs
 
 from ..residency import HOST, Residency
 from . import memory
-from .transfers import copy_checked, populate_for_writing
 
 
 class HostMatrix:
@@ -24,9 +23,6 @@ class HostMatrix:
         self._slots: dict | None = None
         self.up_slots = self.down_slots = self.slot_elements = 0
         self.transfer = None
-        # what a store that stages the CPU interface's matrix adds (StreamedHostMatrix)
-        self.checks_finite, self.prefault = False, False
-        self.nonfinite_message: str | None = None
         self._pinned_ranges: list = []  # what pin_host was given (see there)
         # `owned`: the array is the store's own (matrix()), its bytes counted until close
         self._held = a.nbytes if owned else 0
@@ -135,11 +131,8 @@ class HostMatrix:
         return self._slots[direction][slot][:rows * cols].reshape((rows, cols), order="F")
 
     def stage_array(self, lane, slot, source):
-        """Up slot `slot` := the host array `source` (any 2-D array); a store that checks
-        finiteness raises ValueError(nonfinite_message) where the copy holds an inf or NaN,
-        as a device store's staging threads do (backend/cuda/transfers.stage_array)."""
-        if not copy_checked(self._slot("up", slot, *source.shape), source, self.checks_finite):
-            raise ValueError(self.nonfinite_message)
+        """Up slot `slot` := the host array `source` (any 2-D array)."""
+        self._slot("up", slot, *source.shape)[...] = source
 
     def upload_staged(self, lane, slot, r0, r1, c0, c1):
         self.a[r0:r1, c0:c1] = self._slot("up", slot, r1 - r0, c1 - c0)
@@ -191,42 +184,6 @@ class HostMatrix:
         self.end_staging()
 
 
-class StreamedHostMatrix(HostMatrix):
-    """The CPU interface as a device backend runs it, in host memory: an array of the store's
-    own stands for device memory; the matrix goes up from `host_source` and the factors home
-    to `host_result` through staging slots, by the transfer plan's tasks
-    (scheduler/transfers.py), as backend/cuda/store.DeviceMatrix moves them, with its
-    finiteness check while staging and its prefault of a new result. What a caller gets from
-    host_matrix with device settings that stage (the library passes the host backend none:
-    it computes in `result`), so that CI runs a device's staged transfers without a GPU."""
-
-    def __init__(self, source, result, nb, check_finite=None):
-        super().__init__(np.empty(source.shape, dtype=source.dtype, order="F"), nb, owned=True)
-        self.host_source, self.host_result = source, result
-        self.streamed, self.transfer = True, "staged"
-        self.use_staging(up_slots=4, down_slots=4)  # as the device store
-        self.checks_finite, self.nonfinite_message = check_finite is not None, check_finite
-        self.prefault = result is not source
-
-    def track_one_norm(self):
-        """||A||_1 of the input, read where it is now (the store's own array fills as the
-        run goes)."""
-        self._one_norm = float(get_lapack_funcs("lange", (self.host_source,))(
-            "1", self.host_source)) if self.host_source.size else 0.0
-
-    def stage_block(self, lane, slot, r0, r1, c0, c1):
-        """Host side of an upload: rows r0:r1 x columns c0:c1 of the source into an up slot."""
-        self.stage_array(lane, slot, self.host_source[r0:r1, c0:c1])
-
-    def unstage_block(self, lane, slot, r0, r1, c0, c1):
-        """Host side of a download: a down slot into the result at its place."""
-        self.unstage_array(lane, slot, self.host_result[r0:r1, c0:c1])
-
-    def prefault_result(self, lane, c0, c1):
-        """Fault in the pages of columns c0:c1 of the result, their contents unchanged."""
-        populate_for_writing(self.host_result[:, c0:c1])
-
-
 def matrix(m, n, dtype, nb, settings=None) -> HostMatrix:
     """A new m x n working matrix of its own (the low-precision copy of a mixed solve); the
     host has no device settings."""
@@ -234,19 +191,11 @@ def matrix(m, n, dtype, nb, settings=None) -> HostMatrix:
 
 
 def host_matrix(source: np.ndarray, result: np.ndarray | None, nb: int, dtype=None,
-                settings=None, check_finite: str | None = None) -> HostMatrix:
+                settings=None) -> HostMatrix:
     """The working matrix for a host-resident input: the result array itself (the host
     backend factors in place), filled from `source` unless they are the same array; `result`
-    None: a new F-ordered array of `dtype` (default source's), rounded from `source`.
-
-    The library passes the host backend no device `settings`. A caller that passes settings
-    which stage `source` (host_transfer "staged", at least pin_min_bytes: the cuda backend's
-    rule) gets the device's way instead, a StreamedHostMatrix into `result`, which then
-    honors `check_finite` as the cuda backend's host_matrix does (None, or the message of the
-    ValueError its staging raises on an inf or NaN; `checks_finite` says whether it checks)."""
-    if settings is not None and result is not None and dtype in (None, source.dtype) and \
-            settings.host_transfer == "staged" and source.nbytes >= int(settings.pin_min_bytes):
-        return StreamedHostMatrix(source, result, nb, check_finite)
+    None: a new F-ordered array of `dtype` (default source's), rounded from `source`. The host
+    has no device settings."""
     if result is None:
         result = np.empty(source.shape, dtype=np.dtype(dtype or source.dtype), order="F")
     if source is not result:
