@@ -9,7 +9,7 @@ import operator
 import os
 import sys
 import warnings
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import scipy.sparse
@@ -134,6 +134,28 @@ def _all_finite(array) -> bool:
         return bool(np.isfinite(total)) or bool(np.isfinite(array).all())
 
 
+def _nonfinite_message(name) -> str:
+    """What check_finite says of argument `name` holding an inf or NaN (ValueError's text)."""
+    return f"{name} must not contain infs or NaNs (check_finite=True)"
+
+
+def _require_finite(name, array):
+    """check_finite before any work: ValueError naming `name` where `array` holds an inf or
+    NaN."""
+    if not _all_finite(array):
+        raise ValueError(_nonfinite_message(name))
+
+
+def _finite_beside(array) -> Future:
+    """`_all_finite(array)` computed by a host thread of its own (with its pool of one thread
+    per core) while the caller goes on: a Future of the answer."""
+    checker = ThreadPoolExecutor(1, thread_name_prefix="hybridla-check")
+    try:
+        return checker.submit(_all_finite, array)
+    finally:
+        checker.shutdown(wait=False)  # its thread ends with the check
+
+
 def _flag(name, value) -> bool:
     """A boolean argument (lower, overwrite_a, transposed, ...) as scipy's LAPACK wrappers take it:
     True, False, or an integer 0 or 1; anything else (a string such as "yes" or "False") raises
@@ -168,9 +190,8 @@ def _host_matrix(name, x, check_finite, ndims=(2,)):
         want = " or ".join(f"{d}-D" for d in ndims)
         raise ValueError(f"expected a {want} array for {name}; got shape {array.shape}")
     dtype = _lapack_dtype(name, array.dtype)
-    # last: the one check that reads every entry
-    if check_finite and not _all_finite(array):
-        raise ValueError(f"{name} must not contain infs or NaNs (check_finite=True)")
+    if check_finite:  # last: the one check that reads every entry
+        _require_finite(name, array)
     return array, dtype
 
 
@@ -259,7 +280,8 @@ def _factor(a, overwrite_a, check_finite, backend, options, routine, driver, squ
         ops = _device_backend("a", backend)
         (m, n), dtype = _device_matrix_checks("a", a, ops, check_finite)
     else:
-        array, dtype = _host_matrix("a", a, check_finite)
+        # check_finite below: beside the run where its failure would lose nothing
+        array, dtype = _host_matrix("a", a, check_finite=False)
         ops = _host_backend(backend)
         m, n = array.shape
     if square and m != n:
@@ -271,6 +293,8 @@ def _factor(a, overwrite_a, check_finite, backend, options, routine, driver, squ
     budget = _check_memory(ops, m, n, dtype, plan.nb,
                            ooc=None if device or ooc_driver is None else plan.ooc)
     if budget is not None:
+        if check_finite:
+            _require_finite("a", array)
         source, result = _host_source_and_result(array, dtype, overwrite_a and array is a,
                                                  copy_needed=keep_other_triangle)
         info, extra, run_trace = ooc_driver(source, result,
@@ -289,12 +313,26 @@ def _factor(a, overwrite_a, check_finite, backend, options, routine, driver, squ
             copy_needed=keep_other_triangle or not ops.has_device)
         # how it travels and the device settings of its store: the plan's (the host backend
         # computes in `result` and takes none)
+        if check_finite and result is array:  # factored in place: checked before it is
+            _require_finite("a", array)         # written
         A = ops.host_matrix(source, result, plan.nb, settings=plan.device_settings) \
             if ops.has_device else ops.host_matrix(source, result, plan.nb)
+    # The factors go to a new array: the check runs beside the factorization, on the host's
+    # cores while the matrix streams to the GPU, instead of a pass of its own before the
+    # first upload (0.14-0.16 s at n = 32768 on the H100's 16 cores); an inf or NaN found
+    # raises once the run ends, and the run's results are dropped.
+    checking = _finite_beside(array) if check_finite and not device and \
+        result is not array else None
     try:
         info, extra, run_trace = driver(A, plan)
+    except BaseException:
+        if checking is not None and not checking.result():
+            raise ValueError(_nonfinite_message("a")) from None  # the input's fault
+        raise
     finally:
         A.close()
+    if checking is not None and not checking.result():
+        raise ValueError(_nonfinite_message("a"))
     if write_back is not None:
         write_back()
     if plan.trace_path:

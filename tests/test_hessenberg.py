@@ -488,8 +488,6 @@ def test_cpu_interface_q_on_the_gpu_by_each_transfer(cuda_backend, transfer, dty
     np.testing.assert_array_equal(a, saved)
     assert np.all(np.tril(h, -2) == 0)
     assert similarity_ratio(a, h, q, dtype) < THRESH and orthogonality_ratio(q) < THRESH
-    _, q_ref = scipy.linalg.hessenberg(a, calc_q=True)
-    assert np.abs(q - q_ref).max() <= 1e3 * eps_of(dtype)
 
 
 @pytest.mark.cuda

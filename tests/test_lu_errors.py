@@ -131,6 +131,26 @@ def test_lu_factor_rejects_non_finite(backend, square, bad):
         hybridla.lu_factor(square, backend=backend)
 
 
+@pytest.mark.parametrize("overwrite_a", [False, True], ids=["new-result", "in-place"])
+@pytest.mark.parametrize("routine", ["lu", "cho", "qr"])
+def test_non_finite_found_beside_the_run_or_before_it_loses_nothing(backend, square, routine,
+                                                                      overwrite_a):
+    """A new result array is checked beside the factorization (the error comes once the run
+    ends), one factored in place before anything is written: either way the input is as it
+    was, the error names a, and the next call works."""
+    a = np.asfortranarray(square @ square.T + 40 * np.eye(40)) if routine == "cho" else square
+    call = {"lu": lambda x, **kw: hybridla.lu_factor(x, backend=backend, **kw),
+            "cho": lambda x, **kw: hybridla.cho_factor(x, backend=backend, **kw),
+            "qr": lambda x, **kw: hybridla.qr(x, mode="raw", backend=backend, **kw)}[routine]
+    a[39, 39] = np.nan
+    saved = a.copy(order="F")
+    with pytest.raises(ValueError, match="a must not contain infs or NaNs"):
+        call(a, overwrite_a=overwrite_a)
+    np.testing.assert_array_equal(a, saved)
+    a[39, 39] = 41.0
+    call(a, overwrite_a=overwrite_a)
+
+
 @pytest.mark.parametrize("where", ["lu", "b"])
 def test_lu_solve_rejects_non_finite(backend, square, where):
     lu, piv = hybridla.lu_factor(square, backend=backend)
