@@ -402,8 +402,11 @@ def test_a_host_resident_part_goes_home_once_after_its_last_write(routine, shape
     record = {"getrf": record_getrf_dist, "potrf": record_potrf_dist,
               "geqrf": record_geqrf_dist}[routine]
     graph = TaskGraph()
-    for _ in record(graph, run, slots):
-        pass
+    try:
+        for _ in record(graph, run, slots):
+            pass
+    finally:
+        slots.close()
     if routine == "potrf":  # the strict upper triangle is never written: it stays home
         assert A.residency.home_is_current(), A.residency
         return

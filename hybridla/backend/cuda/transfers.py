@@ -1,10 +1,10 @@
-"""Host <-> device on the cuda backend: the pinned staging slots kept for the process and the
-threaded host copies into and out of them; the transfers of a tile store whose home is a host
+"""Host <-> device on the cuda backend: the threaded host copies into and out of the pinned
+staging slots (memory.staging_slots); the transfers of a tile store whose home is a host
 array (the CPU interface: staged through the slots, pinned in place in pieces, or pageable;
 StreamedTileStore in backend/ops.py), and the pinned buffers of CPU panels; blocks to and from
 host arrays, complete on return (to_host, from_host).
 
-Module-level functions: those over the backend (staging_slots, host_copy, to_host, from_host)
+Module-level functions: those over the backend (host_copy, to_host, from_host)
 the facade binds; those over the store `A` (a DeviceMatrix) DeviceMatrix binds as its methods.
 """
 from __future__ import annotations
@@ -26,25 +26,7 @@ from ..pinning import plan_pieces, split_at_cuts
 HOST_TRANSFERS = ("staged", "register", "pageable")
 
 
-# -- pinned staging slots and threaded host copies (the backend's) ---------------------------------
-def staging_slots(backend, count: int, nbytes: int):
-    """`count` pinned host buffers of `nbytes` or more, allocated once and kept for the process
-    (like a pinned memory pool: cuMemHostAlloc costs about as much as pinning, so it is paid
-    once, not on every call). The caller holds `staging_lock`."""
-    if len(backend._staging) < count or backend._staging[0].nbytes < nbytes:
-        # grown to the largest count and size asked so far: a mixed solve stages its float32
-        # copy and then its float64 matrix, which must not reallocate on every call
-        count = max(count, len(backend._staging))
-        nbytes = max(nbytes, backend._staging[0].nbytes if backend._staging else 0)
-        backend.context.push()
-        try:
-            backend._staging = []  # the old buffers go before the larger ones are made
-            backend._staging = [drv.pagelocked_empty(nbytes, np.uint8) for _ in range(count)]
-        finally:
-            drv.Context.pop()
-    return backend._staging[:count]
-
-
+# -- threaded host copies (the backend's; its pinned staging slots are memory.staging_slots) ------
 def host_copy(backend, dst: np.ndarray, src: np.ndarray, copy_threads: int = 0):
     """dst[...] = src, cut by columns over `copy_threads` threads (the store's
     DeviceSettings.copy_threads; 0: one per core): one thread's memcpy reaches a fraction of
