@@ -4,6 +4,7 @@ solve, and the results assembled where the input lived (a dask array or NumPy)."
 from __future__ import annotations
 
 import functools
+import time
 
 import numpy as np
 
@@ -91,18 +92,31 @@ def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None):
     return addresses, layout, lookahead, parts, private
 
 
-def _run(client, backend, addresses, layout, lookahead, parts, work, job, trace):
+def _run(client, backend, addresses, layout, lookahead, parts, work, job, trace,
+         layout_s=None):
     """Run `work` on every worker over its part; returns (Futures of what each returned, the
-    small results on the client); a `trace` path gets the merged Chrome trace."""
+    small results on the client); a `trace` path gets the merged Chrome trace, its metadata
+    the call's phases: on the client "layout_s" (`layout_s`: the layout and the placement's
+    submission), "jobs_s" (until every worker's task ended: the parts' placement included)
+    and "results_s"; per worker, the seconds its task waited to start after the submission
+    (its part being placed), connecting, and working (client_phases, worker_phases)."""
     job = dict(job, shape=(layout.m, layout.n), nb=layout.nb, lookahead=lookahead, layout=layout)
+    submitted = time.time()
     futures = _cluster.run_job(client, addresses, work, parts, job, backend)
+    ended = time.time()
     results = _cluster.small_results(client, futures)
     if trace is not None:
+        offsets = _cluster.clock_offsets(client, addresses)
         metadata = {"routine": job["routine"], "shape": [layout.m, layout.n],
                     "dtype": str(np.dtype(job["dtype"])), "nb": layout.nb,
-                    "lookahead": lookahead, "backend": backend, "workers": layout.size}
-        _cluster.merged_trace(results, _cluster.clock_offsets(client, addresses),
-                              metadata).to_chrome(trace)
+                    "lookahead": lookahead, "backend": backend, "workers": layout.size,
+                    "client_phases": {"layout_s": layout_s, "jobs_s": ended - submitted,
+                                      "results_s": time.time() - ended},
+                    "worker_phases": [
+                        {"waited_s": r["phases"]["started"] - offset - submitted,
+                         "connect_s": r["phases"]["connect_s"], "work_s": r["phases"]["work_s"]}
+                        for r, offset in zip(results, offsets)]}
+        _cluster.merged_trace(results, offsets, metadata).to_chrome(trace)
     return futures, results
 
 
@@ -111,13 +125,15 @@ def _factor(client, backend, routine, driver, operand, nb, lookahead, trace, arg
     Futures on their workers, the layout, the ranks' small results, the run's context for a
     solve that follows)."""
     m, n = operand.shape
+    began = time.time()
     addresses, layout, lookahead, parts, private = _layout(client, backend, routine, operand,
                                                            m, n, nb, lookahead)
+    layout_s = time.time() - began
     job = dict(name=operand.name, routine=routine, dtype=operand.dtype,
                check_finite=operand.check_finite, arguments=arguments or {}, private=private)
     futures, results = _run(client, backend, addresses, layout, lookahead, parts,
                             functools.partial(_dist.on_worker, driver, all_finite=_all_finite),
-                            job, trace)
+                            job, trace, layout_s)
     return _cluster.local_parts(client, futures), layout, results, (addresses, lookahead)
 
 

@@ -18,6 +18,9 @@ on the workers: kernels compiled, handles and communicators made; best of --repe
 - "one GPU": hybridla's GPU interface (hybridla.lu_factor / cho_factor / qr(mode="raw") on a
   CuPy array on GPU 0, factors left there), in this process, before the cluster starts, so that
   no worker shares the GPU; with --backend host, the host backend in this process.
+- "phases" (the line under each row): the call's time on the client (the layout and the
+  placement's submission; the workers' tasks, until the last ended; their results), and per
+  worker how long its task waited to start (its part being placed), connected, and worked.
 - "overhead": 1 - (the longest worker's engine span, from the merged trace: its first task's
   start to its last task's end) / the call's wall time: what Dask, the redistribution, the
   transfers around the engine and Python cost beyond the factorization itself.
@@ -118,6 +121,19 @@ def engine_span(trace_path):
         lo, hi = spans.get(worker, (np.inf, -np.inf))
         spans[worker] = (min(lo, e["ts"]), max(hi, e["ts"] + e["dur"]))
     return max(hi - lo for lo, hi in spans.values()) / 1e6 if spans else 0.0
+
+
+def phases(trace_path):
+    """The call's phases from the merged trace's metadata (_dist_common._run): one line."""
+    with open(trace_path) as f:
+        meta = json.load(f).get("metadata", {})
+    client, workers = meta.get("client_phases"), meta.get("worker_phases")
+    if not client or not workers:
+        return "phases: not in the trace"
+    ranks = "; ".join(f"w{r}: waited {w['waited_s']:.2f}, connect {w['connect_s']:.2f}, "
+                      f"work {w['work_s']:.2f}" for r, w in enumerate(workers))
+    return (f"phases (s): layout {client['layout_s']:.2f}, jobs {client['jobs_s']:.2f} "
+            f"({ranks}), results {client['results_s']:.2f}")
 
 
 def _spd(b, xp):
@@ -246,6 +262,7 @@ def main(argv=None):
                   f"{'-' if one is None else f'{one:.3f}'} | "
                   f"{'-' if one is None else f'{one / best:.2f}x'} | {overhead:.1%} | "
                   f"{ratio:.2g} {'ok' if ratio < THRESH else 'FAILED'} |", flush=True)
+            print(f"  {routine} {n} {phases(path)}", flush=True)
             del factors, a
         print(f"traces: {trace_dir}")
     finally:

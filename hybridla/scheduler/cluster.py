@@ -147,9 +147,12 @@ def run_job(client, addresses, work, parts, job, backend="host"):
 
 
 def _long_lived(work, rank, size, key, authkey, nccl_id, backend, part, job):
-    """The one task of a worker: connect, work, close."""
+    """The one task of a worker: connect, work, close. What `work` returns (a dict) gets the
+    task's "phases": its start (this worker's wall clock), the seconds connecting the
+    transport and the seconds of `work`."""
     from distributed import Variable
 
+    started = time.time()
     ops = get_backend(backend)
     variables = [Variable(f"hybridla-{key}-{r}") for r in range(size)]
 
@@ -161,8 +164,13 @@ def _long_lived(work, rank, size, key, authkey, nccl_id, backend, part, job):
     if nccl_id is not None:
         from .transport_nccl import NcclTransport
         transport = NcclTransport(ops, rank, size, nccl_id, control=transport)
+    connected = time.time()
     try:
-        return work(ops, transport, rank, part, job)
+        result = work(ops, transport, rank, part, job)
+        if isinstance(result, dict):
+            result["phases"] = {"started": started, "connect_s": connected - started,
+                                "work_s": time.time() - connected}
+        return result
     except BaseException as exc:
         # the others must not wait for what this rank will never send
         transport.abort(f"{exc.__class__.__name__}: {exc}")
