@@ -59,7 +59,7 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)  # the working tree's hybridla, before any installed one
 
 import hybridla  # noqa: E402
-from hybridla.bench import harness  # noqa: E402  (CuPy, clocks, the copy bandwidth, tables)
+from hybridla.bench import harness, report  # noqa: E402  (CuPy, clocks, the copy bandwidth; tables)
 from hybridla.lapack.gehrd import HessenbergStats  # noqa: E402
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
@@ -123,7 +123,7 @@ def timed(fn, setup, repeat, sync):
 
 
 def row(cells):
-    return harness.MarkdownTable.format_row(cells)
+    return report.MarkdownTable.format_row(cells)
 
 
 def parse_args(argv=None):
@@ -164,7 +164,7 @@ class Session:
             self.interfaces.remove("gpu")
         cp = self.cp
         self.sync = (lambda: cp.cuda.Device().synchronize()) if cp is not None else (lambda: None)
-        self.command = harness.command_line(argv, "perf/gehrd.py")
+        self.command = report.command_line(argv, "perf/gehrd.py")
         self.options = {"nb": opts.nb} if opts.nb else {}
         self.out = open(opts.out, "a", encoding="utf-8") if opts.out else None  # noqa: SIM115
 
@@ -205,7 +205,7 @@ class Session:
             self.cp.get_default_memory_pool().free_all_blocks()
 
     def preamble(self, title, notes, columns):
-        now = harness.utc_now()
+        now = report.utc_now()
         lines = ["", f"### {title} {self.dtype} on {device_name(self.cp)}, {now}", "",
                  f"`{self.command}`", "",
                  f"hybridla {hybridla.__file__} (backend {self.backend}, nb "
@@ -342,8 +342,8 @@ def hessenberg_table(session):
             session.emit(row([
                 n, name, f"{h.seconds:.4g}", f"{hq.seconds:.4g}",
                 f"{hq.seconds / h.seconds - 1:.0%}",
-                harness.ratio(scipy_seconds["H"], h.seconds),
-                harness.ratio(scipy_seconds["H and Q"], hq.seconds),
+                report.ratio(scipy_seconds["H"], h.seconds),
+                report.ratio(scipy_seconds["H and Q"], hq.seconds),
                 spread, hq.result, ""]))
 
 

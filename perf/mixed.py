@@ -104,7 +104,7 @@ if _ROOT not in sys.path:
 import hybridla  # noqa: E402
 # The shared harness (lazy CUDA imports, clocks, device memory, tables), the cuSOLVER baselines,
 # the test matrices and the solves' checks live in the package (hybridla/bench/).
-from hybridla.bench import baselines, harness  # noqa: E402
+from hybridla.bench import baselines, harness, report  # noqa: E402
 from hybridla.bench.checks import (  # noqa: E402,F401
     EPS, backward_error, forward_error, inf_norm, passes_stopping_test)
 from hybridla.bench.matrices import (  # noqa: E402,F401
@@ -632,10 +632,10 @@ def device_name(env: Env) -> str:
     cores = f"{os.cpu_count()} host cores"
     if env.cp is None:
         return f"no GPU ({platform.machine()}, {cores})"
-    smi = harness.nvidia_smi_name(env.cp.cuda.Device().id)
+    smi = report.nvidia_smi_name(env.cp.cuda.Device().id)
     if smi:
         return f"{smi} (nvidia-smi), {cores}"
-    return f"{harness.device_name()}, {cores}"
+    return f"{report.device_name()}, {cores}"
 
 
 @dataclass
@@ -655,7 +655,7 @@ def best_converged_irs(rows: dict) -> Optional[Row]:
     return min(done, key=lambda r: r.m.seconds) if done else None
 
 
-class Table(harness.MarkdownTable):
+class Table(report.MarkdownTable):
     """Prints markdown rows as they come; with a path also appends them to that file."""
 
     def __init__(self, path: Optional[str]):
@@ -697,7 +697,7 @@ class Table(harness.MarkdownTable):
             f"hybridla.solve through the same interface, same assume_a.",
         ]
         self.start(f"solve_mixed float64, nrhs {opts.nrhs}; "
-                   f"{harness.provenance(device_name(env), BASELINE_NAMES)}", command, notes)
+                   f"{report.provenance(device_name(env), BASELINE_NAMES)}", command, notes)
 
     @staticmethod
     def row(prob: Problem, row: Row, rows: dict, irs_best: Optional[Row]) -> str:
@@ -705,12 +705,12 @@ class Table(harness.MarkdownTable):
         impl, m, outcome = row.impl, row.m, row.outcome
         t = None if m is None else m.seconds
         cells = [str(prob.n), str(prob.seed), prob.spec.name, impl.label,
-                 harness.fmt(t, ".4g"), harness.spread_cell(m)]
+                 report.fmt(t, ".4g"), report.spread_cell(m)]
         if outcome is None:
             cells += ["–"] * 2 + ["n/a"] * 3
         else:
             cells += [outcome.iterations, outcome.fell_back,
-                      *(harness.fmt(s, ".3g", "–") for s in outcome.split)]
+                      *(report.fmt(s, ".3g", "–") for s in outcome.split)]
         if row.errors is None:
             cells += ["n/a"] * 3
         else:
@@ -729,8 +729,8 @@ class Table(harness.MarkdownTable):
         notes = list(row.notes) + (list(outcome.notes) if outcome is not None else [])
         if irs_best is not None and row is irs_best:
             notes.append("the IRS reference (fastest converged)")
-        cells += [harness.compare(measured(fp64), m), harness.compare(measured(irs), m),
-                  harness.compare(measured(ours), m), "; ".join(notes).replace("|", "/")]
+        cells += [report.compare(measured(fp64), m), report.compare(measured(irs), m),
+                  report.compare(measured(ours), m), "; ".join(notes).replace("|", "/")]
         return "| " + " | ".join(cells) + " |"
 
 
@@ -742,7 +742,7 @@ def summary_lines(prob: Problem, rows: dict, irs_best: Optional[Row], env: Env) 
         if not row.impl.headline or row.m is None or row.m.seconds is None:
             continue
         where = f"n={prob.n} seed={prob.seed} {prob.spec.name}: {row.impl.label} " \
-                f"{row.m.seconds:.4g} s ({harness.spread_cell(row.m)})"
+                f"{row.m.seconds:.4g} s ({report.spread_cell(row.m)})"
         fp64 = rows.get(fp64_reference_key(row.impl.iface, row.impl.assume))
         refs = [fp64] if fp64 is not None else []
         if row.impl.iface == "gpu" and row.impl.assume == "gen":
@@ -751,9 +751,9 @@ def summary_lines(prob: Problem, rows: dict, irs_best: Optional[Row], env: Env) 
             name = "no converged cuSOLVER IRS row" if ref is None else ref.impl.label
             lines.append(
                 f"- summary {where} vs {name}"
-                + ("" if ref is None else f" {harness.fmt(ref.m.seconds, '.4g')} s "
-                   f"({harness.spread_cell(ref.m)}): {harness.compare(ref.m, row.m)}")
-                + f"; {harness.provenance(device_name(env), name)}")
+                + ("" if ref is None else f" {report.fmt(ref.m.seconds, '.4g')} s "
+                   f"({report.spread_cell(ref.m)}): {report.compare(ref.m, row.m)}")
+                + f"; {report.provenance(device_name(env), name)}")
     return lines
 
 
@@ -952,7 +952,7 @@ def main(argv=None) -> int:
 
 def _run(argv) -> int:
     opts = parse_args(argv)
-    command = harness.command_line(argv, "perf/mixed.py")
+    command = report.command_line(argv, "perf/mixed.py")
     env = make_env(opts)
     impls = select_implementations(env)
     if not impls:

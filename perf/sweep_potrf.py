@@ -20,7 +20,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
 import hybridla  # noqa: E402
 import hybridla.update.chol as chol_update  # noqa: E402
-from hybridla.bench import baselines, harness  # noqa: E402  (cuSOLVER baseline, clocks)
+from hybridla.bench import baselines, harness, report  # noqa: E402  (cuSOLVER, clocks, tables)
 from hybridla.bench.harness import median_time  # noqa: E402
 from hybridla.bench.matrices import spd_matrix  # noqa: E402
 
@@ -52,7 +52,7 @@ def main():
         return call
 
     now = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    print(f"potrf n = {a.n}, GPU interface, {harness.device_name()}, {now}, median of {a.repeat}")
+    print(f"potrf n = {a.n}, GPU interface, {report.device_name()}, {now}, median of {a.repeat}")
     print("| nb | tail | leaf | solve block | hybridla (s) | cuSOLVER (s) | vs cuSOLVER |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     before = median_time(cusolver, copy, a.repeat)

@@ -20,8 +20,8 @@ def bench():
 @pytest.fixture(autouse=True)
 def fixed_commit(monkeypatch):
     """No git process in the tests: the header's commit is this."""
-    from hybridla.bench import harness
-    monkeypatch.setattr(harness, "git_commit", lambda: "abc1234")
+    from hybridla.bench import report
+    monkeypatch.setattr(report, "git_commit", lambda: "abc1234")
 
 
 CPU = "hybridla CPU iface (host)"
@@ -211,7 +211,7 @@ def fake_clock(monkeypatch, durations):
 
 
 def test_alternate_runs_round_robin_with_median_spread_and_failures(monkeypatch):
-    from hybridla.bench import harness
+    from hybridla.bench import harness, report
     calls = []
     tick = fake_clock(monkeypatch, [9.0, 9.0, 9.0,            # the warm-up round
                                     3.0, 1.0, 5.0,  1.0, 2.0,  2.0, 4.0])
@@ -234,11 +234,11 @@ def test_alternate_runs_round_robin_with_median_spread_and_failures(monkeypatch)
     assert all(c[1] == f"{c[0]} input" for c in calls)
     assert m["hyb"].times == [3.0, 1.0, 2.0] and m["hyb"].seconds == 2.0
     assert m["base"].times == [1.0, 2.0, 4.0] and m["base"].seconds == 2.0
-    assert m["hyb"].spread == (1.0, 3.0) and harness.spread_cell(m["base"]) == "1-4"
+    assert m["hyb"].spread == (1.0, 3.0) and report.spread_cell(m["base"]) == "1-4"
     assert m["hyb"].meta == "10"           # the median repetition's (the 3rd round's)
     assert m["hyb"].result == "checked" and finished == ["hyb result 10", "base result 11"]
     assert m["bad"].seconds is None and m["bad"].error == "ValueError: boom"
-    assert harness.compare(m["base"], m["bad"]) == "n/a"
+    assert report.compare(m["base"], m["bad"]) == "n/a"
 
 
 @pytest.mark.parametrize("base_times,this_times,cell", [
@@ -249,11 +249,11 @@ def test_alternate_runs_round_robin_with_median_spread_and_failures(monkeypatch)
 def test_ratio_is_parity_where_the_spreads_overlap(base_times, this_times, cell):
     from statistics import median
 
-    from hybridla.bench import harness
+    from hybridla.bench import harness, report
     base = harness.Measurement(median(base_times), None, base_times)
     this = harness.Measurement(median(this_times), None, this_times)
-    assert harness.compare(base, this) == cell
-    assert harness.compare(None, this) == "–"
+    assert report.compare(base, this) == cell
+    assert report.compare(None, this) == "–"
 
 
 def test_defaults_row_is_the_headline_and_tuned_rows_pass_their_options(bench, capsys,

@@ -134,8 +134,8 @@ def expected_rows(mixed, n, matrices, combos, solve_mixed_name="hybridla solve_m
 @pytest.fixture(autouse=True)
 def fixed_commit(monkeypatch):
     """No git process in the tests: the header's commit is this."""
-    from hybridla.bench import harness
-    monkeypatch.setattr(harness, "git_commit", lambda: "abc1234")
+    from hybridla.bench import report
+    monkeypatch.setattr(report, "git_commit", lambda: "abc1234")
 
 
 def test_dry_run_prints_one_row_per_implementation(mixed, capsys, tmp_path):

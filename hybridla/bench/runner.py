@@ -95,7 +95,7 @@ import numpy as np
 
 import hybridla
 
-from . import baselines, harness
+from . import baselines, harness, report
 from .checks import Case
 from .factorizations import (DEVICE_REFERENCE, HEADLINES, HOST_REFERENCE, IMPLEMENTATIONS,
                              ROUTINES, Impl, Routine, select_implementations)
@@ -118,7 +118,7 @@ OUR_REFERENCE_COLUMN = "vs our {}"    # before "note", when a routine stands on 
 log = harness.logger("bench")
 
 
-class Table(harness.MarkdownTable):
+class Table(report.MarkdownTable):
     """The markdown table of one run. The columns are COLUMNS, plus "routine" when the run has
     several routines and "vs our geqrf" when one of them (geqlf, gelqf) is measured against
     our geqrf."""
@@ -142,10 +142,10 @@ class Table(harness.MarkdownTable):
         through the same interface (or None)."""
         t = None if m is None else m.seconds
         cells = [str(n)] + ([r.name] if self.multi else []) + [
-            label, harness.fmt(t, ".4g"), harness.rate(flop, t),
-            harness.error_cell(berr, estimated), harness.spread_cell(m),
-            *(harness.compare(b, m) for b in bases)]
-        cells += [harness.compare(ours if r.baseline == ref else None, m)
+            label, report.fmt(t, ".4g"), report.rate(flop, t),
+            report.error_cell(berr, estimated), report.spread_cell(m),
+            *(report.compare(b, m) for b in bases)]
+        cells += [report.compare(ours if r.baseline == ref else None, m)
                   for ref in self.references]
         cells.append(note.replace("|", "/"))
         return self.format_row(cells)
@@ -172,7 +172,7 @@ class Table(harness.MarkdownTable):
                 f"and the cuSOLVER ratios of {stand} are against cuSOLVER's {ref}. "
                 f"\"vs our {ref}\" = hybridla's {ref} time through the same interface / "
                 f"this time (\"within 1.2x of our {ref}\" is >= 0.83x).")
-        where = harness.provenance(harness.device_name(), BASELINE_NAMES)
+        where = report.provenance(report.device_name(), BASELINE_NAMES)
         self.start(f"{','.join(names)} {opts.dtype}; {where}", command, notes)
 
 
@@ -186,11 +186,11 @@ def summary_line(n: int, r: Routine, name: str, label: str, m: harness.Measureme
     with where and when (a markdown list item, outside the table)."""
     ref_label = IMPLEMENTATIONS[reference].label_for(r)
     against = (f"{ref_label} not run" if base is None or base.seconds is None else
-               f"{ref_label} {base.seconds:.4g} s ({harness.spread_cell(base)}): "
-               f"{harness.compare(base, m)}")
-    return (f"- summary n={n} {r.name}: {label} {harness.fmt(m.seconds, '.4g')} s "
-            f"({harness.spread_cell(m)}) vs {against}; "
-            f"{harness.provenance(harness.device_name(), ref_label)}")
+               f"{ref_label} {base.seconds:.4g} s ({report.spread_cell(base)}): "
+               f"{report.compare(base, m)}")
+    return (f"- summary n={n} {r.name}: {label} {report.fmt(m.seconds, '.4g')} s "
+            f"({report.spread_cell(m)}) vs {against}; "
+            f"{report.provenance(report.device_name(), ref_label)}")
 
 
 # -- command line ------------------------------------------------------------------------------
@@ -395,7 +395,7 @@ def main(argv=None, prog: Optional[str] = None, small_without_gpu: bool = False)
     routines = [ROUTINES[name] for name in opts.routines]
     if opts.trace_dir:
         os.makedirs(opts.trace_dir, exist_ok=True)
-    command = harness.command_line(argv, prog or "perf/bench.py")
+    command = report.command_line(argv, prog or "perf/bench.py")
     impls = select_implementations(opts, log)
     if not impls:
         log("nothing to run")
