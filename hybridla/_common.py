@@ -20,6 +20,7 @@ from . import backend as _backends
 from . import config as _config
 from ._logging import get_logger
 from .backend import device_arrays as _device_arrays
+from .backend.host.transfers import copy_by_columns
 from .lapack._host_rhs import lacpy_from_host
 from .scheduler.plan import make_plan
 from .scheduler.trace import run_metadata
@@ -361,24 +362,8 @@ def _host_source_and_result(array, dtype, may_overwrite, copy_needed):
     result = np.empty(array.shape, dtype=dtype, order="F")
     if usable and not copy_needed:
         return array, result
-    _copy_by_columns(result, array)
+    copy_by_columns(result, array)
     return result, result
-
-
-def _copy_by_columns(dst, src):
-    """dst[...] = src, a large one cut into blocks of columns copied by a thread per core (NumPy
-    releases the GIL while it copies): a C-ordered source makes this a transposing copy, which one
-    thread did at 6.3 s for n = 16384 on the H100 machine, 25x the factorization
-    (perf/probes/cpu_interface_time.py)."""
-    threads = os.cpu_count() or 1
-    if src.nbytes < PARALLEL_CHECK_BYTES or threads == 1 or dst.shape[1] < 2 * threads:
-        np.copyto(dst, src, casting="unsafe")
-        return
-    step = -(-dst.shape[1] // threads)
-    with ThreadPoolExecutor(threads) as pool:
-        for done in [pool.submit(np.copyto, dst[:, j:j + step], src[:, j:j + step],
-                                 casting="unsafe") for j in range(0, dst.shape[1], step)]:
-            done.result()
 
 
 def _check_triangular_solve_shapes(name, factor_shape, b_shape):

@@ -12,6 +12,8 @@ import textwrap
 import threading
 import warnings
 
+from concurrent.futures import ThreadPoolExecutor as _ThreadPool
+
 import numpy as np
 import pytest
 import scipy.linalg
@@ -327,14 +329,19 @@ def test_host_copy_by_columns_in_threads(monkeypatch, order, dtype):
     transposed on the way) is cut into column blocks over threads when large: the same bits as
     a plain assignment, whatever the source's order and dtype."""
     from hybridla import _common
-    monkeypatch.setattr(_common, "PARALLEL_CHECK_BYTES", 0)
-    monkeypatch.setattr(_common.os, "cpu_count", lambda: 3)
+    from hybridla.backend.host import transfers
+    monkeypatch.setattr(transfers, "PARALLEL_COPY_BYTES", 0)
+    monkeypatch.setattr(transfers.os, "cpu_count", lambda: 3)
+    pools = []
+    monkeypatch.setattr(transfers, "ThreadPoolExecutor",
+                        lambda n: pools.append(n) or _ThreadPool(n))
     source = (np.random.default_rng(7).standard_normal((37, 50)) * 100).astype(dtype)
     source = np.asarray(source, order=order)
     working = np.dtype(np.float64 if dtype == np.int64 else dtype)
     read_from, result = _common._host_source_and_result(source, working, False, True)
     assert result.flags.f_contiguous and result.dtype == working and read_from is result
     np.testing.assert_array_equal(result, source.astype(working))
+    assert pools == [3]  # the copy went by threads
     a = np.asarray(_spd(64, np.float64, np.random.default_rng(8)), order="C")
     lu, piv = hybridla.lu_factor(a, backend="host", nb=8)
     assert getrf_ratio(a, lu, piv) < 30

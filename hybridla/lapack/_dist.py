@@ -114,7 +114,8 @@ class BlockColumns:
         heights = m - np.arange(-(-k_end // nb)) * nb
         ideal = (heights * _trailing_counts(layout, k_end).mean(axis=0)).sum()
         for _ in range(layout.blocks):
-            if layout.imbalance(k_end) <= tolerance:
+            current = layout.imbalance(k_end)
+            if current <= tolerance:
                 break
             # every single move at once: block j to rank r lowers r_j's trailing count by
             # one and raises r's at each step before j
@@ -130,7 +131,7 @@ class BlockColumns:
                 j = int(np.argmin(cost))
                 if best is None or cost[j] < best[0]:
                     best = (cost[j], j, r)
-            if best is None or best[0] >= layout.imbalance(k_end):
+            if best is None or best[0] >= current:
                 break
             owners[best[1]] = best[2]
             layout = cls(m, n, nb, size, tuple(owners))
