@@ -31,22 +31,10 @@ def column_blocks(n: int, rows: int, itemsize: int = 8, target_bytes: int = 1 <<
 
 
 def random_matrix(n: int, dtype, seed: int) -> np.ndarray:
-    """n x n F-ordered matrix of float64 standard normals (real + 1j*imag if complex).
-
-    Generated one column block at a time so that no full-size temporary is needed.
-    """
-    dtype = np.dtype(dtype)
-    rng = np.random.default_rng([seed, n])
-    a = np.empty((n, n), dtype=dtype, order="F")
-    for j0, j1 in column_blocks(n, n):
-        block = a[:, j0:j1]
-        # (w, n) C-order transposed = (n, w) F-order: column-major generation
-        if np.issubdtype(dtype, np.complexfloating):
-            block.real = rng.standard_normal((j1 - j0, n)).T
-            block.imag = rng.standard_normal((j1 - j0, n)).T
-        else:
-            block[...] = rng.standard_normal((j1 - j0, n)).T
-    return a
+    """n x n F-ordered matrix of float64 standard normals (real + 1j*imag if complex),
+    generated in parallel (see _parallel_normal): one thread took 10-25 s at n = 32768-49152,
+    most of a benchmark call's limit."""
+    return _parallel_normal(n, np.dtype(dtype), seed, 0)
 
 
 def check_dtype(dtype) -> np.dtype:
@@ -107,27 +95,32 @@ def spd_matrix(n: int, dtype, seed: int) -> np.ndarray:
 
 
 def _parallel_normal(n: int, dtype, seed: int, stream: int) -> np.ndarray:
-    """n x n F-ordered standard normals (real dtypes), column blocks filled by a thread per
-    core, each block from its own generator (seeded by seed, n, stream, block): NumPy's
-    generators release the GIL, so 80 GB take seconds instead of minutes. Not the values of
-    random_matrix for the same seed."""
+    """n x n F-ordered standard normals (real + 1j*imag if complex), column blocks filled by a
+    thread per core, each block from its own generator (seeded by seed, n, stream, block):
+    NumPy's generators release the GIL, so 80 GB take seconds instead of minutes."""
     from concurrent.futures import ThreadPoolExecutor
     a = np.empty((n, n), dtype=dtype, order="F")
+    complex_entries = np.issubdtype(dtype, np.complexfloating)
 
     def fill(index_block):
         index, (j0, j1) = index_block
         rng = np.random.default_rng([seed, n, stream, index])
-        a[:, j0:j1] = rng.standard_normal((j1 - j0, n)).T
+        block = a[:, j0:j1]
+        # (w, n) C-order transposed = (n, w) F-order: column-major generation
+        if complex_entries:
+            block.real = rng.standard_normal((j1 - j0, n)).T
+            block.imag = rng.standard_normal((j1 - j0, n)).T
+        else:
+            block[...] = rng.standard_normal((j1 - j0, n)).T
 
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        list(pool.map(fill, enumerate(column_blocks(n, n, target_bytes=1 << 26))))
+        list(pool.map(fill, enumerate(column_blocks(n, n, a.itemsize, target_bytes=1 << 26))))
     return a
 
 
 def large_random_matrix(n: int, dtype, seed: int) -> np.ndarray:
-    """randn as random_matrix, generated in parallel (real dtypes): for the out-of-core
-    runs at n = 100000 (80 GB), where random_matrix's one thread takes minutes."""
-    return _parallel_normal(n, np.dtype(dtype), seed, 0)
+    """random_matrix under the name the out-of-core runs at n = 100000 (80 GB) use."""
+    return random_matrix(n, dtype, seed)
 
 
 def large_spd_matrix(n: int, dtype, seed: int) -> np.ndarray:
