@@ -10,6 +10,7 @@ import os
 import sys
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Optional
 
 import numpy as np
 import scipy.sparse
@@ -116,15 +117,16 @@ def _lapack_dtype(name, dtype):
 PARALLEL_CHECK_BYTES = 64 << 20
 
 
-def _all_finite(array) -> bool:
+def _all_finite(array, threads: Optional[int] = None) -> bool:
     """Whether no entry of `array` is NaN or infinite (numpy.asarray_chkfinite's test), in a pass
     that allocates nothing: a sum with a NaN or an infinity among its terms is not finite, so a
     finite sum settles it, and only a sum that overflowed needs the test entry by entry. A large
-    contiguous array is summed in pieces by several threads (NumPy's sums release the GIL)."""
+    contiguous array is summed in pieces by `threads` threads (default one per core; NumPy's
+    sums release the GIL)."""
     if array.dtype.kind not in "fc":
         return True
     with np.errstate(over="ignore", invalid="ignore"):
-        threads = os.cpu_count() or 1
+        threads = threads or os.cpu_count() or 1
         if array.nbytes >= PARALLEL_CHECK_BYTES and threads > 1 and \
                 (array.flags.c_contiguous or array.flags.f_contiguous):
             pieces = np.array_split(array.ravel(order="K"), threads)  # views
@@ -147,12 +149,19 @@ def _require_finite(name, array):
         raise ValueError(_nonfinite_message(name))
 
 
+# Threads of the check beside a run. With a thread per core it took the memory bandwidth the
+# staging threads need while the first block columns go up: on the H100 machine at n = 32768
+# the first staging copy took 25.9 ms instead of 6.3 ms and the first update started 69 ms
+# later (perf/RESULTS.md, issue 34). Two threads still end the check well inside the run.
+BESIDE_CHECK_THREADS = 2
+
+
 def _finite_beside(array) -> Future:
-    """`_all_finite(array)` computed by a host thread of its own (with its pool of one thread
-    per core) while the caller goes on: a Future of the answer."""
+    """`_all_finite(array)` computed by a host thread of its own (with a pool of
+    BESIDE_CHECK_THREADS) while the caller goes on: a Future of the answer."""
     checker = ThreadPoolExecutor(1, thread_name_prefix="hybridla-check")
     try:
-        return checker.submit(_all_finite, array)
+        return checker.submit(_all_finite, array, BESIDE_CHECK_THREADS)
     finally:
         checker.shutdown(wait=False)  # its thread ends with the check
 

@@ -142,8 +142,13 @@ def parse_args(argv=None):
     p.add_argument("--copy-mib", type=int, default=2048, help="size of the copy timed for BW")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="append the tables to this markdown file")
+    p.add_argument("--trace-dir", default=None,
+                   help="the hessenberg table's hybridla rows write the Chrome trace of their "
+                        "last run here")
     opts = p.parse_args(argv)
     opts.tables = [t for t in opts.tables.split(",") if t]
+    if opts.trace_dir:
+        os.makedirs(opts.trace_dir, exist_ok=True)
     unknown = sorted(set(opts.tables) - set(TABLES))
     if unknown:
         p.error(f"--tables: unknown {unknown}; choose from {TABLES}")
@@ -287,12 +292,21 @@ def hessenberg_contenders(session, a, names):
     the host at once (finish) for n <= --check-max, so that it need not stay alive."""
     opts, backend, n = session.opts, session.backend, a.shape[0]
     calls = {
-        SCIPY: lambda x, calc_q: scipy.linalg.hessenberg(x, calc_q=calc_q, overwrite_a=True),
-        CPU: lambda x, calc_q: hybridla.hessenberg(x, calc_q=calc_q, backend=backend,
-                                                   **session.options),
-        GPU: lambda x, calc_q: hybridla.hessenberg(x, calc_q=calc_q, overwrite_a=True,
-                                                   **session.options),
+        SCIPY: lambda x, calc_q, trace: scipy.linalg.hessenberg(x, calc_q=calc_q,
+                                                                overwrite_a=True),
+        CPU: lambda x, calc_q, trace: hybridla.hessenberg(x, calc_q=calc_q, backend=backend,
+                                                          trace=trace, **session.options),
+        GPU: lambda x, calc_q, trace: hybridla.hessenberg(x, calc_q=calc_q, overwrite_a=True,
+                                                          trace=trace, **session.options),
     }
+
+    def trace_path(name, calc_q, last):
+        """--trace-dir's file for the last run of a hybridla contender (None: no trace)."""
+        if not (opts.trace_dir and last and name != SCIPY):
+            return None
+        iface = "cpu" if name == CPU else "gpu"
+        return os.path.join(opts.trace_dir,
+                            f"hessenberg{'_q' if calc_q else ''}_{iface}_{n}.json")
 
     def check(result):
         if n > opts.check_max:
@@ -306,7 +320,8 @@ def hessenberg_contenders(session, a, names):
         for calc_q in (False, True):
             contenders.append(harness.Contender(
                 f"{name}|{'H and Q' if calc_q else 'H'}",
-                lambda x, last, call=calls[name], calc_q=calc_q: call(x, calc_q),
+                lambda x, last, name=name, calc_q=calc_q: calls[name](
+                    x, calc_q, trace_path(name, calc_q, last)),
                 setup=session.setup_for(name, a), sync=sync,
                 finish=check if calc_q else (lambda result: None)))
     return contenders
