@@ -11,7 +11,9 @@ and the first lanes' handles are made in the background), the first lu_factor, t
 more; and, from get_backend on, when the last module of kernels was ready (a thread waiting on
 backend.kernels). The matrix is made once per child, in parallel (hybridla.bench.matrices),
 between the import and get_backend. Targets: first - warm <= 0.5 s with the cache, <= 2 s on
-a fresh machine.
+a fresh machine. With --trace-dir, each child's first and last warm call write their traces.
+A last child, without hybridla, times what any CUDA library pays before its first kernel (the
+driver's initialization and primary context, a cuBLAS and a cuSOLVER handle): the floor.
 """
 from __future__ import annotations
 
@@ -42,23 +44,53 @@ def kernels_ready():
 
 watcher = threading.Thread(target=kernels_ready)
 watcher.start()
+trace = sys.argv[3] if len(sys.argv) > 3 else ""
 t1 = time.perf_counter()
-hybridla.lu_factor(a)
+hybridla.lu_factor(a, trace=f"{trace}_first.json" if trace else None)
 times["first"] = time.perf_counter() - t1
 watcher.join()
 for i in range(warm):
     t1 = time.perf_counter()
-    hybridla.lu_factor(a)
+    hybridla.lu_factor(a, trace=f"{trace}_warm.json" if trace and i == warm - 1 else None)
     times[f"warm {i + 1}"] = time.perf_counter() - t1
 print("TIMES " + json.dumps(times), flush=True)
 """
 
 
-def run_child(n: int, warm: int, cache: str) -> dict:
+# What any CUDA library pays in a fresh process before its first kernel, hybridla or
+# cuSOLVER alike: the floor under "first - warm".
+_FLOOR = r"""
+import json, time
+times = {}
+t0 = time.perf_counter()
+import pycuda.driver as drv
+from nvmath.bindings import cublas, cusolverDn
+times["import pycuda.driver, nvmath's cublas and cusolverDn"] = time.perf_counter() - t0
+t0 = time.perf_counter()
+drv.init()
+context = drv.Device(0).retain_primary_context()
+context.push()
+times["cuInit, the primary context retained and pushed"] = time.perf_counter() - t0
+t0 = time.perf_counter()
+blas = cublas.create()
+times["cublasCreate"] = time.perf_counter() - t0
+t0 = time.perf_counter()
+solver = cusolverDn.create()
+times["cusolverDnCreate"] = time.perf_counter() - t0
+t0 = time.perf_counter()
+cublas.create()
+cusolverDn.create()
+times["a second cublasCreate + cusolverDnCreate"] = time.perf_counter() - t0
+drv.Context.pop()
+print("TIMES " + json.dumps(times), flush=True)
+"""
+
+
+def run_child(n: int, warm: int, cache: str, trace: str = "", code: str = _CHILD) -> dict:
     env = dict(os.environ, XDG_CACHE_HOME=cache)  # the child's environment only
     env.pop("PYCUDA_CACHE_DIR", None)  # it would override XDG_CACHE_HOME
     env.pop("PYCUDA_DISABLE_CACHE", None)
-    done = subprocess.run([sys.executable, "-c", _CHILD, str(n), str(warm)], env=env,
+    done = subprocess.run([sys.executable, "-c", code, str(n), str(warm), trace], env=env,
                           capture_output=True, text=True, check=False)
     for line in done.stdout.splitlines():
         if line.startswith("TIMES "):
@@ -70,11 +102,18 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=32768)
     parser.add_argument("--warm", type=int, default=2)
+    parser.add_argument("--trace-dir", default="",
+                        help="the traces of each child's first and last warm call go here")
     args = parser.parse_args()
     rows = []
+    if args.trace_dir:
+        os.makedirs(args.trace_dir, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="hybridla-first-call-") as cache:
-        for case in ("fresh machine (empty cache)", "cache present"):
-            rows.append((case, run_child(args.n, args.warm, cache)))
+        for case, tag in (("fresh machine (empty cache)", "fresh"), ("cache present", "cached")):
+            trace = os.path.join(args.trace_dir, f"first_call_{tag}_{args.n}") \
+                if args.trace_dir else ""
+            rows.append((case, run_child(args.n, args.warm, cache, trace)))
+        floor = run_child(args.n, 0, cache, code=_FLOOR)
     print(f"lu_factor, {args.n} x {args.n} float64, F-ordered, defaults; seconds")
     print(f"{'case':30} {'import':>7} {'backend':>8} {'kernels':>8} {'first':>7} "
           f"{'warm':>7} {'first-warm':>11}")
@@ -87,6 +126,8 @@ def main():
           "fastest warm call")
     for case, t in rows:
         print(case, json.dumps({k: round(v, 3) for k, v in t.items()}))
+    print("the floor, a fresh process without hybridla: " +
+          json.dumps({k: round(v, 3) for k, v in floor.items()}))
 
 
 if __name__ == "__main__":

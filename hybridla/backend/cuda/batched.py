@@ -28,12 +28,11 @@ from typing import NamedTuple
 import numpy as np
 import pycuda.driver as drv
 from nvmath.bindings import cublas, cusolverDn
-from pycuda.compiler import compile as compile_cuda
 
 from .. import _driver
 from .batched_stacks import (Operand, StackArray, Workspace, as_kind, dense_operand, download,
                              layout, member_offsets, zero_ints)
-from .runtime import _kernel_source
+from .runtime import _kernel_source, compile_source
 
 __all__ = ["PART", "WARP_LU_LARGEST", "Operand", "StackArray", "Workspace", "as_kind",
            "copy_stack", "dense_operand", "download", "gather_pivots", "gemm", "geqrf",
@@ -74,8 +73,7 @@ def _kernels(backend) -> _Kernels:
         kernels = _compiled.get(id(backend))
         if kernels is None:
             with backend.active():
-                module = _driver.Module(compile_cuda(_kernel_source("batched.cu"),
-                                                     no_extern_c=True, options=["-O3"]))
+                module = _driver.Module(compile_source(_kernel_source("batched.cu")))
                 device = drv.Context.get_device()
                 optin = getattr(drv.device_attribute, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", None)
                 most = device.get_attribute(optin) if optin is not None else 48 * 1024

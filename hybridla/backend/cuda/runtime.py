@@ -178,6 +178,20 @@ class Kernels:
 _nvcc_version_lock = threading.Lock()
 
 
+def compile_source(source: str, arch: str | None = None) -> bytes:
+    """The cubin of CUDA C `source` (-O3, for `arch`; None: the current context's device), from
+    PyCUDA's compiler and its on-disk cache.
+
+    The `#include`s go to PyCUDA written `# include` (the same directive to the C
+    preprocessor): PyCUDA keys its cache by the preprocessed source wherever the text holds
+    "#include", running `nvcc --preprocess` on every process's first build, cache hit or not
+    (2.5 s until the last module was ready from the cache on the H100 machine; perf/RESULTS.md,
+    issue 34, the first call). Our includes are the toolkit's own headers, fixed by nvcc's
+    version, which the key holds with the text and the options."""
+    keyed_by_text = re.sub(r"^([ \t]*)#include\b", r"\1# include", source, flags=re.MULTILINE)
+    return compile_cuda(keyed_by_text, no_extern_c=True, options=["-O3"], arch=arch)
+
+
 def _build_module(context, arch: str, prepare, file: str, source: str) -> _driver.Module:
     """Compile one module of `Kernels` for `arch` (PyCUDA's compiler: its on-disk cache, keyed
     by the source, the options and nvcc's version, skips nvcc when the module is there), load
@@ -186,7 +200,7 @@ def _build_module(context, arch: str, prepare, file: str, source: str) -> _drive
     with _nvcc_version_lock:  # asked once per process (PyCUDA memoizes it, without a lock)
         get_nvcc_version("nvcc")
     # the architecture given: PyCUDA would ask the context current in this thread (none)
-    cubin = compile_cuda(source, no_extern_c=True, options=["-O3"], arch=arch)
+    cubin = compile_source(source, arch)
     context.push()
     try:
         module = _driver.Module(cubin)
