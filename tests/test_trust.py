@@ -345,3 +345,30 @@ def test_host_copy_by_columns_in_threads(monkeypatch, order, dtype):
     a = np.asarray(_spd(64, np.float64, np.random.default_rng(8)), order="C")
     lu, piv = hybridla.lu_factor(a, backend="host", nb=8)
     assert getrf_ratio(a, lu, piv) < 30
+
+
+# -- nothing of a call stays behind it ---------------------------------------------------------
+@pytest.mark.parametrize("routine", ["lu_factor", "cho_factor", "qr"])
+def test_a_call_keeps_no_reference_to_the_arrays_it_took_or_returned(backend, routine):
+    """Large enough (72 MB) that the cuda backend stages the matrix through its pinned slots.
+    A reference left in a cycle (a store, a task's closure, a trace) would hold an n x n array
+    until the garbage collector's next full pass: 18 GiB each at n = 49152."""
+    import gc
+    n = 3000
+    a = random_matrix(n, n, np.float64, np.random.default_rng(7))
+    if routine == "cho_factor":
+        a = a @ a.T + n * np.eye(n)
+    a = np.asfortranarray(a)
+    call = {"lu_factor": lambda: hybridla.lu_factor(a, backend=backend),
+            "cho_factor": lambda: hybridla.cho_factor(a, backend=backend),
+            "qr": lambda: hybridla.qr(a, backend=backend)}[routine]
+    gc.collect()
+    held_a = sys.getrefcount(a)
+    gc.disable()
+    try:
+        first, _ = call()
+        assert sys.getrefcount(first) == 2, \
+            [type(r).__name__ for r in gc.get_referrers(first)]
+        assert sys.getrefcount(a) == held_a, [type(r).__name__ for r in gc.get_referrers(a)]
+    finally:
+        gc.enable()

@@ -40,11 +40,11 @@ the --interfaces / --baselines word in brackets):
                         lower, geqrf) on a device copy of A refreshed outside the timed region
                         (a device-to-device copy); the GPU interface's reference
   cuSOLVER+transfers pinned (reference)
-                        [cusolver-pinned] A copied once into a pinned host buffer outside the
+                        [cusolver-pinned] A copied into a pinned host buffer outside the
                         clock; timed: async upload from it on CuPy's stream, xxxx, async
-                        download into another pinned buffer (read there: no copy to pageable
-                        memory is timed), small pivots / tau / info; the CPU interface's
-                        reference
+                        download into the same pinned buffer (read there: no copy to pageable
+                        memory is timed; A is copied back into it before the next run),
+                        small pivots / tau / info; the CPU interface's reference
   cuSOLVER+transfers pageable (what a first try gets)
                         [cusolver-pageable] cupy.asarray of the pageable A (CuPy's pinned
                         staging, its pool primed before the clock), xxxx, d_a.get(out=) into a

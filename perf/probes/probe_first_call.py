@@ -11,7 +11,8 @@ and the first lanes' handles are made in the background), the first lu_factor, t
 more; and, from get_backend on, when the last module of kernels was ready (a thread waiting on
 backend.kernels). The matrix is made once per child, in parallel (hybridla.bench.matrices),
 between the import and get_backend. Targets: first - warm <= 0.5 s with the cache, <= 2 s on
-a fresh machine. With --trace-dir, each child's first and last warm call write their traces.
+a fresh machine. With --trace-dir, each child's first and last warm call write their traces,
+and one more child's first call is profiled (cProfile, the calling thread).
 A last child, without hybridla, times what any CUDA library pays before its first kernel (the
 driver's initialization and primary context, a cuBLAS and a cuSOLVER handle): the floor.
 """
@@ -45,9 +46,18 @@ def kernels_ready():
 watcher = threading.Thread(target=kernels_ready)
 watcher.start()
 trace = sys.argv[3] if len(sys.argv) > 3 else ""
+profiled = len(sys.argv) > 4 and sys.argv[4] == "profile"
+if profiled:  # where the calling thread's time goes (the engine's threads are in the trace)
+    import cProfile, pstats
+    profile = cProfile.Profile()
+    profile.enable()
 t1 = time.perf_counter()
-hybridla.lu_factor(a, trace=f"{trace}_first.json" if trace else None)
+hybridla.lu_factor(a, trace=f"{trace}_first.json" if trace and not profiled else None)
 times["first"] = time.perf_counter() - t1
+if profiled:
+    profile.disable()
+    with open(f"{trace}_first_profile.txt", "w") as out:
+        pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(45)
 watcher.join()
 for i in range(warm):
     t1 = time.perf_counter()
@@ -86,11 +96,13 @@ print("TIMES " + json.dumps(times), flush=True)
 """
 
 
-def run_child(n: int, warm: int, cache: str, trace: str = "", code: str = _CHILD) -> dict:
+def run_child(n: int, warm: int, cache: str, trace: str = "", code: str = _CHILD,
+              profile: bool = False) -> dict:
     env = dict(os.environ, XDG_CACHE_HOME=cache)  # the child's environment only
     env.pop("PYCUDA_CACHE_DIR", None)  # it would override XDG_CACHE_HOME
     env.pop("PYCUDA_DISABLE_CACHE", None)
-    done = subprocess.run([sys.executable, "-c", code, str(n), str(warm), trace], env=env,
+    argv = [sys.executable, "-c", code, str(n), str(warm), trace] + (["profile"] if profile else [])
+    done = subprocess.run(argv, env=env,
                           capture_output=True, text=True, check=False)
     for line in done.stdout.splitlines():
         if line.startswith("TIMES "):
@@ -113,6 +125,9 @@ def main():
             trace = os.path.join(args.trace_dir, f"first_call_{tag}_{args.n}") \
                 if args.trace_dir else ""
             rows.append((case, run_child(args.n, args.warm, cache, trace)))
+        if args.trace_dir:  # once more, the first call under cProfile (its times not shown)
+            run_child(args.n, 0, cache, os.path.join(args.trace_dir, f"first_call_{args.n}"),
+                      profile=True)
         floor = run_child(args.n, 0, cache, code=_FLOOR)
     print(f"lu_factor, {args.n} x {args.n} float64, F-ordered, defaults; seconds")
     print(f"{'case':30} {'import':>7} {'backend':>8} {'kernels':>8} {'first':>7} "
