@@ -57,7 +57,9 @@ times["first"] = time.perf_counter() - t1
 if profiled:
     profile.disable()
     with open(f"{trace}_first_profile.txt", "w") as out:
-        pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(45)
+        stats = pstats.Stats(profile, stream=out).sort_stats("cumulative")
+        stats.print_stats(45)
+        stats.print_callers(r"_find_spec|threading.py.*\(start\)|thread.py.*\(submit\)")
 watcher.join()
 for i in range(warm):
     t1 = time.perf_counter()

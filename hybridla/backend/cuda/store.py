@@ -151,6 +151,10 @@ class DeviceMatrix:
             self._pinned_panels.clear()
         self._pinned_tau = self._pinned_pivots = None
         self.end_staging()
+        # The run's tasks and lanes hold this store in reference cycles, which live until the
+        # garbage collector's next full pass: the user's arrays must not live as long (an
+        # n x n each; tests/test_trust.py).
+        self.host_source = self.host_result = None
 
     # -- the input's 1-norm (the condition estimate's ||A||_1) ---------------------------------
     def track_one_norm(self):
