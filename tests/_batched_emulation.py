@@ -6,7 +6,7 @@ runs in CI without a GPU. Plain functions and classes, no pytest in here.
   types) loaded over emulations of what they import (PyCUDA's mem_alloc and compiler,
   backend/_driver's Module, streams and memset, the driver's cuMemcpy*, nvmath's cuBLAS and
   cuSOLVER bindings: argument for argument as nvmath-python's .pyx declares them; runtime's
-  kernel source, read from cuda/), an emulated backend made hybridla's "cuda" one for the
+  kernel source, read from cuda/, and its compile_source), an emulated backend made hybridla's "cuda" one for the
   test, and hybridla's user layer and drivers pointed at the copy. Returns an `Emulation`.
 - The kernels of cuda/batched.cu are emulated by what their comments specify (stack_copy,
   fill_pointers, pivots_gather, getrf_panel_batched, laswp_batched, getrf_warp, potrf_warp): a
@@ -468,9 +468,11 @@ def install(monkeypatch) -> Emulation:
                               _ROOT / "cuda" / "cuda_batched.py") if p.exists())
     package = "hybridla.backend" if source.parent == _ROOT else "hybridla.backend.cuda"
     # batched.py's siblings, loaded from their paths too (the cuda package itself is never
-    # imported here): the stack types (batched_stacks.py) and runtime's kernel source
+    # imported here): the stack types (batched_stacks.py) and runtime's kernel source and
+    # compiler
     runtime = types.ModuleType(f"{package}.runtime")
     runtime._kernel_source = lambda name: (_ROOT.parents[1] / "cuda" / name).read_text()
+    runtime.compile_source = lambda source, arch=None: compiler.compile(source)
     siblings = [(f"{package}.runtime", runtime)]
     with monkeypatch.context() as m:  # what the module imports, for its import only
         for name, module in (("pycuda", pycuda), ("pycuda.driver", drv),
