@@ -8,6 +8,7 @@ import inspect
 import operator
 import os
 import sys
+import time
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Optional
@@ -285,6 +286,7 @@ def _factor(a, overwrite_a, check_finite, backend, options, routine, driver, squ
     `ooc_driver(source, result, plan) -> (info, extra, trace)`, which factors the host array
     `source` into `result` out of core, within plan.memory_budget; without one (a call that
     needs the factors in a store afterwards) it raises MemoryError."""
+    phases = _CallPhases()
     device = is_device_array(a)
     if device:
         ops = _device_backend("a", backend)
@@ -302,16 +304,19 @@ def _factor(a, overwrite_a, check_finite, backend, options, routine, driver, squ
                 else np.empty_like(array, dtype=dtype)), 0, None
     budget = _check_memory(ops, m, n, dtype, plan.nb,
                            ooc=None if device or ooc_driver is None else plan.ooc)
+    phases.mark("checks_and_plan_s")
     if budget is not None:
         if check_finite:
             _require_finite("a", array)
         source, result = _host_source_and_result(array, dtype, overwrite_a and array is a,
                                                  copy_needed=keep_other_triangle)
+        phases.mark("store_s")
         info, extra, run_trace = ooc_driver(source, result,
                                             dataclasses.replace(plan, memory_budget=budget))
+        phases.mark("run_s")
         if plan.trace_path:
             run_trace.to_chrome(plan.trace_path, metadata=_trace_metadata(plan, routine, m, n,
-                                                                          dtype))
+                                                                          dtype, phases))
         return result, info, extra
     write_back = None
     if device:
@@ -333,20 +338,26 @@ def _factor(a, overwrite_a, check_finite, backend, options, routine, driver, squ
     # raises once the run ends, and the run's results are dropped.
     checking = _finite_beside(array) if check_finite and not device and \
         result is not array else None
+    phases.mark("store_s")
     try:
         info, extra, run_trace = driver(A, plan)
+        phases.mark("run_s")
     except BaseException:
         if checking is not None and not checking.result():
             raise ValueError(_nonfinite_message("a")) from None  # the input's fault
         raise
     finally:
         A.close()
+    phases.mark("close_s")
     if checking is not None and not checking.result():
         raise ValueError(_nonfinite_message("a"))
+    phases.mark("finite_check_wait_s")
     if write_back is not None:
         write_back()
+        phases.mark("write_back_s")
     if plan.trace_path:
-        run_trace.to_chrome(plan.trace_path, metadata=_trace_metadata(plan, routine, m, n, dtype))
+        run_trace.to_chrome(plan.trace_path, metadata=_trace_metadata(plan, routine, m, n, dtype,
+                                                                      phases))
     return result, info, extra
 
 
@@ -354,9 +365,31 @@ def _factor(a, overwrite_a, check_finite, backend, options, routine, driver, squ
 _TRACE_ROUTINES = {"lu": "getrf", "cho": "potrf", "qr": "QR (Householder)"}
 
 
-def _trace_metadata(plan, routine, m, n, dtype):
-    """What a library call's trace says about its run (the CLI's say the same)."""
-    return run_metadata(plan, _TRACE_ROUTINES.get(routine, routine), (m, n), np.dtype(dtype))
+def _trace_metadata(plan, routine, m, n, dtype, phases=None):
+    """What a library call's trace says about its run (the CLI's say the same), and where
+    the call's time went outside the run (`phases`, a _CallPhases: "call_phases")."""
+    metadata = run_metadata(plan, _TRACE_ROUTINES.get(routine, routine), (m, n),
+                            np.dtype(dtype))
+    if phases is not None:
+        metadata["call_phases"] = dict(phases.seconds)
+    return metadata
+
+
+class _CallPhases:
+    """The seconds of one call's stretches, each ended by `mark(name)`: the checks and the
+    plan (the backend's creation in a process's first call), the store, the run (the trace's
+    span and the engine's start and end), closing the store, waiting for the finiteness check
+    beside the run. A trace's metadata carries them ("call_phases"): a call's wall time beyond
+    its trace's span was otherwise unaccounted for (perf/RESULTS.md, issue 34)."""
+
+    def __init__(self):
+        self._last = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(now - self._last, 6)
+        self._last = now
 
 
 def _host_source_and_result(array, dtype, may_overwrite, copy_needed):

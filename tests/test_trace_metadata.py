@@ -81,3 +81,23 @@ def test_short_tasks_keep_a_minimum_width_and_idle_stretches_are_shaded():
     assert busy.idle_gaps() == []
     labels = [text.get_text() for text in busy.gantt_figure().axes[0].get_legend().get_texts()]
     assert labels == ["panel", "update"]
+
+
+def test_a_calls_trace_says_where_its_time_went_outside_the_run(tmp_path):
+    """The call's stretches, in order, in the trace's metadata: together they are the call's
+    time but for its start, and the run's stretch is at least the trace's span."""
+    import time
+
+    a = np.asfortranarray(np.random.default_rng(3).standard_normal((400, 400)))
+    path = tmp_path / "lu.json"
+    start = time.perf_counter()
+    hybridla.lu_factor(a, backend="host", nb=64, trace=str(path))
+    wall = time.perf_counter() - start
+    data = json.loads(path.read_text())
+    phases = data["metadata"]["call_phases"]
+    assert list(phases) == ["checks_and_plan_s", "store_s", "run_s", "close_s",
+                            "finite_check_wait_s"]
+    assert all(v >= 0 for v in phases.values()) and sum(phases.values()) <= wall
+    spans = [e for e in data["traceEvents"] if e.get("ph") == "X"]
+    span = (max(e["ts"] + e["dur"] for e in spans) - min(e["ts"] for e in spans)) / 1e6
+    assert phases["run_s"] >= span

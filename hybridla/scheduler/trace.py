@@ -315,6 +315,11 @@ class Trace:
         lines += [f"copy {d:<11} {t * 1e3:10.3f} ms  {pct(t)}" for d, t in s["copy_busy"].items()]
         lines += ["", f"{'lane':<16} {'busy ms':>10}  {'util':>6}"]
         lines += [f"{lane:<16} {t * 1e3:10.3f}  {pct(t)}" for lane, t in s["lanes"].items()]
+        phases = (self.metadata or {}).get("call_phases")
+        if phases:  # the library call around the run (the user layer's marks)
+            lines += ["", "call, around the run:"]
+            lines += [f"  {name.removesuffix('_s').replace('_', ' '):<19} {t * 1e3:10.3f} ms"
+                      for name, t in phases.items()]
         return "\n".join(lines)
 
     def idle_gaps(self, min_fraction=0.01) -> list:
