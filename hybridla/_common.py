@@ -8,7 +8,6 @@ import inspect
 import operator
 import os
 import sys
-import time
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Optional
@@ -25,7 +24,7 @@ from .backend import device_arrays as _device_arrays
 from .backend.host.transfers import copy_by_columns
 from .lapack._host_rhs import lacpy_from_host
 from .scheduler.plan import make_plan
-from .scheduler.trace import run_metadata
+from .scheduler.trace import Phases, run_metadata
 
 _TRANS = {0: "N", 1: "T", 2: "C", "N": "N", "T": "T", "C": "C"}
 
@@ -286,7 +285,7 @@ def _factor(a, overwrite_a, check_finite, backend, options, routine, driver, squ
     `ooc_driver(source, result, plan) -> (info, extra, trace)`, which factors the host array
     `source` into `result` out of core, within plan.memory_budget; without one (a call that
     needs the factors in a store afterwards) it raises MemoryError."""
-    phases = _CallPhases()
+    phases = Phases()  # the call's stretches, for its trace's metadata ("call_phases")
     device = is_device_array(a)
     if device:
         ops = _device_backend("a", backend)
@@ -367,7 +366,7 @@ _TRACE_ROUTINES = {"lu": "getrf", "cho": "potrf", "qr": "QR (Householder)"}
 
 def _trace_metadata(plan, routine, m, n, dtype, phases=None):
     """What a library call's trace says about its run (the CLI's say the same), and where
-    the call's time went outside the run (`phases`, a _CallPhases: "call_phases")."""
+    the call's time went outside the run (`phases`, a Phases: "call_phases")."""
     metadata = run_metadata(plan, _TRACE_ROUTINES.get(routine, routine), (m, n),
                             np.dtype(dtype))
     if phases is not None:
@@ -375,21 +374,6 @@ def _trace_metadata(plan, routine, m, n, dtype, phases=None):
     return metadata
 
 
-class _CallPhases:
-    """The seconds of one call's stretches, each ended by `mark(name)`: the checks and the
-    plan (the backend's creation in a process's first call), the store, the run (the trace's
-    span and the engine's start and end), closing the store, waiting for the finiteness check
-    beside the run. A trace's metadata carries them ("call_phases"): a call's wall time beyond
-    its trace's span was otherwise unaccounted for (perf/RESULTS.md, issue 34)."""
-
-    def __init__(self):
-        self._last = time.perf_counter()
-        self.seconds: dict[str, float] = {}
-
-    def mark(self, name: str) -> None:
-        now = time.perf_counter()
-        self.seconds[name] = round(now - self._last, 6)
-        self._last = now
 
 
 def _host_source_and_result(array, dtype, may_overwrite, copy_needed):

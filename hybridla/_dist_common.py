@@ -99,7 +99,9 @@ def _run(client, backend, addresses, layout, lookahead, parts, work, job, trace,
     the call's phases: on the client "layout_s" (`layout_s`: the layout and the placement's
     submission), "jobs_s" (until every worker's task ended: the parts' placement included)
     and "results_s"; per worker, the seconds its task waited to start after the submission
-    (its part being placed), connecting, and working (client_phases, worker_phases)."""
+    (its part being placed), connecting, and working, and the work's own stretches ("work":
+    the finiteness check, the store, the driver's run, its output and close; lapack/_dist's
+    on_worker) (client_phases, worker_phases)."""
     job = dict(job, shape=(layout.m, layout.n), nb=layout.nb, lookahead=lookahead, layout=layout)
     submitted = time.time()
     futures = _cluster.run_job(client, addresses, work, parts, job, backend)
@@ -114,7 +116,8 @@ def _run(client, backend, addresses, layout, lookahead, parts, work, job, trace,
                                       "results_s": time.time() - ended},
                     "worker_phases": [
                         {"waited_s": r["phases"]["started"] - offset - submitted,
-                         "connect_s": r["phases"]["connect_s"], "work_s": r["phases"]["work_s"]}
+                         "connect_s": r["phases"]["connect_s"], "work_s": r["phases"]["work_s"],
+                         "work": r.get("work_phases", {})}
                         for r, offset in zip(results, offsets)]}
         _cluster.merged_trace(results, offsets, metadata).to_chrome(trace)
     return futures, results

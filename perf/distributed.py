@@ -130,8 +130,13 @@ def phases(trace_path):
     client, workers = meta.get("client_phases"), meta.get("worker_phases")
     if not client or not workers:
         return "phases: not in the trace"
+    def work(w):  # the work's own stretches (lapack/_dist.on_worker), where recorded
+        inside = ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.2f}"
+                           for k, v in w.get("work", {}).items())
+        return f"work {w['work_s']:.2f}" + (f" [{inside}]" if inside else "")
+
     ranks = "; ".join(f"w{r}: waited {w['waited_s']:.2f}, connect {w['connect_s']:.2f}, "
-                      f"work {w['work_s']:.2f}" for r, w in enumerate(workers))
+                      f"{work(w)}" for r, w in enumerate(workers))
     return (f"phases (s): layout {client['layout_s']:.2f}, jobs {client['jobs_s']:.2f} "
             f"({ranks}), results {client['results_s']:.2f}")
 

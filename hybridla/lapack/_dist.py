@@ -337,11 +337,14 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
     on it. `job`: what every rank was given alike (shape, dtype, the resolved nb and
     look-ahead, check_finite, and the driver's own arguments); `all_finite(array)`: the
     user layer's finiteness test for check_finite (default: NumPy's, entry by entry).
-    Returns {"local", "results", "trace", "wall_origin"}."""
+    Returns {"local", "results", "trace", "wall_origin", "work_phases"}: work_phases the
+    seconds of its stretches (scheduler.trace.Phases), outside the driver's trace and in it."""
     import dataclasses
 
     from ..scheduler.plan import make_plan
+    from ..scheduler.trace import Phases
 
+    phases = Phases()
     m, n = job["shape"]
     layout = job["layout"]
     given = local
@@ -349,6 +352,7 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
     finite = all_finite or (lambda array: bool(np.isfinite(array).all()))
     if job["check_finite"] and not finite(local):
         raise ValueError(f"{job['name']} must not contain infs or NaNs (check_finite=True)")
+    phases.mark("check_s")
     plan = make_plan(ops, m, n, job["dtype"], routine=job["routine"], nb=job["nb"],
                      lookahead=job["lookahead"], panel=job.get("panel"))
     plan = dataclasses.replace(plan, trace_path=None, progress=False)
@@ -363,8 +367,10 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
     A = ops.host_matrix(home, home, plan.nb, settings=plan.device_settings) \
         if ops.has_device else ops.host_matrix(home, home, plan.nb)
     run = WorkerRun(ops, plan, transport, layout, rank, A)
+    phases.mark("store_s")
     try:
         trace = driver(run, **job.get("arguments", {}))
+        phases.mark("run_s")
         if getattr(A, "streamed", False) and not A.residency.home_is_current():
             raise RuntimeError(f"{job['routine']}: the driver left blocks of rank {rank}'s "
                                f"part on the device ({A.residency})")
@@ -380,5 +386,6 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
         if run.output is not None:
             run.output.close()
         A.close()
+    phases.mark("output_and_close_s")
     return {"local": result, "results": run.results, "trace": trace.records,
-            "wall_origin": trace.wall_origin}
+            "wall_origin": trace.wall_origin, "work_phases": phases.seconds}

@@ -20,6 +20,7 @@ import datetime
 import json
 import textwrap
 import threading
+import time
 import zlib
 from pathlib import Path
 
@@ -49,6 +50,23 @@ def task_color(name: str):
     import matplotlib
     cmap = matplotlib.colormaps["tab20"]
     return cmap(zlib.crc32(name.encode()) % cmap.N)
+
+
+class Phases:
+    """The seconds of a call's stretches, each ended by `mark(name)`, in order (`seconds`). A
+    library call's trace carries them in its metadata ("call_phases": the checks and plan, the
+    store, the run, closing the store, the wait for the finiteness check beside the run), a
+    distributed worker's in its task's ("work_phases"): the wall time outside a trace's span
+    was otherwise unaccounted for (perf/RESULTS.md, issue 34)."""
+
+    def __init__(self):
+        self._last = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(now - self._last, 6)
+        self._last = now
 
 
 def run_metadata(plan, routine: str, shape, dtype) -> dict:
