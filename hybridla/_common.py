@@ -374,8 +374,6 @@ def _trace_metadata(plan, routine, m, n, dtype, phases=None):
     return metadata
 
 
-
-
 def _host_source_and_result(array, dtype, may_overwrite, copy_needed):
     """Where the factorization reads the matrix from and writes the factors to.
 

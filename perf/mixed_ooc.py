@@ -38,7 +38,7 @@ if _ROOT not in sys.path:
 import numpy as np  # noqa: E402
 
 import hybridla  # noqa: E402
-from hybridla.bench.matrices import large_random_matrix  # noqa: E402
+from hybridla.bench.matrices import random_matrix  # noqa: E402
 from hybridla.lapack._mixed_operators import host_product  # noqa: E402
 
 BLOCK = 2048  # columns per block when generating, copying and checking A
@@ -46,8 +46,8 @@ BLOCK = 2048  # columns per block when generating, copying and checking A
 
 def generate(n, seed):
     """(A, b): A n x n F-ordered randn, made a block column at a time by a thread per core
-    (hybridla/bench/matrices.large_random_matrix: seconds at n = 100,000, not minutes)."""
-    return large_random_matrix(n, np.float64, seed), np.random.default_rng(seed).standard_normal(n)
+    (hybridla/bench/matrices.random_matrix: seconds at n = 100,000, not minutes)."""
+    return random_matrix(n, np.float64, seed), np.random.default_rng(seed).standard_normal(n)
 
 
 def stopping_ratio(a, x, b):

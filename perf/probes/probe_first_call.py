@@ -32,9 +32,9 @@ import hybridla
 times = {"import": time.perf_counter() - t0}
 import numpy as np
 from hybridla import backend as backends
-from hybridla.bench.matrices import large_random_matrix
+from hybridla.bench.matrices import random_matrix
 n, warm = int(sys.argv[1]), int(sys.argv[2])
-a = large_random_matrix(n, np.float64, 0)
+a = random_matrix(n, np.float64, 0)
 t0 = time.perf_counter()
 backend = backends.get_backend("cuda")
 times["get_backend"] = time.perf_counter() - t0
