@@ -25,8 +25,9 @@
 //                   safe minimum, are outside what this kernel handles). One read and one write
 //                   of the column. With beta given (geqp3's panel): beta := x[0] (beta) and
 //                   x[0] := 1 after, the reflector's v in place for the products with it.
-//   t_column        larft's column i of T from V^H v and T[:i, :i] already applied to it:
-//                   t[0:i] *= -tau, t[i] = tau (gehrd's panel)
+//   lahr2_reflector larfg, then the copies gehrd's panel loop needs from the reflector, in the
+//                   same launch: v := x[1:] (its explicit V below the unit), w := -tau (1; x[1:])
+//                   (V^H w is larft's column of T before the product by T) and t_ii := tau
 //   invert_leaves   the inverses of a batch of small triangular blocks at a fixed stride (below)
 //   add_triangles   a batch of nb x nb blocks at a fixed stride: the upper or lower triangle
 //                   (with the diagonal) of D_b += S_b, the diagonal's imaginary part then set to
@@ -186,11 +187,17 @@ __device__ void larfg(T* x, int n, T* tau)
 }
 
 template <typename T>
-__device__ void t_column(T* t, int i, const T* tau)
+__device__ void lahr2_reflector(T* x, int n, T* tau, T* v, T* w, T* t_diagonal)
 {
-    const T minus_tau = Num<T>::make(-real_part(*tau), -imag_part(*tau));
-    for (int j = threadIdx.x; j < i; j += blockDim.x) t[j] = times(t[j], minus_tau);
-    if (threadIdx.x == 0) t[i] = *tau;
+    larfg<T>(x, n, tau);
+    __syncthreads();  // x and tau, written by other threads of the block
+    const T t = *tau;
+    const T minus_tau = Num<T>::make(-real_part(t), -imag_part(t));
+    if (threadIdx.x == 0) { w[0] = minus_tau; *t_diagonal = t; }
+    for (int j = 1 + threadIdx.x; j < n; j += blockDim.x) {
+        v[j - 1] = x[j];
+        w[j] = times(x[j], minus_tau);
+    }
 }
 
 template <typename T>
@@ -262,7 +269,8 @@ extern "C" __global__ void larfg_##S(T* x, int n, T* tau, T* beta)              
     __syncthreads();                                                                       \
     if (beta != 0 && threadIdx.x == 0) { *beta = x[0]; x[0] = Num<T>::make(1.0, 0.0); }    \
 }                                                                                          \
-extern "C" __global__ void t_column_##S(T* t, int i, const T* tau) { t_column<T>(t, i, tau); } \
+extern "C" __global__ void lahr2_reflector_##S(T* x, int n, T* tau, T* v, T* w, T* t_ii)  \
+{ lahr2_reflector<T>(x, n, tau, v, w, t_ii); }                                             \
 extern "C" __global__ void add_triangles_##S(const T* S_, long long lds, long long stride_s,    \
     T* D, long long ldd, long long stride_d, int nb, int uplo)                                 \
 { add_triangles<T>(S_, lds, stride_s, D, ldd, stride_d, nb, uplo); }                            \

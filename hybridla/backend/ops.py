@@ -365,8 +365,10 @@ class QrOps(Protocol):
                        diagonal: Any, beta: Any, downdate: bool = True) -> None:
         """LAPACK laqps's downdate of norms[j], j > k, from the final row `row` (flags[j] and
         stop := 1 where it lost accuracy); then diagonal := beta."""
-    def t_column(self, lane: Any, t: Any, tau: Any) -> None:
-        """larft's column: t[0:i] *= -tau, t[i] = tau."""
+    def lahr2_reflector(self, lane: Any, x: Any, tau: Any, v: Any, w: Any,
+                        t_diagonal: Any) -> None:
+        """larfg on x (as larfg, without beta), then v := x[1:], w := -tau (1; x[1:]) and
+        t_diagonal (1 x 1) := tau: gehrd's panel loop's copies of the reflector, one launch."""
     def apply(self, lane: Any, A: Any, X: Any, Y: Any, trans: str = "N",
               uplo: str | None = None) -> None:
         """Y := op(A) X for blocks (A triangular-stored Hermitian when uplo is given)."""

@@ -64,8 +64,9 @@ from ..scheduler.transfers import TransferPlan
 from ._blocked import run_graph, trailing_chunks
 
 # the reduction's workspaces in the tile store, and the graph Regions that order their reuse:
-# V, Y, T of the current panel, and a short vector and the scalars tau of the panel loop
-_V, _Y, _T, _W = "hrd V", "hrd Y", "hrd T", "hrd u"
+# V, Y, T of the current panel, and the panel loop's vectors: a short one and the scalars tau
+# (_W), a column as long as the panel's (_Wr, ordered with _W: only panel tasks use them)
+_V, _Y, _T, _W, _Wr = "hrd V", "hrd Y", "hrd T", "hrd u", "hrd w"
 
 
 @dataclass
@@ -112,12 +113,13 @@ def gehrd(A, plan, lo=0, hi=None, trace=None, stats=None):
     """Reduce the tile store's square matrix to upper Hessenberg form in place, in LAPACK's
     storage, over rows and columns lo..hi (0-based, inclusive; default all). Returns
     (tau, info, trace): tau the n - 1 scalars (host array, zero outside lo..hi-1), info 0.
-    `stats` (a HessenbergStats) receives the matrix-vector phase's calls, time and bytes."""
+    `stats` (a HessenbergStats) receives the matrix-vector phase's calls, time and bytes; only
+    then are the GEMVs timed (two CUDA events a column, on the critical path)."""
     if A.m != A.n:
         raise ValueError(f"gehrd needs a square matrix; got {A.m} x {A.n}")
     lo, hi = check_lo_hi(A.n, lo, A.n - 1 if hi is None else hi)
     tau = np.zeros(max(A.n - 1, 0), dtype=A.dtype)
-    graph = record_gehrd(A, plan, lo, hi, tau, HessenbergStats() if stats is None else stats)
+    graph = record_gehrd(A, plan, lo, hi, tau, stats)
     return tau, 0, run_graph(graph, plan, "gehrd", trace)
 
 
@@ -147,6 +149,7 @@ def record_gehrd(A, plan, lo, hi, tau, stats) -> TaskGraph:
         A.workspace(_Y, e, width)
         A.workspace(_T, width, width)
         A.workspace(_W, width, 2)
+        A.workspace(_Wr, e - lo - 1, 1)
     V, Y, T = (Region(name, 0, 1) for name in (_V, _Y, _T))
     itemsize = np.dtype(A.dtype).itemsize
     k1 = lo
@@ -210,10 +213,10 @@ def _panel(lane, ops, A, k0, k1, e, tau, stats):
     P = A.block(k0 + 1, e, k0, k1)
     V, T = A.workspace(_V, r, kb), A.workspace(_T, kb, kb)
     Z = sub(A.workspace(_Y, e, kb), k0 + 1, e, 0, kb)
-    work = A.workspace(_W, kb, 2)
+    work, w = A.workspace(_W, kb, 2), A.workspace(_Wr, r, 1)
     u, taus = sub(work, 0, kb, 0, 1), sub(work, 0, kb, 1, 2)
     gpu = ops.lane("gpu:panel")
-    timer = _LaneTimer(gpu)
+    timer = _LaneTimer(gpu) if stats is not None else _NO_TIMER
     with gpu:
         ops.laset(gpu, "A", 0, 1, V)  # V's unit diagonal and zeros above it, for all columns
         ops.laset(gpu, "A", 0, 0, T)
@@ -228,26 +231,28 @@ def _panel(lane, ops, A, k0, k1, e, tau, stats):
                 ops.gemm(gpu, 1, Vi, b, 0, ui, trans_a="C")
                 ops.trmm(gpu, "L", "U", "C", "N", 1, Ti, ui)
                 ops.gemm(gpu, -1, Vi, ui, 1, b)
-            # H(k0+i) annihilates b[i+1:]: b[i] := beta, v = (1, b[i+1:]), tau_i where it lives
+            # H(k0+i) annihilates b[i+1:]: b[i] := beta, v = (1, b[i+1:]) into V, tau_i where
+            # it lives and in T[i, i], and w = -tau_i v for T's column below
             tau_i = sub(taus, i, i + 1, 0, 1)
-            ops.larfg(gpu, sub(b, i, r, 0, 1), tau_i)
-            ops.lacpy(gpu, "A", sub(b, i + 1, r, 0, 1), sub(V, i + 1, r, i, i + 1))
+            ops.lahr2_reflector(gpu, sub(b, i, r, 0, 1), tau_i, sub(V, i + 1, r, i, i + 1),
+                                sub(w, 0, r - i, 0, 1), sub(T, i, i + 1, i, i + 1))
             v = sub(V, i, r, i, i + 1)
             # Z[:, i] = A[k0+1:e, k0+i+1:e] v: the pass over the trailing matrix, r (r - i)
             # elements read (the GEMVs are all the bytes of the reduction but the GEMMs')
             timer.start()
             ops.gemm(gpu, 1, A.block(k0 + 1, e, k0 + i + 1, e), v, 0, sub(Z, 0, r, i, i + 1))
             timer.stop()
-            # T[:i, i] = -tau T[:i, :i] V^H v, T[i, i] = tau (larft's recurrence)
+            # T[:i, i] = T[:i, :i] V^H w = -tau T[:i, :i] V^H v (larft's recurrence)
             if i > 0:
-                ops.gemm(gpu, 1, sub(V, i, r, 0, i), v, 0, sub(T, 0, i, i, i + 1), trans_a="C")
+                ops.gemm(gpu, 1, sub(V, i, r, 0, i), sub(w, 0, r - i, 0, 1), 0,
+                         sub(T, 0, i, i, i + 1), trans_a="C")
                 ops.trmm(gpu, "L", "U", "N", "N", 1, sub(T, 0, i, 0, i), sub(T, 0, i, i, i + 1))
-            ops.t_column(gpu, sub(T, 0, i + 1, i, i + 1), tau_i)
     # the panel's scalars to the host: the one wait of the panel (a CPU task leaves no event,
     # so its device work must be done when it returns)
     tau[k0:k1] = ops.to_host(gpu, taus)[:, 0]
-    stats.add(kb, timer.seconds(), matvec_bytes(r, kb, np.dtype(A.dtype).itemsize),
-              time.perf_counter() - started)
+    if stats is not None:
+        stats.add(kb, timer.seconds(), matvec_bytes(r, kb, np.dtype(A.dtype).itemsize),
+                  time.perf_counter() - started)
 
 
 class _LaneTimer:
@@ -270,6 +275,19 @@ class _LaneTimer:
 
     def seconds(self):
         return self.wall + sum(end.time_since(begin) for begin, end in self.pairs) / 1e3
+
+
+class _NoTimer:
+    """A _LaneTimer that times nothing: the panel loop without stats records no events."""
+
+    def start(self):
+        pass
+
+    def stop(self):
+        pass
+
+
+_NO_TIMER = _NoTimer()
 
 
 def _top(lane, ops, A, k0, k1, e):

@@ -51,19 +51,25 @@ class TransferPlan:
         """Upload the matrix block by block in the order the algorithm first needs them:
         `blocks`, rectangles (r0, r1, c0, c1); the block columns left to right by default (QL
         takes them right to left, LQ takes block rows). Returns how many blocks the trailing
-        update takes at once while the matrix arrives: plan.upload_group when staged (the
-        blocks arrive one by one), a piece's when pinned (they arrive as their piece is)."""
+        update takes at once while the matrix arrives: when staged, plan.upload_group or, where
+        a slot holds more block columns than that, a slot's (they arrive a slot at a time), a
+        piece's when pinned (they arrive as their piece is)."""
         graph, A, plan = self.graph, self.A, self.plan
         m, n, nb = A.m, A.n, plan.nb
-        if blocks is None:
-            blocks = [(0, m, c0, min(c0 + nb, n)) for c0 in range(0, n, nb)]
         if A.staged:
+            # staged, block columns go up as many at once as a slot holds (small ones cost
+            # their copy's fixed cost each otherwise)
+            group = max(1, A.slot_elements // max(m * nb, 1)) if blocks is None else 1
+            if blocks is None:
+                blocks = [(0, m, c0, min(c0 + group * nb, n)) for c0 in range(0, n, group * nb)]
             for index, (r0, r1, c0, c1) in enumerate(blocks):
                 slot = index % A.up_slots
                 self._staged_up(-1, slot, r0, r1, c0, c1, functools.partial(
                     A.stage_block, slot=slot, r0=r0, r1=r1, c0=c0, c1=c1))
                 A.residency.arrived(DEVICE, r0, r1, c0, c1)
-            return plan.upload_group
+            return max(plan.upload_group, group)
+        if blocks is None:
+            blocks = [(0, m, c0, min(c0 + nb, n)) for c0 in range(0, n, nb)]
         self.piece_starts = A.plan_pin_pieces(plan.pin_pieces) if A.pin else [0]
         for piece in range(len(self.piece_starts) if A.pin else 0):
             graph.add("pin", -1, "cpu", lambda lane, piece=piece: A.pin_piece(piece),

@@ -149,7 +149,7 @@ class CudaBackend(BackendDefaults):
     triangular_factor = staticmethod(qr.triangular_factor)
     householder_panel = staticmethod(qr.householder_panel)
     larfg = staticmethod(qr.larfg)
-    t_column = staticmethod(qr.t_column)
+    lahr2_reflector = staticmethod(qr.lahr2_reflector)
     apply = staticmethod(qr.apply)
     apply_to_host = qr.apply_to_host
 

@@ -1,6 +1,6 @@
 """What the Householder family (QR, QL, LQ, Hessenberg) asks of the cuda backend: the panel's
 geqrf (cuSOLVER; QL and LQ through a reversed or conjugate-transposed copy), the explicit
-reflectors and larft's T, gehrd's larfg and T column (lapack_aux.cu), and products with a
+reflectors and larft's T, gehrd's larfg and its copies (lapack_aux.cu), and products with a
 matrix for host-driven loops (apply, apply_to_host).
 
 Module-level functions over (lane, blocks, ...) as blas.py's; apply_to_host takes the backend
@@ -126,12 +126,14 @@ def larfg(lane, x, tau, beta=None):
                                 ctypes.c_void_p(0 if beta is None else beta.ptr))
 
 
-def t_column(lane, t, tau):
-    """larft's column i of T (t = T[0:i+1, i], holding T[:i, :i] V^H v above the diagonal):
-    t[0:i] *= -tau, t[i] = tau (tau a 1 x 1 block)."""
-    lane.backend.kernels.launch(f"t_column_{_PREFIX[t.dtype]}", (1,), (256,), lane.handle,
-                                ctypes.c_void_p(t.ptr), ctypes.c_int(t.rows - 1),
-                                ctypes.c_void_p(tau.ptr))
+def lahr2_reflector(lane, x, tau, v, w, t_diagonal):
+    """larfg on x as above, and in the same launch the copies gehrd's panel loop needs from
+    the reflector: v := x[1:] (its explicit V below the unit), w := -tau (1; x[1:]) and
+    t_diagonal := tau (1 x 1 blocks). One block of threads."""
+    lane.backend.kernels.launch(f"lahr2_reflector_{_PREFIX[x.dtype]}", (1,), (256,),
+                                lane.handle, ctypes.c_void_p(x.ptr), ctypes.c_int(x.rows),
+                                ctypes.c_void_p(tau.ptr), ctypes.c_void_p(v.ptr),
+                                ctypes.c_void_p(w.ptr), ctypes.c_void_p(t_diagonal.ptr))
 
 
 def apply_to_host(backend, lane, A, X, trans="N", uplo=None, work=None):

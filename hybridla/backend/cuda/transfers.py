@@ -159,12 +159,18 @@ def download_array(A, lane, r0, r1, c0, c1, target):
 
 
 # -- staging through pinned slots (see staging_slots) -------------------------------------------
+# The least a slot holds. A staged copy costs about a millisecond beyond its bytes (the
+# staging task, its threads, the DMA's launch): gehrd's 48-column blocks of an 8192 x 8192
+# matrix (3 MiB) went up at 2.6 GB/s, 205 ms for the matrix before the first panel could start
+# (perf/RESULTS.md, "Hessenberg"); bring_up sends as many block columns at once as a slot holds.
+SLOT_MIN_BYTES = 32 << 20
 def use_staging(A, up_slots: int, down_slots: int):
     """Copy this host matrix through the backend's pinned slots: host threads copy between
     the user's pageable array and a slot, DMA between the slot and the device. A slot holds
     nb x max(m, n) elements; one factorization at a time uses the slots (the lock is held
-    until `close`)."""
-    A.slot_elements = A.nb * max(A.m, A.n)
+    until `close`); at least SLOT_MIN_BYTES, up to the whole matrix, so that a narrow block
+    column does not travel alone."""
+    A.slot_elements = max(A.nb * max(A.m, A.n), min(SLOT_MIN_BYTES // A.itemsize, A.m * A.n))
     A.backend.staging_lock.acquire()
     slots = A.backend.staging_slots(up_slots + down_slots, A.slot_elements * A.itemsize)
     A._slots = {"up": slots[:up_slots], "down": slots[up_slots:]}

@@ -84,7 +84,7 @@ class HostBackend(BackendDefaults):
     explicit_reflectors = staticmethod(qr.explicit_reflectors)
     triangular_factor = staticmethod(qr.triangular_factor)
     larfg = staticmethod(qr.larfg)
-    t_column = staticmethod(qr.t_column)
+    lahr2_reflector = staticmethod(qr.lahr2_reflector)
 
     # -- QR with column pivoting's panel (pivoted_qr.py) --------------------------------------
     column_norms = staticmethod(pivoted_qr.column_norms)

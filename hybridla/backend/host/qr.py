@@ -65,7 +65,12 @@ def larfg(lane, x, tau, beta=None):
         beta[0, 0], x[0, 0] = beta_value, 1
 
 
-def t_column(lane, t, tau):
-    """larft's column i of T: t[0:i] *= -tau, t[i] = tau (t = T[0:i+1, i])."""
-    t[:-1] *= -tau[0, 0]
-    t[-1] = tau[0, 0]
+def lahr2_reflector(lane, x, tau, v, w, t_diagonal):
+    """larfg on x, then the copies gehrd's panel loop needs: v := x[1:] (the reflector's
+    explicit V below its unit), w := -tau (1; x[1:]), t_diagonal := tau (1 x 1 blocks)."""
+    larfg(lane, x, tau)
+    minus_tau = -tau[0, 0]
+    v[:, 0] = x[1:, 0]
+    w[0, 0] = minus_tau
+    w[1:, 0] = minus_tau * x[1:, 0]
+    t_diagonal[0, 0] = tau[0, 0]
