@@ -159,11 +159,14 @@ def record_gehrd(A, plan, lo, hi, tau, stats) -> TaskGraph:
         where = dict(ops=ops, A=A, k0=k0, k1=k1, e=e)
 
         # [panel] the reduced columns, V, T and Z = A V on the CPU, the GEMVs where A is
+        # (its host work only enqueues on the panel lane, which waits for the last step's
+        # update on the device: the enqueueing overlaps it)
         graph.add("panel", step, "cpu", functools.partial(_panel, **where, tau=tau, stats=stats),
                   reads=[Region("A", k0 + 1, e, k1, e)],
                   writes=[Region("A", k0 + 1, e, k0, k1), Y, T, Region(_W, 0, 1),
                           Region("tau", k0, k1)],
-                  flops=lahr2_flops(r, kb), bytes=matvec_bytes(r, kb, itemsize))
+                  flops=lahr2_flops(r, kb), bytes=matvec_bytes(r, kb, itemsize),
+                  enqueues_on="gpu:panel")
 
         # [top] V explicit, Y = A V T, the right update of the panel columns' top rows
         graph.add("top", step, "gpu:update", functools.partial(_top, **where),

@@ -84,7 +84,11 @@ class _Run:
             self.device_timings.append((task, task.lane, start, end))
         else:
             if any(w is not None for w in waits):
-                self.backend.host_wait(waits)  # the CPU is about to read what the device wrote
+                if task.enqueues_on is not None:  # the device orders it after its inputs
+                    with self.backend.lane(task.enqueues_on) as lane:
+                        lane.wait_for(waits)
+                else:  # the CPU is about to read what the device wrote
+                    self.backend.host_wait(waits)
             # a collective between workers keeps its own lane in the trace ("comm:bcast"),
             # whichever thread runs it
             lane_name = task.lane if task.lane.startswith("comm:") else self.cpu_lane_name()

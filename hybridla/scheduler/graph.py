@@ -49,6 +49,10 @@ class Task:
     flops: float = 0.0
     bytes: float = 0.0
     deps: list = field(default_factory=list)
+    # a CPU task that reaches device data only through work it enqueues on this device lane
+    # (gehrd's panel loop): it waits for its inputs on that stream, not on the host, and so
+    # enqueues while they are still being computed
+    enqueues_on: str | None = None
 
 
 class TaskGraph:
@@ -64,13 +68,14 @@ class TaskGraph:
         self._write_observers: dict[str, list[Callable]] = {}
 
     def add(self, name, step, lane, fn, *, reads=(), writes=(), flops=0.0, bytes=0.0,
-            chain=None, after=()) -> Task:
+            chain=None, after=(), enqueues_on=None) -> Task:
         """Record a task; its dependencies are every earlier task it conflicts with, the
         previous link of `chain` (it becomes the chain's latest) and the latest link of each
-        chain named in `after`."""
+        chain named in `after`. `enqueues_on`: see Task."""
         reads = tuple(r for r in reads if not r.empty)
         writes = tuple(w for w in writes if not w.empty)
-        task = Task(len(self.tasks), name, step, lane, fn, reads, writes, flops, bytes)
+        task = Task(len(self.tasks), name, step, lane, fn, reads, writes, flops, bytes,
+                    enqueues_on=enqueues_on)
         accesses = [(r, False) for r in reads] + [(w, True) for w in writes]
         deps = {self._chains[c] for c in (*after, *([chain] if chain else [])) if c in self._chains}
         for region, is_write in accesses:
@@ -154,12 +159,12 @@ class WindowGraph:
         return region
 
     def add(self, name, step, lane, fn, *, reads=(), writes=(), flops=0.0, bytes=0.0,
-            chain=None, after=()) -> Task:
+            chain=None, after=(), enqueues_on=None) -> Task:
         return self.graph.add(name, step + self.step0, lane, fn,
                               reads=[self.region(r) for r in reads],
                               writes=[self.region(w) for w in writes], flops=flops,
                               bytes=bytes, chain=chain and self.prefix + chain,
-                              after=[self.prefix + c for c in after])
+                              after=[self.prefix + c for c in after], enqueues_on=enqueues_on)
 
     def counter(self, name) -> int:
         return self.graph.counter(self.prefix + name)
