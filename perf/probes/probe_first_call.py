@@ -13,8 +13,10 @@ backend.kernels). The matrix is made once per child, in parallel (hybridla.bench
 between the import and get_backend. Targets: first - warm <= 0.5 s with the cache, <= 2 s on
 a fresh machine. With --trace-dir, each child's first and last warm call write their traces,
 and one more child's first call is profiled (cProfile, the calling thread).
-A last child, without hybridla, times what any CUDA library pays before its first kernel (the
-driver's initialization and primary context, a cuBLAS and a cuSOLVER handle): the floor.
+A child without hybridla times what any CUDA library pays before its first kernel (the
+driver's initialization and primary context, a cuBLAS and a cuSOLVER handle): the floor. A last
+one loads the modules of kernels from the cache one at a time: nvcc's version (PyCUDA's cache
+key holds it), each cache lookup, each load.
 """
 from __future__ import annotations
 
@@ -98,6 +100,36 @@ print("TIMES " + json.dumps(times), flush=True)
 """
 
 
+# Where a cached module's time goes, one module after another in one thread of a fresh process
+# (the cache present): nvcc's version (part of PyCUDA's cache key), the cache lookup, the load.
+_MODULES = r"""
+import json, time
+times = {}
+import pycuda.driver as drv
+from pycuda.compiler import get_nvcc_version
+from hybridla.backend.cuda import runtime
+drv.init()
+device = drv.Device(0)
+context = device.retain_primary_context()
+context.push()
+arch = "sm_%d%d" % device.compute_capability()
+t0 = time.perf_counter()
+get_nvcc_version("nvcc")
+times["nvcc --version"] = time.perf_counter() - t0
+for file, before in runtime._KERNEL_FILES.items():
+    source = "".join(f'#line 1 "{part}"\n{runtime._kernel_source(part)}\n'
+                     for part in (*before, file))
+    t0 = time.perf_counter()
+    cubin = runtime.compile_source(source, arch)
+    times[f"{file} cache lookup"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    runtime._driver.Module(cubin)
+    times[f"{file} load ({len(cubin) >> 10} KiB)"] = time.perf_counter() - t0
+drv.Context.pop()
+print("TIMES " + json.dumps(times), flush=True)
+"""
+
+
 def run_child(n: int, warm: int, cache: str, trace: str = "", code: str = _CHILD,
               profile: bool = False) -> dict:
     env = dict(os.environ, XDG_CACHE_HOME=cache)  # the child's environment only
@@ -131,6 +163,7 @@ def main():
             run_child(args.n, 0, cache, os.path.join(args.trace_dir, f"first_call_{args.n}"),
                       profile=True)
         floor = run_child(args.n, 0, cache, code=_FLOOR)
+        modules = run_child(args.n, 0, cache, code=_MODULES)
     print(f"lu_factor, {args.n} x {args.n} float64, F-ordered, defaults; seconds")
     print(f"{'case':30} {'import':>7} {'backend':>8} {'kernels':>8} {'first':>7} "
           f"{'warm':>7} {'first-warm':>11}")
@@ -145,6 +178,8 @@ def main():
         print(case, json.dumps({k: round(v, 3) for k, v in t.items()}))
     print("the floor, a fresh process without hybridla: " +
           json.dumps({k: round(v, 3) for k, v in floor.items()}))
+    print("the modules from the cache, one at a time: " +
+          json.dumps({k: round(v, 3) for k, v in modules.items()}))
 
 
 if __name__ == "__main__":
