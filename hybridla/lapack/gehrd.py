@@ -67,6 +67,11 @@ from ._blocked import run_graph, trailing_chunks
 # V, Y, T of the current panel, and the panel loop's vectors: a short one and the scalars tau
 # (_W), a column as long as the panel's (_Wr, ordered with _W: only panel tasks use them)
 _V, _Y, _T, _W, _Wr = "hrd V", "hrd Y", "hrd T", "hrd u", "hrd w"
+# Finished columns go home (the CPU interface) when this many bytes of them have gathered: the
+# panel loop is the host's enqueueing, which a download and its copy-out per panel slowed by a
+# third at n = 8192 (7.3 ms a panel on the GPU interface, 11 ms on the CPU interface, 128
+# copy-outs of 4 MiB beside them: perf/RESULTS.md, "Issue 34 closed")
+_SEND_HOME_BYTES = 32 << 20
 
 
 @dataclass
@@ -152,7 +157,7 @@ def record_gehrd(A, plan, lo, hi, tau, stats) -> TaskGraph:
         A.workspace(_Wr, e - lo - 1, 1)
     V, Y, T = (Region(name, 0, 1) for name in (_V, _Y, _T))
     itemsize = np.dtype(A.dtype).itemsize
-    k1 = lo
+    k1 = home_from = lo
     for step, k0 in enumerate(panels):
         k1 = min(k0 + nb, e - 1)
         kb, r = k1 - k0, e - k0 - 1
@@ -184,11 +189,12 @@ def record_gehrd(A, plan, lo, hi, tau, stats) -> TaskGraph:
                               Region("A", k0 + 1, e, c0 + right, c1)],
                       flops=float(2 * e * right * kb) + larfb_flops(r, kb, c1 - c0))
 
-        # the panel columns are final: send them home
-        if A.streamed:
-            transfers.send_home(step, 0, n, k0, k1)
-    if A.streamed:  # what no panel sent: the columns left of lo, and from the last panel's end
-        for c0, c1 in ((0, lo), (k1, n)):
+        # the panel columns are final: home they go, a few panels' at a time
+        if A.streamed and (k1 - home_from) * n * itemsize >= _SEND_HOME_BYTES:
+            transfers.send_home(step, 0, n, home_from, k1)
+            home_from = k1
+    if A.streamed:  # what is not sent yet: the columns left of lo, the last panels' and beyond
+        for c0, c1 in ((0, lo), (home_from, n)):
             if c1 > c0:
                 transfers.send_home(len(panels), 0, n, c0, c1)
     return graph
