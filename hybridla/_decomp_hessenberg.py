@@ -51,7 +51,7 @@ def gehrd(a, lo=0, hi=None, overwrite_a=False, check_finite=True, *, backend=Non
         Keyword-only engine option, as lu_factor's.
     nb : int, optional
         Keyword-only: the panel width, an integer >= 1 (or "auto", the device's tuning entry).
-        None (the default): configuration "hrd.nb" (48). The reduction has no look-ahead and
+        None (the default): configuration "hrd.nb" (64). The reduction has no look-ahead and
         factors its panels on the CPU (lapack/gehrd.py says why).
     trace : str or path-like, optional
         Keyword-only: a path for the run's Chrome trace, as lu_factor's.
