@@ -148,3 +148,65 @@ def test_a_failing_recording_surfaces_once_the_head_has_returned():
         run(graph, get_backend("host"), workers=2,
             recording=_chain_recording(graph, 6, slow, broken), head_steps=2)
     assert started == finished and set(started) <= {0, 1}
+
+
+class _Event:
+    """What a pretend device's lane records: a token (a CUDA event on the cuda backend)."""
+
+    def time_since(self, other):
+        return 0.0
+
+
+class _PretendDeviceLane:
+    def __init__(self, name, waits):
+        self.name, self._waits = name, waits
+
+    def wait_for(self, events):
+        events = [e for e in events if e is not None]
+        if events:
+            self._waits.append(("on the stream of " + self.name, events))
+
+    def record(self):
+        return _Event()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _PretendDevice(type(get_backend("host"))):
+    """The host backend claiming a device: its lanes record events and log every wait for
+    them, on a stream or on the host."""
+
+    has_device = True
+
+    def __init__(self):
+        super().__init__()
+        self.waits = []
+        self.context = type("Context", (), {"push": staticmethod(noop), "pop": staticmethod(noop)})
+
+    def lane(self, name):
+        return self.lanes.setdefault(name, _PretendDeviceLane(name, self.waits))
+
+    def host_wait(self, events):
+        events = [e for e in events if e is not None]
+        if events:
+            self.waits.append(("on the host", events))
+
+
+def test_a_cpu_task_that_enqueues_on_a_lane_waits_for_its_inputs_there_not_on_the_host():
+    """Task.enqueues_on (gehrd's panel loop): the CPU task's device inputs are waited for on
+    the named lane's stream, so that it enqueues while they are computed; a CPU task without
+    it waits on the host, as it reads what the device wrote."""
+    backend = _PretendDevice()
+    g = TaskGraph()
+    g.add("update", 0, "gpu:update", noop, writes=[A(0, 4, 0, 4)])
+    g.add("panel", 1, "cpu", noop, reads=[A(0, 4, 0, 4)], writes=[A(0, 4, 4, 5)],
+          enqueues_on="gpu:panel")
+    g.add("host reads", 2, "cpu", noop, reads=[A(0, 4, 0, 4)])
+    run(g, backend, workers=2)
+    assert sorted(where for where, events in backend.waits) == [
+        "on the host", "on the stream of gpu:panel"]
+    assert all(len(events) == 1 for where, events in backend.waits)
