@@ -100,3 +100,46 @@ def test_residency_of_a_store_that_moves_nothing_costs_nothing():
     assert r.home_is_current() and r.tiles_at(HOST) == side * side and r.tiles_at(DEVICE) == 0
     assert r.valid(HOST, 0, side, 0, side) and not r.valid(DEVICE, 0, 1, 0, 1)
     assert not r.dirty(DEVICE)
+
+
+def _uploads(graph):
+    return [tuple(task.fn.keywords[k] for k in ("r0", "r1", "c0", "c1"))
+            for task in graph.tasks if task.name == "upload"]
+
+
+@pytest.mark.parametrize("per_slot", [1, 3])
+def test_staged_uploads_go_up_as_many_block_columns_at_once_as_a_slot_holds(per_slot):
+    from hybridla.lapack.getrf import record_getrf
+    m, n, nb = 45, 61, 8
+    A = StagedStoreStub(m, n, nb)
+    A.slot_elements = per_slot * nb * m
+    graph = TaskGraph()
+    _record(record_getrf(graph, A, _plan(m, n, "lu", panel="gpu")), graph)
+    uploads = _uploads(graph)
+    covered = np.zeros((m, n), int)
+    for r0, r1, c0, c1 in uploads:
+        assert (r0, r1) == (0, m) and (c1 - c0) * m <= A.slot_elements
+        covered[r0:r1, c0:c1] += 1
+    np.testing.assert_array_equal(covered, 1)
+    assert len(uploads) == -(-n // (per_slot * nb))
+    assert_downloads_cover_once(graph, m, n, A)
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["pageable", "staged"])
+@pytest.mark.parametrize("lo_hi", [(0, 44), (5, 30)], ids=["all", "lo-hi"])
+def test_streamed_gehrd_sends_its_columns_home_once_a_few_panels_at_a_time(staged, lo_hi,
+                                                                            monkeypatch):
+    import importlib
+    gehrd = importlib.import_module("hybridla.lapack.gehrd")  # the module, not the function
+    n, nb = 45, 4
+    # a batch of finished columns goes home once three panels' worth have gathered
+    monkeypatch.setattr(gehrd, "_SEND_HOME_BYTES", 3 * nb * n * 8)
+    A = StagedStoreStub(n, n, nb) if staged else StreamedStoreStub(n, n)
+    lo, hi = lo_hi
+    plan = make_plan(hybridla.backend.get_backend("host"), n, n, np.float64, routine="hrd", nb=nb,
+                     lookahead=0, panel="cpu")
+    graph = gehrd.record_gehrd(A, plan, lo, hi, np.zeros(n - 1), None)
+    assert_downloads_cover_once(graph, n, n, A)
+    panels = len(range(lo, hi, nb))
+    batches = {task.step for task in graph.tasks if task.name == "download"}
+    assert len(batches) <= panels // 3 + 2  # the batches, the last panels' and the rest
