@@ -70,7 +70,7 @@ _V, _Y, _T, _W, _Wr = "hrd V", "hrd Y", "hrd T", "hrd u", "hrd w"
 # Finished columns go home (the CPU interface) when this many bytes of them have gathered: the
 # panel loop is the host's enqueueing, which a download and its copy-out per panel slowed by a
 # third at n = 8192 (7.3 ms a panel on the GPU interface, 11 ms on the CPU interface, 128
-# copy-outs of 4 MiB beside them: perf/RESULTS.md, "Issue 34 closed")
+# copy-outs of 4 MiB beside them: perf/RESULTS.md, "Issue 34's last rows")
 _SEND_HOME_BYTES = 32 << 20
 
 
