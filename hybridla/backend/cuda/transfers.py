@@ -164,6 +164,8 @@ def download_array(A, lane, r0, r1, c0, c1, target):
 # matrix (3 MiB) went up at 2.6 GB/s, 205 ms for the matrix before the first panel could start
 # (perf/RESULTS.md, "Hessenberg"); bring_up sends as many block columns at once as a slot holds.
 SLOT_MIN_BYTES = 32 << 20
+
+
 def use_staging(A, up_slots: int, down_slots: int):
     """Copy this host matrix through the backend's pinned slots: host threads copy between
     the user's pageable array and a slot, DMA between the slot and the device. A slot holds
