@@ -10,7 +10,7 @@ import numpy as np
 
 from . import backend as _backends
 from . import config as _config
-from ._common import _all_finite, _common_dtype, _host_matrix, _lapack_dtype
+from ._common import _all_finite, _common_dtype, _finite_beside, _host_matrix, _lapack_dtype
 from .lapack import _dist
 from .lapack import solves_dist
 from .scheduler import cluster as _cluster
@@ -69,14 +69,15 @@ def _resolve_plan(backend, m, n, dtype, routine, nb, lookahead):
     return plan.nb, plan.lookahead
 
 
-def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None):
+def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None, stack=True):
     """The workers, the layout of the m x n matrix `operand` over them (nb resolved on the
     first) and each rank's part placed on its worker: (addresses, layout, lookahead, parts
     as Futures, whether each worker may write over its part). `data`: what to place, if not
     operand.data (the same shape). A dask array's block columns stay on the workers that
     already hold them, as far as the trailing updates' balance allows (BlockColumns.near:
     moving a block between worker processes costs more than an uneven share of the updates
-    unless the share is far off); a NumPy array is cut cyclically and scattered."""
+    unless the share is far off); a NumPy array is cut cyclically and scattered. `stack`:
+    see scheduler/cluster.place."""
     addresses = _cluster.workers(client)
     nb, lookahead = client.submit(_resolve_plan, backend, m, n, operand.dtype, routine, nb,
                                   lookahead, workers=[addresses[0]], pure=False).result()
@@ -88,7 +89,7 @@ def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None):
         layout = _dist.BlockColumns(m, n, nb, len(addresses))
     parts, private = _cluster.place(client, addresses, data,
                                     [layout.columns(rank) for rank in range(layout.size)],
-                                    operand.dtype, layout.nb)
+                                    operand.dtype, layout.nb, stack=stack)
     return addresses, layout, lookahead, parts, private
 
 
@@ -129,13 +130,17 @@ def _factor(client, backend, routine, driver, operand, nb, lookahead, trace, arg
     solve that follows)."""
     m, n = operand.shape
     began = time.time()
+    # a device worker streams a dask array's block columns up from where they lie; the host
+    # backend factors its part in place, so it gets them stacked
     addresses, layout, lookahead, parts, private = _layout(client, backend, routine, operand,
-                                                           m, n, nb, lookahead)
+                                                           m, n, nb, lookahead,
+                                                           stack=backend != "cuda")
     layout_s = time.time() - began
     job = dict(name=operand.name, routine=routine, dtype=operand.dtype,
                check_finite=operand.check_finite, arguments=arguments or {}, private=private)
     futures, results = _run(client, backend, addresses, layout, lookahead, parts,
-                            functools.partial(_dist.on_worker, driver, all_finite=_all_finite),
+                            functools.partial(_dist.on_worker, driver, all_finite=_all_finite,
+                                              finite_beside=_finite_beside),
                             job, trace, layout_s)
     return _cluster.local_parts(client, futures), layout, results, (addresses, lookahead)
 

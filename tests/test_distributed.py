@@ -104,6 +104,24 @@ def test_inputs_are_left_as_they_were(client, rng):
     np.testing.assert_array_equal(x, original)
 
 
+def test_block_columns_given_as_they_lie_are_stacked_by_a_host_worker(client, rng, monkeypatch):
+    """What a device worker gets from a dask array, its block columns as Dask holds them
+    (cluster.place with stack=False): a host worker stacks them and factors the copy (the
+    persisted input stays as it was), and a NaN in them is still refused."""
+    from hybridla import _dist_common
+    layout = _dist_common._layout
+    monkeypatch.setattr(_dist_common, "_layout",
+                        lambda *args, **kw: layout(*args, **dict(kw, stack=False)))
+    x = random_matrix(101, 101, np.float64, rng)
+    persisted = client.persist(da.from_array(x, chunks=(101, NB)))
+    lu, piv = hd.lu_factor(persisted, **_run_options(client))
+    assert getrf_ratio(x, _value(lu), piv) < THRESH
+    np.testing.assert_array_equal(persisted.compute(), x)
+    x[50, 60] = np.nan
+    with pytest.raises(ValueError, match="infs or NaNs"):
+        hd.lu_factor(da.from_array(x, chunks=(101, NB)), **_run_options(client))
+
+
 def test_lu_singular_warns_with_lapacks_info(client, rng):
     a = random_matrix(90, 90, np.float64, rng)
     a[:, 37] = 0  # U(38, 38) is exactly zero (scipy: info 38)

@@ -143,3 +143,27 @@ def test_streamed_gehrd_sends_its_columns_home_once_a_few_panels_at_a_time(stage
     panels = len(range(lo, hi, nb))
     batches = {task.step for task in graph.tasks if task.name == "download"}
     assert len(batches) <= panels // 3 + 2  # the batches, the last panels' and the rest
+
+
+def test_column_blocks_slice_as_the_matrix_they_make_views_within_a_block():
+    from hybridla.backend.host.transfers import ColumnBlocks
+    rng = np.random.default_rng(0)
+    a = np.asfortranarray(rng.standard_normal((7, 23)))
+    edges = [0, 5, 13, 23]
+    blocks = [np.asfortranarray(a[:, c0:c1]) for c0, c1 in zip(edges, edges[1:])]
+    columns = ColumnBlocks(blocks)
+    assert columns.shape == a.shape and columns.nbytes == a.nbytes
+    for c0 in range(23):
+        for c1 in range(c0 + 1, 24):
+            for rows in (slice(None), slice(2, 6)):
+                part = columns[rows, c0:c1]
+                np.testing.assert_array_equal(part, a[rows, c0:c1])
+                within = any(b0 <= c0 and c1 <= b1 for b0, b1 in zip(edges, edges[1:]))
+                assert within == any(np.shares_memory(part, b) for b in blocks)
+    stacked = columns.stacked(np.complex128)
+    assert stacked.dtype == np.complex128 and stacked.flags.f_contiguous
+    np.testing.assert_array_equal(stacked, a)
+    with pytest.raises(ValueError, match="rows and dtype"):
+        ColumnBlocks([blocks[0], np.zeros((6, 3))])
+    with pytest.raises(ValueError, match="rows and dtype"):
+        ColumnBlocks([blocks[0], np.zeros((7, 3), np.float32)])

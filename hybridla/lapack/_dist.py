@@ -329,48 +329,84 @@ def panel_results(run, pivots=False, tau=False):
                        **({"tau": scalars} if tau else {}))
 
 
-def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
+def on_worker(driver, ops, transport, rank, local, job, all_finite=None, finite_beside=None):
     """One worker's whole share of a distributed call (the long-lived task's body,
-    scheduler/cluster.py): its local matrix `local` (host, m x its columns) as a host-resident
-    store, streamed up while the driver's first steps run and its final blocks sent home
-    while the rest goes on (the drivers' send_home, as the CPU interface's), `driver(run)`
-    on it. `job`: what every rank was given alike (shape, dtype, the resolved nb and
-    look-ahead, check_finite, and the driver's own arguments); `all_finite(array)`: the
-    user layer's finiteness test for check_finite (default: NumPy's, entry by entry).
+    scheduler/cluster.py): its local matrix `local` (host, m x its columns; or the list of its
+    block columns as Dask holds them, scheduler/cluster.place) as a host-resident store,
+    streamed up while the driver's first steps run and its final blocks sent home while the
+    rest goes on (the drivers' send_home, as the CPU interface's), `driver(run)` on it.
+    `job`: what every rank was given alike (shape, dtype, the resolved nb and look-ahead,
+    check_finite, and the driver's own arguments); `all_finite(array)`: the user layer's
+    finiteness test for check_finite (default: NumPy's, entry by entry); `finite_beside(*arrays)`:
+    the same test as a Future, run beside the driver (default: none; all_finite first).
+    A device worker given block columns that its staging would copy anyway streams them from
+    where they lie, the factors going to a new array, and checks them beside the run; any
+    other list is stacked first.
     Returns {"local", "results", "trace", "wall_origin", "work_phases"}: work_phases the
     seconds of its stretches (scheduler.trace.Phases), outside the driver's trace and in it."""
     import dataclasses
 
+    from ..backend.host.transfers import ColumnBlocks
     from ..scheduler.plan import make_plan
     from ..scheduler.trace import Phases
 
     phases = Phases()
     m, n = job["shape"]
+    dtype = np.dtype(job["dtype"])
     layout = job["layout"]
-    given = local
-    local = np.asfortranarray(local, dtype=job["dtype"])
-    finite = all_finite or (lambda array: bool(np.isfinite(array).all()))
-    if job["check_finite"] and not finite(local):
-        raise ValueError(f"{job['name']} must not contain infs or NaNs (check_finite=True)")
-    phases.mark("check_s")
-    plan = make_plan(ops, m, n, job["dtype"], routine=job["routine"], nb=job["nb"],
+    plan = make_plan(ops, m, n, dtype, routine=job["routine"], nb=job["nb"],
                      lookahead=job["lookahead"], panel=job.get("panel"))
     plan = dataclasses.replace(plan, trace_path=None, progress=False)
-    # The factors' home is the rank's part itself where it is this call's own (job["private"]:
-    # scheduler/cluster.place; or the copy asfortranarray just made), so that a large matrix
-    # is held once per worker, not twice; a part that is not gets a copy here, unless the
-    # driver only reads it (job["writes_part"] False: orgqr_dist's factors).
-    own = local is not given or job.get("private", [False] * (rank + 1))[rank]
-    writes = job.get("writes_part", True)
-    home = local if not writes or (own and local.flags.writeable) else \
-        np.array(local, order="F")
-    A = ops.host_matrix(home, home, plan.nb, settings=plan.device_settings) \
+    finite = all_finite or (lambda array: bool(np.isfinite(array).all()))
+    given, source, checking = local, None, None
+    if isinstance(local, list):
+        blocks = ColumnBlocks(local) if local else None
+        settings = plan.device_settings
+        if blocks is not None and ops.has_device and blocks.dtype == dtype and \
+                settings.host_transfer == "staged" and blocks.nbytes >= settings.pin_min_bytes:
+            source = blocks
+        else:
+            local = blocks.stacked(dtype) if blocks is not None else \
+                np.empty((m, 0), dtype, order="F")
+    if source is not None:
+        if job["check_finite"]:
+            checking = finite_beside(*source.blocks) if finite_beside is not None else None
+            if checking is None and not all(finite(block) for block in source.blocks):
+                raise ValueError(f"{job['name']} must not contain infs or NaNs "
+                                 f"(check_finite=True)")
+        local = home = np.empty(source.shape, dtype, order="F")
+    else:
+        local = np.asfortranarray(local, dtype=dtype)
+        if job["check_finite"] and not finite(local):
+            raise ValueError(f"{job['name']} must not contain infs or NaNs (check_finite=True)")
+        # The factors' home is the rank's part itself where it is this call's own
+        # (job["private"]: scheduler/cluster.place; or a copy made here), so that a large
+        # matrix is held once per worker, not twice; a part that is not gets a copy here,
+        # unless the driver only reads it (job["writes_part"] False: orgqr_dist's factors).
+        own = local is not given or job.get("private", [False] * (rank + 1))[rank]
+        writes = job.get("writes_part", True)
+        home = local if not writes or (own and local.flags.writeable) else \
+            np.array(local, order="F")
+        source = home
+    phases.mark("check_s")
+    A = ops.host_matrix(source, home, plan.nb, settings=plan.device_settings) \
         if ops.has_device else ops.host_matrix(home, home, plan.nb)
     run = WorkerRun(ops, plan, transport, layout, rank, A)
     phases.mark("store_s")
     try:
-        trace = driver(run, **job.get("arguments", {}))
+        try:
+            trace = driver(run, **job.get("arguments", {}))
+        except BaseException:
+            if checking is not None and not checking.result():  # the input's fault
+                raise ValueError(f"{job['name']} must not contain infs or NaNs "
+                                 f"(check_finite=True)") from None
+            raise
         phases.mark("run_s")
+        if checking is not None:
+            if not checking.result():
+                raise ValueError(f"{job['name']} must not contain infs or NaNs "
+                                 f"(check_finite=True)")
+            phases.mark("finite_check_wait_s")
         if getattr(A, "streamed", False) and not A.residency.home_is_current():
             raise RuntimeError(f"{job['routine']}: the driver left blocks of rank {rank}'s "
                                f"part on the device ({A.residency})")

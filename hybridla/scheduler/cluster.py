@@ -19,7 +19,7 @@ import uuid
 import numpy as np
 
 from ..backend import get_backend
-from ..backend.host.transfers import copy_by_columns
+from ..backend.host.transfers import ColumnBlocks
 from .trace import Trace
 from .transport import HostTransport, TransportAborted
 
@@ -59,7 +59,7 @@ def is_dask_array(x) -> bool:
     return isinstance(x, da.Array)
 
 
-def place(client, addresses, a, columns, dtype, nb):
+def place(client, addresses, a, columns, dtype, nb, stack=True):
     """Each rank's local matrix (a[:, columns[rank]], F-ordered, as a Future held by that
     worker; columns[rank] whole block columns of nb, the layout's): a dask array is first cut
     into block columns of nb (Dask's rechunk: nothing moves where its chunks are already
@@ -69,7 +69,9 @@ def place(client, addresses, a, columns, dtype, nb):
     C-ordered part to copy once more); a NumPy array is scattered from the client, one piece
     per worker. Also returns, per rank, whether its piece is certainly a new array, this
     call's alone, which the worker may write the factors over (lapack/_dist.on_worker): a
-    scattered piece is, and so is a stacked one."""
+    scattered piece is, and so is a stacked one. With `stack` False a dask array's part is
+    the list of its block columns as they lie, not copied (a device worker streams them up
+    from there: lapack/_dist.on_worker), and not the worker's to write over."""
     parts, private = [], []
     blocks = None
     if is_dask_array(a):
@@ -77,10 +79,11 @@ def place(client, addresses, a, columns, dtype, nb):
         blocks = a.rechunk((a.shape[0], nb)).to_delayed().ravel()
     for address, cols in zip(addresses, columns):
         if blocks is not None:
-            owned = sorted({int(c) // nb for c in cols})
-            part = dask.delayed(_stack_columns)([blocks[j] for j in owned], a.shape[0], dtype)
+            owned = [blocks[j] for j in sorted({int(c) // nb for c in cols})]
+            part = dask.delayed(_stack_columns)(owned, a.shape[0], dtype) if stack else \
+                dask.delayed(list)(owned)
             parts.append(client.compute(part, workers=[address], allow_other_workers=False))
-            private.append(True)
+            private.append(stack)
         else:
             parts.append(client.scatter(np.asfortranarray(a[:, cols], dtype=dtype),
                                         workers=[address], hash=False))
@@ -108,13 +111,11 @@ def block_columns(client, addresses, a, nb):
 
 
 def _stack_columns(blocks, m, dtype):
-    """The block columns `blocks` (m rows each) side by side in one new F-ordered array."""
-    out = np.empty((m, sum(b.shape[1] for b in blocks)), dtype=dtype, order="F")
-    c0 = 0
-    for block in blocks:
-        copy_by_columns(out[:, c0:c0 + block.shape[1]], block)
-        c0 += block.shape[1]
-    return out
+    """The block columns `blocks` (m rows each) side by side in one new F-ordered array of
+    `dtype`."""
+    if not blocks:  # a rank without columns (n below nb times the workers)
+        return np.empty((m, 0), dtype=dtype, order="F")
+    return ColumnBlocks(blocks).stacked(dtype)
 
 
 def run_job(client, addresses, work, parts, job, backend="host"):

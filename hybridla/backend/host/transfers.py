@@ -44,3 +44,56 @@ def copy_by_columns(dst, src):
         for done in [pool.submit(np.copyto, dst[:, j:j + step], src[:, j:j + step],
                                  casting="unsafe") for j in range(0, dst.shape[1], step)]:
             done.result()
+
+
+class ColumnBlocks:
+    """An m x n host matrix held as F-ordered blocks of whole columns side by side, not copied
+    into one array: a distributed worker's part as Dask holds it (scheduler/cluster.place),
+    streamed to the device from where it lies. Stacking a worker's 17 GB of block columns into
+    a new array cost each worker 2.7-2.8 s before its run at n = 65536 on 2 x H100
+    (perf/RESULTS.md, "Issue 34 on the H100, and the 2-GPU LU on 2 x H100").
+
+    `a[r0:r1, c0:c1]` is a view where the columns lie in one block (a staged upload's block
+    column does: the blocks are the layout's), else a new F-ordered array. Read only: the
+    blocks are Dask's. All blocks have one dtype, as a dask array's chunks do."""
+
+    ndim = 2
+
+    def __init__(self, blocks):
+        blocks = [np.asarray(b) for b in blocks]
+        if not blocks:
+            raise ValueError("ColumnBlocks needs at least one block")
+        m, dtype = blocks[0].shape[0], blocks[0].dtype
+        for b in blocks:
+            if b.ndim != 2 or b.shape[0] != m or b.dtype != dtype:
+                raise ValueError(f"ColumnBlocks needs 2-D blocks of {m} rows and dtype {dtype}; "
+                                 f"got shape {b.shape}, dtype {b.dtype}")
+        self.blocks, self.dtype = blocks, dtype
+        self.starts = np.cumsum([0] + [b.shape[1] for b in blocks])
+        self.shape = (m, int(self.starts[-1]))
+        self.nbytes = sum(b.nbytes for b in blocks)
+
+    def __getitem__(self, key):
+        rows, cols = key
+        c0, c1, step = cols.indices(self.shape[1])
+        if step != 1:
+            raise IndexError("ColumnBlocks takes column slices with step 1")
+        first = int(np.searchsorted(self.starts, c0, side="right")) - 1
+        start = int(self.starts[first])
+        if c1 <= self.starts[first + 1]:  # within one block: a view
+            return self.blocks[first][rows, c0 - start:c1 - start]
+        out = np.empty((len(range(*rows.indices(self.shape[0]))), c1 - c0), self.dtype, order="F")
+        for index in range(first, len(self.blocks)):
+            b0, b1 = int(self.starts[index]), int(self.starts[index + 1])
+            if b0 >= c1:
+                break
+            lo, hi = max(c0, b0), min(c1, b1)
+            out[:, lo - c0:hi - c0] = self.blocks[index][rows, lo - b0:hi - b0]
+        return out
+
+    def stacked(self, dtype=None) -> np.ndarray:
+        """The blocks side by side in one new F-ordered array (of `dtype`: default theirs)."""
+        out = np.empty(self.shape, self.dtype if dtype is None else dtype, order="F")
+        for block, c0 in zip(self.blocks, self.starts):
+            copy_by_columns(out[:, c0:c0 + block.shape[1]], block)
+        return out
