@@ -181,7 +181,9 @@ def one_gpu_seconds(routine, n, backend, nb, repeat):
         import cupy
         rng = cupy.random.default_rng(1)
         def make(size):
-            a = rng.standard_normal((size, size))
+            # F-ordered (a C-ordered array's transpose, the same distribution): QR copies a
+            # C-ordered matrix first, and at n = 65536 two do not fit one GPU
+            a = rng.standard_normal((size, size)).T
             if routine == "cho":  # B's memory back from CuPy's pool: on an 80 GB GPU at
                 a = _spd(a, cupy)  # n = 65536 hybridla's budget was 13.8 GB otherwise
                 cupy.get_default_memory_pool().free_all_blocks()
