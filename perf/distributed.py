@@ -217,6 +217,16 @@ def one_gpu_seconds(routine, n, backend, nb, repeat):
     return best
 
 
+def one_gpu_in_own_process(routine, n, backend, nb, repeat):
+    """one_gpu_seconds in a new process (spawned: no CUDA state inherited), its answer back."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        seconds = pool.submit(one_gpu_seconds, routine, n, backend, nb, repeat).result()
+    print(f"one GPU: {routine} {n} {seconds:.3f} s", flush=True)
+    return seconds
+
+
 def start_cluster(backend, scheduler):
     """A local cluster of two workers (cuda: one per GPU), or a client of `scheduler`. No
     worker memory limit: the matrices are as large as the machine allows (module docstring),
@@ -258,8 +268,10 @@ def main(argv=None):
     trace_dir = opts.trace_dir or os.path.join(_ROOT, "perf", "traces")
     os.makedirs(trace_dir, exist_ok=True)
 
-    # one GPU first, before any worker holds a GPU
-    single = {(r, n): one_gpu_seconds(r, n, opts.backend, nb, opts.repeat)
+    # one GPU first, before any worker holds a GPU; each in a process of its own, so that
+    # what one routine's run leaves in a pool (CuPy's, the backend's) cannot shrink the next
+    # one's memory budget (at n = 65536 QR was refused after LU and Cholesky, 2026-11-26)
+    single = {(r, n): one_gpu_in_own_process(r, n, opts.backend, nb, opts.repeat)
               for r in routines for n in sizes}
 
     cluster, client = start_cluster(opts.backend, opts.scheduler)
