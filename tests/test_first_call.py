@@ -207,17 +207,36 @@ def test_a_kernel_in_two_files_is_refused(runtime):
 
 
 # -- the pinned staging slots --------------------------------------------------------------------
+class _Allocation(bytearray):
+    """A stand-in for PyCUDA's pinned host allocation (a pagelocked array's base): it records
+    whether it was freed, and whether a context was current then (`current[0]`)."""
+
+    def __init__(self, nbytes, current):
+        super().__init__(nbytes)
+        self.current, self.freed_in_context = current, None
+
+    def free(self):
+        self.freed_in_context = self.current[0] > 0
+
+
+def _pinned(nbytes, dtype, current):
+    """A pagelocked_empty stand-in's array, over an _Allocation (its base, as PyCUDA's)."""
+    return np.ndarray((nbytes // np.dtype(dtype).itemsize,), dtype,
+                      buffer=_Allocation(nbytes, current))
+
+
 def test_staging_slots_are_made_in_the_background_in_order(monkeypatch):
     gate = [threading.Event() for _ in range(4)]
-    made = []
+    made, current = [], [0]
 
     def pagelocked_empty(nbytes, dtype):
         assert gate[len(made)].wait(10)
-        made.append(np.zeros(nbytes, dtype))
+        made.append(_pinned(nbytes, dtype, current))
         return made[-1]
 
     memory = _load("memory", monkeypatch, pagelocked_empty=pagelocked_empty)
-    context = types.SimpleNamespace(push=lambda: None)
+    monkeypatch.setattr(memory.drv.Context, "pop", lambda: current.__setitem__(0, current[0] - 1))
+    context = types.SimpleNamespace(push=lambda: current.__setitem__(0, current[0] + 1))
     backend = types.SimpleNamespace(_staging=None, context=context)
     slots = memory.staging_slots(backend, 4, 16)  # returns before any buffer is made
     assert len(slots) == 4 and not made
@@ -230,12 +249,17 @@ def test_staging_slots_are_made_in_the_background_in_order(monkeypatch):
     assert down[1] is made[3] and len(down) == 2
     # kept for the next call; grown (all made again) when a larger one asks
     assert memory.staging_slots(backend, 2, 8)[1] is made[1]
+    old = [buffer.base for buffer in made]  # the _Allocations behind the old buffers
     gate[:] = [threading.Event() for _ in range(4)]
     made.clear()
     for event in gate:
         event.set()
     grown = memory.staging_slots(backend, 3, 32)
     assert len(grown) == 3 and grown[2].nbytes == 32 and backend._staging.count == 4
+    # the old buffers were given back at once, with the context current (from a thread where
+    # none is, PyCUDA could not free them: they stayed pinned, 2026-11-26 on 2 x H100)
+    assert [allocation.freed_in_context for allocation in old] == [True] * 4
+    assert current[0] == 0
 
 
 def test_a_failed_pinned_allocation_is_raised_where_the_slot_is_used(monkeypatch):
@@ -244,7 +268,7 @@ def test_a_failed_pinned_allocation_is_raised_where_the_slot_is_used(monkeypatch
     def pagelocked_empty(nbytes, dtype):
         if len(made) == 1 and refuse[0]:
             raise MemoryError("cuMemHostAlloc failed: out of memory")
-        made.append(np.zeros(nbytes, dtype))
+        made.append(_pinned(nbytes, dtype, [0]))
         return made[-1]
 
     memory = _load("memory", monkeypatch, pagelocked_empty=pagelocked_empty)

@@ -135,6 +135,19 @@ class PinnedBuffers:
         """Wait until the thread has made every buffer (or failed)."""
         self._thread.join()
 
+    def free(self, context):
+        """Give every buffer back to the driver now, in `context` (dropped from a thread where
+        no context is current, such as a Dask worker's task, PyCUDA cannot free pinned memory:
+        it warns and the memory stays pinned for the life of the process)."""
+        self.join()
+        context.push()
+        try:
+            for buffer in self._buffers:
+                buffer.base.free()
+        finally:
+            drv.Context.pop()
+        self._buffers.clear()
+
 
 class Slots(Sequence):
     """Some of a `PinnedBuffers`' buffers as a sequence (slicing gives another): indexing
@@ -166,7 +179,7 @@ def staging_slots(backend, count: int, nbytes: int) -> Slots:
         if pinned is not None and not pinned.failed:
             made, size = max(count, pinned.count), max(nbytes, pinned.nbytes)
         if pinned is not None:  # the old buffers go before the larger ones are made
-            pinned.join()
+            pinned.free(backend.context)
             backend._staging = pinned = None
         backend._staging = PinnedBuffers(backend.context, made, size)
     return Slots(backend._staging, range(count))
