@@ -358,18 +358,24 @@ def _gpu_count():
 
 
 @pytest.mark.cuda
-def test_two_gpus_lu_cholesky_qr():
+def test_two_gpus_lu_cholesky_qr(monkeypatch):
     if _gpu_count() < 2:
         pytest.skip("fewer than 2 GPUs visible")
     pytest.importorskip("nccl.core")
     dask_cuda = pytest.importorskip("dask_cuda")
     rng = np.random.default_rng(7)
+    # every part staged, however small (the workers inherit the environment): a dask array's
+    # block columns then stream up from where they lie, C-ordered ones transposed on the GPU
+    monkeypatch.setenv("HYBRIDLA_DEVICE__PIN_MIN_BYTES", "0")
     with dask_cuda.LocalCUDACluster(n_workers=2, threads_per_worker=4) as cluster, \
             distributed.Client(cluster) as gpu_client:
         options = dict(client=gpu_client, backend="cuda", nb=256)
         for dtype in DTYPES:
             a = random_matrix(1500, 1300, dtype, rng)
-            lu, piv = hd.lu_factor(_input(a, "dask"), **options)
+            lu, piv = hd.lu_factor(_input(a, "dask"), **options)  # C-ordered blocks
+            assert getrf_ratio(a, lu.compute(), piv) < THRESH
+            columns = da.from_array(np.asfortranarray(a), chunks=(1500, 256))  # F-ordered
+            lu, piv = hd.lu_factor(columns, **options)
             assert getrf_ratio(a, lu.compute(), piv) < THRESH
             h = _hermitian(1300, dtype, rng)
             assert potrf_ratio(h, hd.cholesky(h, lower=True, **options), True) < THRESH

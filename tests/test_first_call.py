@@ -316,3 +316,54 @@ def test_two_backends_kernels_resolve_and_launch(cuda_backend):
             ipiv.free()
         assert out.tolist() == [10, 11, 12, 13]  # 1-based local -> 0-based global
         assert backend.leaf_cluster == (backend.device.compute_capability() >= (9, 0))
+
+
+# -- staged uploads of C-ordered blocks ----------------------------------------------------------
+def test_a_c_ordered_block_is_staged_as_it_lies_and_transposed_on_the_device(monkeypatch):
+    """A block whose rows are contiguous (a dask chunk) goes into its slot as it lies and is
+    transposed on the device; a column-ordered one goes as before. The device is emulated:
+    addresses name NumPy arrays."""
+    transfers = _load("transfers", monkeypatch)
+    m, n, itemsize = 7, 5, 8
+    device = np.zeros((m, n), order="F")  # the store's memory, at address BASE
+    base, buffers, copies = 1 << 20, {}, []
+
+    def memcpy_htod_async(address, source, stream):
+        buffers[address] = np.array(source, copy=True)
+        copies.append("dma to buffer")
+
+    def geam_transpose(lane, src, src_ld, dst, dst_ld, rows, cols, dtype):
+        # dst (rows x cols, column-major, ld dst_ld) := transpose of src (cols x rows, ld src_ld)
+        assert src_ld == cols and dst_ld == m
+        values = buffers[src].view(dtype)[:rows * cols].reshape((cols, rows), order="F")
+        r0, c0 = (dst - base) // itemsize % m, (dst - base) // itemsize // m
+        device[r0:r0 + rows, c0:c0 + cols] = values.T
+        copies.append("transpose")
+
+    def copy2d(A, lane, r0, r1, c0, c1, to_device, host_array=None):
+        device[r0:r1, c0:c1] = host_array
+        copies.append("dma in place")
+
+    monkeypatch.setattr(transfers.drv, "memcpy_htod_async", memcpy_htod_async, raising=False)
+    monkeypatch.setattr(transfers, "_copy2d", copy2d)
+    slots = [np.zeros(m * n * itemsize, np.uint8) for _ in range(2)]
+    backend = types.SimpleNamespace(host_copy=lambda dst, src, threads: np.copyto(dst, src),
+                                    geam_transpose=geam_transpose)
+    A = types.SimpleNamespace(backend=backend, dtype=np.dtype(np.float64), itemsize=itemsize,
+                              ptr=base, ld=m, slot_elements=m * n, settings=types.SimpleNamespace(
+                                  copy_threads=1), _slots={"up": slots},
+                              _transposed_slots={}, _transposition_buffers={},
+                              _alloc=lambda nbytes: 7 << 30, _sum_columns=lambda *a: None)
+    lane = types.SimpleNamespace(name="copy:h2d", stream=None)
+    rng = np.random.default_rng(0)
+    c_ordered = np.ascontiguousarray(rng.standard_normal((m, 3)))
+    f_ordered = np.asfortranarray(rng.standard_normal((m, 2)))
+    transfers.stage_array(A, lane, 0, c_ordered)
+    transfers.stage_array(A, lane, 1, f_ordered)
+    assert A._transposed_slots == {0: True, 1: False}
+    # slot 0 holds the block's rows one after the other, as they lay
+    assert np.array_equal(slots[0][:m * 3 * itemsize].view(np.float64), c_ordered.ravel())
+    transfers.upload_staged(A, lane, 0, 0, m, 0, 3)
+    transfers.upload_staged(A, lane, 1, 0, m, 3, 5)
+    assert copies == ["dma to buffer", "transpose", "dma in place"]
+    assert np.array_equal(device, np.hstack([c_ordered, f_ordered]))

@@ -272,14 +272,24 @@ class CudaLane:
             # the largest thread-block cluster of SM-filling blocks its kernels can count on
             self.cluster_blocks = green.coscheduled if green is not None else \
                 _LEAF_CLUSTER["blocks"] if backend.leaf_cluster else 1
-            self.blas = cublas.create()
-            cublas.set_stream(self.blas, self.handle)
+            self._blas = cublas.create()
+            cublas.set_stream(self._blas, self.handle)
             self.solver = cusolverDn.create()
             cusolverDn.set_stream(self.solver, self.handle)
         else:
             self.stream = drv.Stream(flags=1)  # non-blocking: no sync with the legacy stream
             self.handle = self.stream.handle
+            self._blas = None  # made on first use: only a transposing upload needs one
         self._lock = threading.Lock()
+
+    @property
+    def blas(self):
+        """The lane's cuBLAS handle, on its stream (a copy lane's is made the first time it is
+        asked for, inside the lane: its context is current)."""
+        if self._blas is None:
+            self._blas = cublas.create()
+            cublas.set_stream(self._blas, self.handle)
+        return self._blas
 
     def __enter__(self):
         self._lock.acquire()

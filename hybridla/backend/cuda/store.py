@@ -120,6 +120,8 @@ class DeviceMatrix:
         self.staged = False  # or copy it through the backend's pinned slots (`use_staging`)
         self._slots = None
         self.up_slots = self.down_slots = self.slot_elements = 0  # `use_staging` sets them
+        self._transposed_slots = {}  # up slot -> whether it holds its block transposed
+        self._transposition_buffers = {}  # lane name -> device buffer (transfers.upload_staged)
         self._column_sums = None  # `track_one_norm`: ones (m), column maxima (n), sums (n)
 
     # -- memory --------------------------------------------------------------------------------
