@@ -342,7 +342,8 @@ def test_perf_script_smoke(client, tmp_path):
     # each row's phases, every worker's among them, from the trace's metadata
     assert re.search(r"lu 300 phases \(s\): layout [0-9.]+, jobs [0-9.]+ \(w0: waited "
                      r"-?[0-9.]+, connect [0-9.]+, work [0-9.]+ \[check [0-9.]+, store [0-9.]+, "
-                     r"run [0-9.]+, output and close [0-9.]+\]; w1: .*\), results [0-9.]+",
+                     r"run [0-9.]+, before engine [0-9.]+, after engine -?[0-9.]+, "
+                     r"output and close [0-9.]+\]; w1: .*\), results [0-9.]+",
                      out.stdout), out.stdout
     assert list(tmp_path.glob("*.json"))
 

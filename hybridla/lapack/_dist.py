@@ -31,6 +31,7 @@ behind the same drivers.
 from __future__ import annotations
 
 import functools
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -329,6 +330,19 @@ def panel_results(run, pivots=False, tau=False):
                        **({"tau": scalars} if tau else {}))
 
 
+def _engine_margins(phases, trace, began, ended):
+    """How much of the driver's run lay outside its engine's trace, in `phases.seconds`
+    (not stretches of their own: parts of run_s): "before_engine_s", from the driver's start
+    to the engine's time 0 (the slots, the graph recorded whole for a streamed part), and
+    "after_engine_s", from its last task's end to the driver's return (the panels' results)."""
+    records = trace.records
+    if trace.wall_origin is None or not records:
+        return
+    last_end = max(record["end"] for record in records)
+    phases.seconds["before_engine_s"] = round(trace.wall_origin - began, 6)
+    phases.seconds["after_engine_s"] = round(ended - trace.wall_origin - last_end, 6)
+
+
 def on_worker(driver, ops, transport, rank, local, job, all_finite=None, finite_beside=None):
     """One worker's whole share of a distributed call (the long-lived task's body,
     scheduler/cluster.py): its local matrix `local` (host, m x its columns; or the list of its
@@ -395,6 +409,7 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None, finite_
     phases.mark("store_s")
     try:
         try:
+            began = time.time()
             trace = driver(run, **job.get("arguments", {}))
         except BaseException:
             if checking is not None and not checking.result():  # the input's fault
@@ -402,6 +417,7 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None, finite_
                                  f"(check_finite=True)") from None
             raise
         phases.mark("run_s")
+        _engine_margins(phases, trace, began, time.time())
         if checking is not None:
             if not checking.result():
                 raise ValueError(f"{job['name']} must not contain infs or NaNs "
