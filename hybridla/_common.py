@@ -242,15 +242,19 @@ def _memory_budget(backend):
     return int(0.9 * backend.free_memory()) if backend.has_device else None
 
 
-def _check_memory(backend, m, n, dtype, nb, extra_bytes=0, ooc=None, why=None):
+def _check_memory(backend, m, n, dtype, nb, extra_bytes=0, ooc=None, why=None,
+                  in_place=False):
     """In core or out of core, decided before any work starts. `extra_bytes`: what else the
     call keeps where the backend computes, such as the working-precision copy of a mixed
     solve; `ooc`: the call's out-of-core mode (plan.ooc: "auto", "always", "never"), None for
-    a call that has no out-of-core driver. Returns None to factor in core, or the budget in
-    bytes the out-of-core driver keeps to (sys.maxsize: no limit). A matrix over the budget
-    that may not go out of core raises MemoryError, its message ending with `why` (what the
-    caller's options would have done instead) where given."""
-    need = backend.required_bytes(m, n, dtype, nb) + extra_bytes
+    a call that has no out-of-core driver; `in_place`: the matrix is already in device memory
+    and factored there (a device array with overwrite_a): it takes no more. Returns None to
+    factor in core, or the budget in bytes the out-of-core driver keeps to (sys.maxsize: no
+    limit). A matrix over the budget that may not go out of core raises MemoryError, its
+    message ending with `why` (what the caller's options would have done instead) where
+    given."""
+    need = backend.required_bytes(m, n, dtype, nb) + extra_bytes - \
+        (m * n * np.dtype(dtype).itemsize if in_place else 0)
     budget = _memory_budget(backend)
     _log.debug("memory: %d bytes needed, budget %s, out of core %s", need, budget, ooc)
     over = budget is not None and need > budget
@@ -268,6 +272,13 @@ def _check_memory(backend, m, n, dtype, nb, extra_bytes=0, ooc=None, why=None):
             f"({m * n * np.dtype(dtype).itemsize} for the matrix itself), over the budget of "
             f"{budget} bytes (config device.memory_budget); {why}")
     return None
+
+
+# what a device array over the memory budget could do instead
+_DEVICE_WHY = ("the matrix is in device memory, where it is factored (out-of-core "
+               "factorization takes host arrays)")
+_DEVICE_COPY_WHY = (_DEVICE_WHY + "; here it is factored in a copy: overwrite_a=True on a "
+                    "writable column-major (Fortran-ordered) array factors it in place")
 
 
 def _warn_singular(info):
@@ -302,8 +313,12 @@ def _factor(a, overwrite_a, check_finite, backend, options, routine, driver, squ
     if m == 0 or n == 0:
         return (ops.empty((m, n), dtype, like=a) if device
                 else np.empty_like(array, dtype=dtype)), 0, None
+    in_place = device and _device_arrays.factored_in_place(a, overwrite_a)
     budget = _check_memory(ops, m, n, dtype, plan.nb,
-                           ooc=None if device or ooc_driver is None else plan.ooc)
+                           ooc=None if device or ooc_driver is None else plan.ooc,
+                           in_place=in_place,
+                           why=None if not device else _DEVICE_WHY if in_place else
+                           _DEVICE_COPY_WHY)
     phases.mark("checks_and_plan_s")
     if budget is not None:
         if check_finite:

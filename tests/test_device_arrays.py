@@ -455,3 +455,60 @@ def test_gpu_an_array_on_the_second_gpu_is_factored_there(cuda_backend):
     assert hybridla.backend.get_backend("cuda", 1).ordinal == 1
     with pytest.raises(ValueError, match="on CUDA device 1 and b on device 0"):
         hybridla.lu_solve((lu, piv), cupy.ones(300))
+
+
+# -- a device array factored in place takes no more device memory -------------------------------
+class _CAI:
+    """A stand-in device array: only its __cuda_array_interface__ (no memory behind it)."""
+
+    def __init__(self, shape, strides=None, readonly=False, typestr="<f8"):
+        self.__cuda_array_interface__ = {"shape": shape, "strides": strides, "typestr": typestr,
+                                         "data": (1 << 30, readonly), "version": 3}
+
+
+@pytest.mark.parametrize("array, overwrite, expected", [
+    (_CAI((6, 4), (8, 48)), True, True),                  # column-major
+    (_CAI((6, 4), (8, 64)), True, True),                  # column-major, padded columns
+    (_CAI((6, 4), (8, 48)), False, False),                # the caller keeps its array
+    (_CAI((6, 4), (8, 48), readonly=True), True, False),  # read-only: a copy
+    (_CAI((6, 4)), True, False),                          # C-contiguous (strides None)
+    (_CAI((6, 4), (32, 8)), True, False),                 # row-major
+    (_CAI((6,)), True, True),                             # a vector is a column
+    (_CAI((6,), (16,)), True, False),                     # ... but not a strided one
+])
+def test_which_device_arrays_are_factored_in_place(array, overwrite, expected):
+    assert da.factored_in_place(array, overwrite) is expected
+
+
+def test_a_device_array_factored_in_place_is_not_counted_twice(monkeypatch):
+    """A 6 x 4 float64 matrix needs its 192 bytes and 100 more: with a budget of 150 bytes
+    only one already in device memory and factored there fits. The refusal of one over the
+    budget says what would have fitted, not that the routine lacks an out-of-core version."""
+    from hybridla import _common
+    backend = types.SimpleNamespace(has_device=True, free_memory=lambda: 0,
+                                    required_bytes=lambda m, n, dtype, nb: m * n * 8 + 100)
+    monkeypatch.setattr(_common, "_memory_budget", lambda ops: 150)
+    assert _common._check_memory(backend, 6, 4, np.float64, 2, in_place=True) is None
+    with pytest.raises(MemoryError, match="overwrite_a=True on a writable column-major"):
+        _common._check_memory(backend, 6, 4, np.float64, 2, why=_common._DEVICE_COPY_WHY)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("factor", ["lu_factor", "qr"])
+def test_gpu_a_budget_that_only_in_place_fits(cuda_backend, factor, rng):
+    """A budget below the matrix and its workspaces but above the workspaces alone: a
+    column-major device array factored in place (overwrite_a=True) runs; asked to keep its
+    array (a copy) it is refused, the message saying how it would have fitted."""
+    cupy = pytest.importorskip("cupy")
+    n, nb = 512, 64
+    a = np.asfortranarray(rng.standard_normal((n, n)))
+    need = cuda_backend.required_bytes(n, n, np.float64, nb)
+    call = {"lu_factor": lambda x, **kw: hybridla.lu_factor(x, nb=nb, backend="cuda", **kw),
+            "qr": lambda x, **kw: hybridla.qr(x, mode="raw", nb=nb, backend="cuda", **kw)}[factor]
+    with hybridla.config.set({"device.memory_budget": need - a.nbytes // 2}):
+        with pytest.raises(MemoryError, match="overwrite_a=True on a writable column-major"):
+            call(cupy.asfortranarray(cupy.asarray(a)))
+        result = call(cupy.asfortranarray(cupy.asarray(a)), overwrite_a=True)
+    if factor == "lu_factor":
+        lu, piv = result
+        assert getrf_ratio(a, to_host(lu), to_host(piv)) < THRESH

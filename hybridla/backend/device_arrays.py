@@ -114,6 +114,27 @@ def is_device_array(x) -> bool:
     return device is not None and device[0] in (KDL_CUDA, KDL_CUDA_MANAGED)
 
 
+def column_major(x) -> bool:
+    """Whether a device array (``__cuda_array_interface__``) is laid out column-major: unit
+    stride down a column, columns at least a column apart (a 1-D array is a column)."""
+    cai = x.__cuda_array_interface__
+    itemsize = np.dtype(cai["typestr"]).itemsize
+    shape = tuple(cai["shape"])
+    if len(shape) == 1:
+        return cai.get("strides") in (None, (itemsize,))
+    m, n = shape
+    strides = cai.get("strides") or (n * itemsize, itemsize)  # None: C-contiguous
+    return strides[0] == itemsize and (n <= 1 or strides[1] >= m * itemsize)
+
+
+def factored_in_place(x, overwrite) -> bool:
+    """Whether a factorization of the device array x works in x's own memory, with no copy:
+    the caller allows it (`overwrite`), x is writable and column-major (the cuda backend's
+    device_matrix; a row-major array is factored in a column-major copy)."""
+    return bool(overwrite) and hasattr(x, "__cuda_array_interface__") and \
+        not x.__cuda_array_interface__["data"][1] and column_major(x)
+
+
 def sparse_kind(x):
     """A description of x when it is a sparse matrix of a GPU library (which hybridla does
     not take: it factors dense matrices), with how to densify it; else None."""

@@ -16,7 +16,7 @@ import numpy as np
 import pycuda.driver as drv
 
 from .. import _driver
-from ..device_arrays import DLPackArray
+from ..device_arrays import DLPackArray, column_major, factored_in_place
 from ..ops import DeviceSettings
 from .memory import DeviceArray
 
@@ -34,11 +34,6 @@ def device_array_layout(obj):
     if len(shape) == 1:
         shape, strides = (shape[0], 1), (strides[0], shape[0] * dtype.itemsize)
     return int(cai["data"][0]), shape, dtype, tuple(strides)
-
-
-def _is_column_major(obj) -> bool:
-    _, (m, n), dtype, strides = device_array_layout(obj)
-    return strides[0] == dtype.itemsize and (n <= 1 or strides[1] >= m * dtype.itemsize)
 
 
 def _like(template, out: DeviceArray):
@@ -74,19 +69,20 @@ def device_matrix(backend, obj, nb, overwrite, settings: DeviceSettings | None =
     # the pending writes to the array land first (a user's array was waited for as it came in,
     # device_arrays.admit; an array of an earlier stage of this call was written on our lanes)
     backend.synchronize()
+    in_place = factored_in_place(obj, overwrite)
     overwrite = overwrite and not obj.__cuda_array_interface__["data"][1]  # read-only: a copy
-    column_major = strides[0] == itemsize and (n <= 1 or strides[1] >= m * itemsize)
+    columns = column_major(obj)
     row_major = strides[1] == itemsize and (m <= 1 or strides[0] >= n * itemsize)
-    if column_major and overwrite:
+    if in_place:
         ld = max(strides[1] // itemsize, m, 1) if n > 1 else max(m, 1)
         A = backend.matrix(m, n, dtype, nb, device_ptr=ptr, ld=ld, settings=settings)
         A.keeps = obj  # the array's memory lives as long as the store
         return A, obj, None
-    if not (column_major or row_major):
+    if not (columns or row_major):
         raise ValueError(f"a device array must have unit stride along one axis; got shape "
                          f"{(m, n)} with strides {strides} (bytes)")
     out = DeviceArray(backend, (m, n), dtype)
-    if column_major:
+    if columns:
         # one column: its second stride means nothing (CuPy gives an n x 1 array the
         # stride of one element there), and the copy's source pitch must cover the column
         source_ld = max(strides[1] // itemsize, m, 1) if n > 1 else max(m, 1)
@@ -112,7 +108,7 @@ def wrap(backend, obj, pivots=None, tau=None):
     """A device array as a tile store for the stages after a factorization: in place when
     column-major (factors, and the results hybridla allocates), else a column-major copy
     (inputs that are only read, such as a row-major right-hand side)."""
-    A, _, _ = backend.device_matrix(obj, 1, overwrite=_is_column_major(obj))
+    A, _, _ = backend.device_matrix(obj, 1, overwrite=column_major(obj))
     if pivots is not None:
         A.set_pivots(pivots)
     if tau is not None:
