@@ -502,7 +502,8 @@ def test_gpu_a_budget_that_only_in_place_fits(cuda_backend, factor, rng):
     cupy = pytest.importorskip("cupy")
     n, nb = 512, 64
     a = np.asfortranarray(rng.standard_normal((n, n)))
-    need = cuda_backend.required_bytes(n, n, np.float64, nb)
+    from hybridla.backend import get_backend
+    need = get_backend(cuda_backend).required_bytes(n, n, np.float64, nb)
     call = {"lu_factor": lambda x, **kw: hybridla.lu_factor(x, nb=nb, backend="cuda", **kw),
             "qr": lambda x, **kw: hybridla.qr(x, mode="raw", nb=nb, backend="cuda", **kw)}[factor]
     with hybridla.config.set({"device.memory_budget": need - a.nbytes // 2}):
