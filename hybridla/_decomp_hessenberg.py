@@ -7,7 +7,6 @@ from . import _stacked, _stacked_qr
 from . import backend as _backends
 from . import lapack as _lapack
 from ._common import (
-    _check_memory,
     _device_backend,
     _device_matrix_checks,
     _factor,
@@ -18,6 +17,7 @@ from ._common import (
     _square_order,
     is_device_array,
 )
+from ._memory import _check_memory
 from .lapack.gehrd import check_lo_hi, zero_below_subdiagonal
 from .lapack.orghr import orghr, orghr_home
 from .scheduler.plan import make_plan

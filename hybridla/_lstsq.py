@@ -11,17 +11,16 @@ from . import _solve_place, _stacked, _stacked_qr
 from . import backend as _backends
 from . import lapack as _lapack
 from ._common import (
-    _check_memory,
     _common_dtype,
     _device_backend,
     _device_matrix_checks,
     _flag,
     _host_backend,
     _host_matrix,
-    _memory_budget,
     _shape_and_dtype,
     is_device_array,
 )
+from ._memory import _check_memory, _memory_budget
 from ._decomp_householder import _householder_factor
 from .lapack._householder import LQ, QR
 from .lapack._scaling import host_max_abs, max_abs, range_scale

@@ -13,9 +13,7 @@ from . import lapack as _lapack
 from ._logging import get_logger
 from ._basic import solve
 from ._common import (
-    _check_memory,
     _common_dtype,
-    _memory_budget,
     _device_backend,
     _device_matrix_checks,
     _flag,
@@ -24,6 +22,7 @@ from ._common import (
     _to_device,
     is_device_array,
 )
+from ._memory import _check_memory, _memory_budget
 from ._lstsq import _device_store, lstsq
 from .lapack._mixed import (LOW_DTYPE, ArrivingMatrix, HostResidentMatrix, MixedInfo,
                             check_options)

@@ -21,7 +21,8 @@ import time
 import numpy as np
 
 from . import config as _config
-from ._common import _host_backend, _memory_budget
+from ._common import _host_backend
+from ._memory import _memory_budget
 from ._logging import get_logger
 from .scheduler.plan import Plan, make_plan, solve_place_setting
 from .scheduler.trace import Trace, run_metadata

@@ -484,13 +484,13 @@ def test_a_device_array_factored_in_place_is_not_counted_twice(monkeypatch):
     """A 6 x 4 float64 matrix needs its 192 bytes and 100 more: with a budget of 150 bytes
     only one already in device memory and factored there fits. The refusal of one over the
     budget says what would have fitted, not that the routine lacks an out-of-core version."""
-    from hybridla import _common
+    from hybridla import _memory
     backend = types.SimpleNamespace(has_device=True, free_memory=lambda: 0,
                                     required_bytes=lambda m, n, dtype, nb: m * n * 8 + 100)
-    monkeypatch.setattr(_common, "_memory_budget", lambda ops: 150)
-    assert _common._check_memory(backend, 6, 4, np.float64, 2, in_place=True) is None
+    monkeypatch.setattr(_memory, "_memory_budget", lambda ops: 150)
+    assert _memory._check_memory(backend, 6, 4, np.float64, 2, in_place=True) is None
     with pytest.raises(MemoryError, match="overwrite_a=True on a writable column-major"):
-        _common._check_memory(backend, 6, 4, np.float64, 2, why=_common._DEVICE_COPY_WHY)
+        _memory._check_memory(backend, 6, 4, np.float64, 2, why=_memory._DEVICE_COPY_WHY)
 
 
 @pytest.mark.cuda
