@@ -114,17 +114,26 @@ def is_device_array(x) -> bool:
     return device is not None and device[0] in (KDL_CUDA, KDL_CUDA_MANAGED)
 
 
-def column_major(x) -> bool:
-    """Whether a device array (``__cuda_array_interface__``) is laid out column-major: unit
-    stride down a column, columns at least a column apart (a 1-D array is a column)."""
-    cai = x.__cuda_array_interface__
-    itemsize = np.dtype(cai["typestr"]).itemsize
+def device_array_layout(obj):
+    """(pointer, (rows, cols), dtype, strides in bytes) of a 1-D or 2-D device array, from its
+    __cuda_array_interface__ (PyCUDA GPUArray, CuPy, PyTorch, Numba all offer it). A 1-D array
+    is a column."""
+    cai = obj.__cuda_array_interface__
+    dtype = np.dtype(cai["typestr"])
     shape = tuple(cai["shape"])
+    strides = cai.get("strides")
+    if strides is None:  # C-contiguous
+        strides = tuple(int(np.prod(shape[i + 1:])) * dtype.itemsize for i in range(len(shape)))
     if len(shape) == 1:
-        return cai.get("strides") in (None, (itemsize,))
-    m, n = shape
-    strides = cai.get("strides") or (n * itemsize, itemsize)  # None: C-contiguous
-    return strides[0] == itemsize and (n <= 1 or strides[1] >= m * itemsize)
+        shape, strides = (shape[0], 1), (strides[0], shape[0] * dtype.itemsize)
+    return int(cai["data"][0]), shape, dtype, tuple(strides)
+
+
+def column_major(x) -> bool:
+    """Whether a device array is laid out column-major: unit stride down a column, columns at
+    least a column apart (a 1-D array is a column)."""
+    _, (m, n), dtype, strides = device_array_layout(x)
+    return strides[0] == dtype.itemsize and (n <= 1 or strides[1] >= m * dtype.itemsize)
 
 
 def factored_in_place(x, overwrite) -> bool:

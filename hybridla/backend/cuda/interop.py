@@ -16,24 +16,9 @@ import numpy as np
 import pycuda.driver as drv
 
 from .. import _driver
-from ..device_arrays import DLPackArray, column_major, factored_in_place
+from ..device_arrays import DLPackArray, column_major, device_array_layout, factored_in_place
 from ..ops import DeviceSettings
 from .memory import DeviceArray
-
-
-def device_array_layout(obj):
-    """(pointer, (rows, cols), dtype, strides in bytes) of a 1-D or 2-D device array, from its
-    __cuda_array_interface__ (PyCUDA GPUArray, CuPy, PyTorch, Numba all offer it). A 1-D array
-    is a column."""
-    cai = obj.__cuda_array_interface__
-    dtype = np.dtype(cai["typestr"])
-    shape = tuple(cai["shape"])
-    strides = cai.get("strides")
-    if strides is None:  # C-contiguous
-        strides = tuple(int(np.prod(shape[i + 1:])) * dtype.itemsize for i in range(len(shape)))
-    if len(shape) == 1:
-        shape, strides = (shape[0], 1), (strides[0], shape[0] * dtype.itemsize)
-    return int(cai["data"][0]), shape, dtype, tuple(strides)
 
 
 def _like(template, out: DeviceArray):
