@@ -84,8 +84,8 @@ def _spd_block_column(n, nb, seed, block_info=None):
     for i, r0 in enumerate(range(0, n, nb)):
         r1 = min(r0 + nb, n)
         lo, hi = min(i, j), max(i, j)
-        width = lambda b: min(nb, n - b * nb)  # noqa: E731
-        block = np.random.default_rng([seed, lo, hi]).standard_normal((width(lo), width(hi)))
+        block = np.random.default_rng([seed, lo, hi]).standard_normal(
+            (min(nb, n - lo * nb), min(nb, n - hi * nb)))
         if i == j:
             block = block + block.T
             block[np.diag_indices_from(block)] += 2 * n
