@@ -49,6 +49,48 @@ def test_implied_edges_are_dropped():
     assert b.deps == [a.index] and c.deps == [b.index]  # c after a through b
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_every_conflicting_pair_is_ordered(seed):
+    """Random reads and writes of rectangles across several column buckets, some rows
+    rewritten again and again as a right-looking factorization does: every later task that
+    conflicts with an earlier one (overlapping, one of them writing) comes after it, directly
+    or through others, whatever the graph forgot of the earlier accesses; and no task waits
+    for a later one."""
+    import random
+    rng = random.Random(seed)
+    g, accesses = TaskGraph(), []
+
+    def rectangle():
+        r0, c0 = rng.randrange(40), rng.randrange(1500)
+        return A(r0, rng.randrange(r0 + 1, 41), c0, rng.randrange(c0 + 1, 1600))
+
+    for i in range(70):
+        if rng.random() < 0.3:  # rows r0:40 of a wide span, as an update of the trailing rows
+            r0, c0 = rng.randrange(40), rng.randrange(600)
+            regions = [A(r0, 40, c0, rng.randrange(c0 + 400, 1600))]
+        else:
+            regions = [rectangle() for _ in range(rng.randrange(1, 3))]
+        writes = [x for x in regions if rng.random() < 0.5]
+        reads = [x for x in regions if x not in writes]
+        g.add(f"t{i}", 0, "cpu", noop, reads=reads, writes=writes)
+        accesses.append([(x, False) for x in reads] + [(x, True) for x in writes])
+    before = []  # each task's ancestors
+    for task in g.tasks:
+        assert all(d < task.index for d in task.deps)
+        ancestors = set(task.deps)
+        for d in task.deps:
+            ancestors |= before[d]
+        before.append(ancestors)
+
+    def overlap(x, y):
+        return x.r0 < y.r1 and y.r0 < x.r1 and x.c0 < y.c1 and y.c0 < x.c1
+
+    for j in range(len(accesses)):
+        for i in range(j):
+            if any((wi or wj) and overlap(x, y) for x, wi in accesses[i] for y, wj in accesses[j]):
+                assert i in before[j], (seed, i, j)
+
+
 def test_run_respects_dependencies_and_reraises_failures():
     order, lock = [], threading.Lock()
 
