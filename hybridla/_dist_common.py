@@ -10,7 +10,7 @@ import numpy as np
 
 from . import backend as _backends
 from . import config as _config
-from ._common import _all_finite, _common_dtype, _finite_beside, _host_matrix, _lapack_dtype
+from ._common import _all_finite, _common_dtype, _host_matrix, _lapack_dtype
 from .lapack import _dist
 from .lapack import solves_dist
 from .scheduler import cluster as _cluster
@@ -102,7 +102,8 @@ def _run(client, backend, addresses, layout, lookahead, parts, work, job, trace,
     and "results_s"; per worker, the seconds its task waited to start after the submission
     (its part being placed), connecting, and working, and the work's own stretches ("work":
     the finiteness check, the store, the driver's run, its output and close; lapack/_dist's
-    on_worker) (client_phases, worker_phases)."""
+    on_worker), and the transport's ("transport": NCCL's communicator made and warmed up beside
+    the work, and the first collective's wait for it) (client_phases, worker_phases)."""
     job = dict(job, shape=(layout.m, layout.n), nb=layout.nb, lookahead=lookahead, layout=layout)
     submitted = time.time()
     futures = _cluster.run_job(client, addresses, work, parts, job, backend)
@@ -118,7 +119,9 @@ def _run(client, backend, addresses, layout, lookahead, parts, work, job, trace,
                     "worker_phases": [
                         {"waited_s": r["phases"]["started"] - offset - submitted,
                          "connect_s": r["phases"]["connect_s"], "work_s": r["phases"]["work_s"],
-                         "work": r.get("work_phases", {})}
+                         "work": r.get("work_phases", {}),
+                         "transport": {k: v for k, v in r["phases"].items()
+                                       if k.startswith("nccl_")}}
                         for r, offset in zip(results, offsets)]}
         _cluster.merged_trace(results, offsets, metadata).to_chrome(trace)
     return futures, results
@@ -139,8 +142,7 @@ def _factor(client, backend, routine, driver, operand, nb, lookahead, trace, arg
     job = dict(name=operand.name, routine=routine, dtype=operand.dtype,
                check_finite=operand.check_finite, arguments=arguments or {}, private=private)
     futures, results = _run(client, backend, addresses, layout, lookahead, parts,
-                            functools.partial(_dist.on_worker, driver, all_finite=_all_finite,
-                                              finite_beside=_finite_beside),
+                            functools.partial(_dist.on_worker, driver, all_finite=_all_finite),
                             job, trace, layout_s)
     return _cluster.local_parts(client, futures), layout, results, (addresses, lookahead)
 

@@ -6,6 +6,7 @@ Usage (from the repository root):
 
     python3 perf/distributed.py                          # 2 GPUs: n 65536 lu,cho,qr + n 120000 lu
     python3 perf/distributed.py --sizes 32768 --routines lu --repeat 2 --trace-dir perf/traces
+    python3 perf/distributed.py --sizes 65536 --routines lu --large 0 --lookaheads 1,2
     python3 perf/distributed.py --backend host --sizes 600      # the CPU machine (a smoke test)
 
 What each row times (after an untimed call of each routine at n = WARMUP_N, on one GPU and
@@ -93,8 +94,8 @@ def _spd_block_column(n, nb, seed, block_info=None):
     return out
 
 
-def run_distributed(client, routine, a, backend, nb, trace):
-    options = dict(client=client, backend=backend, nb=nb, trace=trace)
+def run_distributed(client, routine, a, backend, nb, trace, lookahead=None):
+    options = dict(client=client, backend=backend, nb=nb, trace=trace, lookahead=lookahead)
     if routine == "lu":
         return hd.lu_factor(a, **options)
     if routine == "cho":
@@ -154,7 +155,10 @@ def phases(trace_path):
     def work(w):  # the work's own stretches (lapack/_dist.on_worker), where recorded
         inside = ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.2f}"
                            for k, v in w.get("work", {}).items())
-        return f"work {w['work_s']:.2f}" + (f" [{inside}]" if inside else "")
+        nccl = ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.2f}"
+                         for k, v in w.get("transport", {}).items())
+        return f"work {w['work_s']:.2f}" + (f" [{inside}]" if inside else "") + \
+            (f" [{nccl}]" if nccl else "")
 
     ranks = "; ".join(f"w{r}: waited {w['waited_s']:.2f}, connect {w['connect_s']:.2f}, "
                       f"{work(w)}" for r, w in enumerate(workers))
@@ -253,6 +257,9 @@ def main(argv=None):
                         help="the order of the large LU run (default 120000 on cuda, 0: none)")
     parser.add_argument("--nb", type=int, default=None, help="block size (default: config)")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--lookaheads", type=lambda s: [int(x) for x in s.split(",")],
+                        default=[None], help="look-ahead depths to run each routine with, "
+                        "in turn on the same input (default: config)")
     parser.add_argument("--trace-dir", default=None)
     parser.add_argument("--scheduler", default=None,
                         help="address of a running Dask scheduler (else a local cluster)")
@@ -292,24 +299,29 @@ def main(argv=None):
             if n != large:  # the large one is generated as it is placed: held once, not twice
                 a = client.persist(a)
                 wait(a)
-            best, factors, path = np.inf, None, None
-            for i in range(opts.repeat):
-                path = os.path.join(trace_dir, f"distributed_{routine}_{n}_{i}.json")
-                factors = None
-                start = time.perf_counter()
-                factors = run_distributed(client, routine, a, opts.backend, nb, path)
-                best = min(best, time.perf_counter() - start)
-            overhead = 1 - engine_span(path) / best
-            one = single.get((routine, n))
-            row = (f"| {routine} | {n} | {best:.3f} | {FLOPS[routine](n) / best / 1e12:.2f} | "
-                   f"{'-' if one is None else f'{one:.3f}'} | "
-                   f"{'-' if one is None else f'{one / best:.2f}x'} | {overhead:.1%} |")
-            # the timing first: a check that runs long must not take the row with it
-            print(f"  {routine} {n} {phases(path)}", flush=True)
-            print(f"  {row} (check follows)", flush=True)
-            ratio = residual_ratio(routine, a, factors, n, client, opts.backend, nb)
-            print(f"{row} {ratio:.2g} {'ok' if ratio < THRESH else 'FAILED'} |", flush=True)
-            del factors, a
+            for lookahead in opts.lookaheads:
+                name = routine if lookahead is None else f"{routine} la{lookahead}"
+                best, factors, path = np.inf, None, None
+                for i in range(opts.repeat):
+                    path = os.path.join(trace_dir, f"distributed_{name.replace(' ', '_')}_{n}_"
+                                                   f"{i}.json")
+                    factors = None
+                    start = time.perf_counter()
+                    factors = run_distributed(client, routine, a, opts.backend, nb, path,
+                                              lookahead)
+                    best = min(best, time.perf_counter() - start)
+                overhead = 1 - engine_span(path) / best
+                one = single.get((routine, n))
+                row = (f"| {name} | {n} | {best:.3f} | {FLOPS[routine](n) / best / 1e12:.2f} | "
+                       f"{'-' if one is None else f'{one:.3f}'} | "
+                       f"{'-' if one is None else f'{one / best:.2f}x'} | {overhead:.1%} |")
+                # the timing first: a check that runs long must not take the row with it
+                print(f"  {name} {n} {phases(path)}", flush=True)
+                print(f"  {row} (check follows)", flush=True)
+                ratio = residual_ratio(routine, a, factors, n, client, opts.backend, nb)
+                print(f"{row} {ratio:.2g} {'ok' if ratio < THRESH else 'FAILED'} |", flush=True)
+                del factors
+            del a
         print(f"traces: {trace_dir}")
     finally:
         client.close()

@@ -7,6 +7,7 @@ a singular matrix, a matrix that is not positive definite, and a worker that fai
 """
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -359,7 +360,7 @@ def _gpu_count():
 
 
 @pytest.mark.cuda
-def test_two_gpus_lu_cholesky_qr(monkeypatch):
+def test_two_gpus_lu_cholesky_qr(monkeypatch, tmp_path):
     if _gpu_count() < 2:
         pytest.skip("fewer than 2 GPUs visible")
     pytest.importorskip("nccl.core")
@@ -385,6 +386,22 @@ def test_two_gpus_lu_cholesky_qr(monkeypatch):
             b = random_matrix(1300, 2, dtype, rng)
             x = hd.solve(a[:1300], b, **options)
             assert solve_backward_error(a[:1300], x, b) < THRESH
+        # a staged part is checked on the GPU by its column sums as it arrives: an inf or a
+        # NaN in either block order is refused, and a column whose sum alone overflows is
+        # checked entry by entry and accepted
+        for order, value in (("C", np.nan), ("F", np.inf), ("F", -np.inf)):
+            bad = np.array(random_matrix(1500, 1300, np.float64, rng), order=order)
+            bad[1400, 700] = value
+            with pytest.raises(ValueError, match="infs or NaNs"):
+                hd.lu_factor(da.from_array(bad, chunks=(1500, 256)), **options)
+        large = random_matrix(1500, 1300, np.float64, rng)
+        large[:, 300] = 1e306  # the column's sum of |a_ij| is inf; every entry is finite
+        path = tmp_path / "lu.json"
+        lu, piv = hd.lu_factor(da.from_array(large, chunks=(1500, 256)), trace=path, **options)
+        assert np.isfinite(lu.compute()).all()
+        # each worker's NCCL communicator was made and warmed up beside its recording
+        for worker in json.loads(path.read_text())["metadata"]["worker_phases"]:
+            assert {"nccl_init_s", "nccl_warm_up_s"} <= set(worker["transport"]), worker
 
 
 # -- a worker's host-resident part: every final block goes home, once ----------------------------

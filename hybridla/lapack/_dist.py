@@ -333,17 +333,20 @@ def panel_results(run, pivots=False, tau=False):
 def _engine_margins(phases, trace, began, ended):
     """How much of the driver's run lay outside its engine's trace, in `phases.seconds`
     (not stretches of their own: parts of run_s): "before_engine_s", from the driver's start
-    to the engine's time 0 (the slots, the graph recorded whole for a streamed part), and
+    to the engine's time 0 (the slots, the graph recorded whole for a streamed part; of it
+    "recording_s", the recording), and
     "after_engine_s", from its last task's end to the driver's return (the panels' results)."""
     records = trace.records
     if trace.wall_origin is None or not records:
         return
     last_end = max(record["end"] for record in records)
     phases.seconds["before_engine_s"] = round(trace.wall_origin - began, 6)
+    if trace.recording_s is not None:  # the part of it spent recording the graph
+        phases.seconds["recording_s"] = round(trace.recording_s, 6)
     phases.seconds["after_engine_s"] = round(ended - trace.wall_origin - last_end, 6)
 
 
-def on_worker(driver, ops, transport, rank, local, job, all_finite=None, finite_beside=None):
+def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
     """One worker's whole share of a distributed call (the long-lived task's body,
     scheduler/cluster.py): its local matrix `local` (host, m x its columns; or the list of its
     block columns as Dask holds them, scheduler/cluster.place) as a host-resident store,
@@ -351,16 +354,16 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None, finite_
     rest goes on (the drivers' send_home, as the CPU interface's), `driver(run)` on it.
     `job`: what every rank was given alike (shape, dtype, the resolved nb and look-ahead,
     check_finite, and the driver's own arguments); `all_finite(array)`: the user layer's
-    finiteness test for check_finite (default: NumPy's, entry by entry); `finite_beside(*arrays)`:
-    the same test as a Future, run beside the driver (default: none; all_finite first).
+    finiteness test for check_finite (default: NumPy's, entry by entry).
     A device worker given block columns that its staging would copy anyway streams them from
-    where they lie, the factors going to a new array, and checks them beside the run; any
-    other list is stacked first.
+    where they lie, the factors going to a new array, and checks them on the GPU as they
+    arrive (all_finite only where a column's sum is not finite); any other list is stacked
+    first.
     Returns {"local", "results", "trace", "wall_origin", "work_phases"}: work_phases the
     seconds of its stretches (scheduler.trace.Phases), outside the driver's trace and in it."""
     import dataclasses
 
-    from ..backend.host.transfers import ColumnBlocks
+    from ..backend.host.transfers import ColumnBlocks, fault_in
     from ..scheduler.plan import make_plan
     from ..scheduler.trace import Phases
 
@@ -372,7 +375,7 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None, finite_
                      lookahead=job["lookahead"], panel=job.get("panel"))
     plan = dataclasses.replace(plan, trace_path=None, progress=False)
     finite = all_finite or (lambda array: bool(np.isfinite(array).all()))
-    given, source, checking = local, None, None
+    given, source, checking, touching = local, None, False, None
     if isinstance(local, list):
         blocks = ColumnBlocks(local) if local else None
         settings = plan.device_settings
@@ -383,12 +386,13 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None, finite_
             local = blocks.stacked(dtype) if blocks is not None else \
                 np.empty((m, 0), dtype, order="F")
     if source is not None:
-        if job["check_finite"]:
-            checking = finite_beside(*source.blocks) if finite_beside is not None else None
-            if checking is None and not all(finite(block) for block in source.blocks):
-                raise ValueError(f"{job['name']} must not contain infs or NaNs "
-                                 f"(check_finite=True)")
+        checking = job["check_finite"]  # on the device, as the blocks arrive (below)
         local = home = np.empty(source.shape, dtype, order="F")
+        # NumPy's empty array is faulted in by the kernel where first written, which made the
+        # first download's copy home one 0.48 s task (17 GB at n = 65536 on 2 GPUs, issue
+        # 32): threads fault it in while the graph records, and the first write home waits
+        # for them
+        touching = fault_in(home)
     else:
         local = np.asfortranarray(local, dtype=dtype)
         if job["check_finite"] and not finite(local):
@@ -405,6 +409,14 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None, finite_
     phases.mark("check_s")
     A = ops.host_matrix(source, home, plan.nb, settings=plan.device_settings) \
         if ops.has_device else ops.host_matrix(home, home, plan.nb)
+    if touching is not None:  # streamed from Dask's blocks (so on a device)
+        A.home_ready = touching
+        if checking:
+            # The column sums of |a_ij| the store makes of each block as it arrives (one
+            # more read on the GPU) are finite where every entry is: the check costs no
+            # host memory traffic, which the staging copies need (a check by host threads
+            # beside the run slowed them). A sum that is not is checked entry by entry.
+            A.track_one_norm()
     run = WorkerRun(ops, plan, transport, layout, rank, A)
     phases.mark("store_s")
     try:
@@ -412,17 +424,18 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None, finite_
             began = time.time()
             trace = driver(run, **job.get("arguments", {}))
         except BaseException:
-            if checking is not None and not checking.result():  # the input's fault
+            if checking and not all(finite(block) for block in source.blocks):
                 raise ValueError(f"{job['name']} must not contain infs or NaNs "
-                                 f"(check_finite=True)") from None
+                                 f"(check_finite=True)") from None  # the input's fault
             raise
         phases.mark("run_s")
         _engine_margins(phases, trace, began, time.time())
-        if checking is not None:
-            if not checking.result():
+        if checking:
+            if not np.isfinite(A.one_norm()) and \
+                    not all(finite(block) for block in source.blocks):
                 raise ValueError(f"{job['name']} must not contain infs or NaNs "
                                  f"(check_finite=True)")
-            phases.mark("finite_check_wait_s")
+            phases.mark("finite_check_s")
         if getattr(A, "streamed", False) and not A.residency.home_is_current():
             raise RuntimeError(f"{job['routine']}: the driver left blocks of rank {rank}'s "
                                f"part on the device ({A.residency})")

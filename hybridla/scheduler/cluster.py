@@ -147,7 +147,7 @@ def run_job(client, addresses, work, parts, job, backend="host"):
 def _long_lived(work, rank, size, key, authkey, nccl_id, backend, part, job):
     """The one task of a worker: connect, work, close. What `work` returns (a dict) gets the
     task's "phases": its start (this worker's wall clock), the seconds connecting the
-    transport and the seconds of `work`."""
+    transport and the seconds of `work` (and the transport's own phases, if it has any)."""
     from distributed import Variable
 
     started = time.time()
@@ -165,8 +165,11 @@ def _long_lived(work, rank, size, key, authkey, nccl_id, backend, part, job):
     connected = time.time()
     try:
         result = work(ops, transport, rank, part, job)
+        # the NCCL transport's own seconds (its communicator made and warmed up beside the
+        # work, and how long the first collective still waited for it)
         result["phases"] = {"started": started, "connect_s": connected - started,
-                            "work_s": time.time() - connected}
+                            "work_s": time.time() - connected,
+                            **getattr(transport, "phases", {})}
         return result
     except BaseException as exc:
         # the others must not wait for what this rank will never send

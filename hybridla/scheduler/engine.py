@@ -117,8 +117,10 @@ def run(graph, backend, *, workers: int = 4, trace: Trace | None = None, progres
     state = _Run(graph, backend, trace)
     state.progress = None if progress is None else FinishedWork(progress, backend)
     if recording is not None and head_steps <= 0:
+        began = time.perf_counter()
         for _ in recording:
             pass
+        trace.recording_s = time.perf_counter() - began
         recording = None
     backend.begin_run(workers, settings)
     try:

@@ -158,6 +158,8 @@ class Trace:
         self._later = []  # add_later's callables, not yet called
         self.metadata = dict(metadata or {})  # the run's: see the module's docstring
         self.wall_origin: float | None = None  # time.time() at the run's time 0 (engine.run)
+        # seconds engine.run spent recording a graph whole before its time 0 (None: it did not)
+        self.recording_s: float | None = None
 
     @staticmethod
     def _record(name, lane, start, end, step=None, flops=0.0, bytes=0.0):  # noqa: A002

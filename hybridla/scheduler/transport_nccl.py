@@ -1,6 +1,11 @@
 """The transport between GPU workers: NCCL through nccl4py (NCCL's own Python bindings), with
 the host transport beside it for what NCCL does not do: telling the peers of a failure.
 
+The communicator is made in a thread of its own, and warmed up there by one broadcast the size
+of a panel, while the worker records its graph: on the 2-GPU machine the first broadcast of a
+new communicator took 0.25 s (NCCL connects its peers at their first collective), on the
+critical path of step 0 (perf/RESULTS.md, issue 32). A collective waits for that thread.
+
 Imported only where the cuda backend runs (scheduler/cluster.py, for backend "cuda"); nccl4py,
 PyCUDA and the cuda backend's blocks are needed only here. The nccl4py calls are those of the
 sketch verified on the 2-GPU machine (shared/device/example_nccl_dask.py): the unique id made
@@ -21,6 +26,7 @@ exactly the panel's bytes cross the link.
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import nccl.core as nc
@@ -33,6 +39,13 @@ def unique_id_bytes() -> bytes:
     """A new NCCL unique id, as bytes to send to the workers (made on the client)."""
     return nc.get_unique_id().as_bytes
 
+
+# the warm-up broadcast's size: NCCL picks its protocol by size, and a panel (m x nb float64)
+# is hundreds of MB; 64 MiB takes the same (simple) protocol as those
+WARM_UP_BYTES = 64 << 20
+
+# how long a collective waits for the communicator to be made (the peers meet in NCCL's init)
+SETUP_TIMEOUT_S = 600.0
 
 # NCCL has no complex type: complex buffers travel as twice as many reals
 _AS_REAL = {np.dtype(np.complex64): np.dtype(np.float32),
@@ -58,18 +71,67 @@ class NcclTransport:
 
     def __init__(self, ops, rank, size, nccl_id, control):
         self.ops, self.rank, self.size, self.control = ops, rank, size, control
-        with ops.active():
-            self.comm = nc.Communicator.init(size, rank, nc.UniqueId.from_bytes(nccl_id))
+        self.comm = None
+        self.phases: dict = {}  # seconds: "nccl_init_s", "nccl_warm_up_s", "nccl_wait_s"
         self._staging: dict = {}  # lane name -> (pointer, bytes): pack buffers, per lane
         self._lock = threading.Lock()
+        self._aborting = False  # set by _abort_comm: a communicator made after it is aborted
+        self._setup_error: BaseException | None = None
+        self._setup = threading.Thread(target=self._make_communicator, args=(nccl_id,),
+                                       daemon=True, name=f"hybridla-nccl-setup-{rank}")
+        self._setup.start()
         self._watch = threading.Thread(target=self._abort_on_peer_failure, daemon=True,
                                        name=f"hybridla-nccl-watch-{rank}")
         self._closed = threading.Event()
         self._watch.start()
 
+    def _make_communicator(self, nccl_id):
+        """The setup thread: the communicator, then one broadcast of WARM_UP_BYTES from rank 0,
+        waited for (every rank runs the same, so the peers' first collective meets here)."""
+        started = time.perf_counter()
+        try:
+            with self.ops.active():
+                comm = nc.Communicator.init(self.size, self.rank, nc.UniqueId.from_bytes(nccl_id))
+                with self._lock:
+                    self.comm = comm
+                    if self._aborting:
+                        self._abort_comm_locked()
+                        return
+                made = time.perf_counter()
+                self.phases["nccl_init_s"] = round(made - started, 6)
+                lane = self.ops.lane("comm:setup")
+                buffer = self.ops.alloc(WARM_UP_BYTES)
+                try:
+                    with lane:
+                        comm.broadcast(_Buffer(buffer, WARM_UP_BYTES, np.uint8),
+                                       _Buffer(buffer, WARM_UP_BYTES, np.uint8), 0,
+                                       stream=lane.handle)
+                        lane.stream.synchronize()
+                finally:
+                    self.ops.free(buffer)
+                self.phases["nccl_warm_up_s"] = round(time.perf_counter() - made, 6)
+        except BaseException as exc:  # noqa: BLE001 - raised by the first collective
+            self._setup_error = exc
+
+    def _ready(self):
+        """Wait for the setup thread (its error raised here), then for nothing aborted."""
+        if self._setup.is_alive():
+            began = time.perf_counter()
+            self._setup.join(SETUP_TIMEOUT_S)
+            self.phases["nccl_wait_s"] = round(self.phases.get("nccl_wait_s", 0.0) +
+                                               time.perf_counter() - began, 6)
+            if self._setup.is_alive():
+                raise TransportAborted(f"the NCCL communicator was not made in "
+                                       f"{SETUP_TIMEOUT_S:.0f} s")
+        if self._setup_error is not None:
+            self._check()  # an abort explains it best
+            raise TransportAborted(f"making the NCCL communicator failed: "
+                                   f"{self._setup_error}") from self._setup_error
+        self._check()
+
     # -- collectives ---------------------------------------------------------------------------
     def broadcast(self, lane, send, recv, root):
-        self._check()
+        self._ready()
         with self.ops.active():
             for i, target in enumerate(recv):
                 source = send[i] if self.rank == root else target
@@ -80,7 +142,7 @@ class NcclTransport:
                 self._unpack(lane, packed_recv, target)
 
     def reduce(self, lane, send, recv, root):
-        self._check()
+        self._ready()
         with self.ops.active():
             for source, target in zip(send, recv):
                 packed_send = self._contiguous(lane, source, "send", pack=True)
@@ -103,10 +165,12 @@ class NcclTransport:
 
     def close(self) -> None:
         self._closed.set()
+        self._setup.join(SETUP_TIMEOUT_S if self.control.aborted is None else 10.0)
         with self.ops.active():
-            if self.control.aborted is None:
+            if self.control.aborted is None and self.comm is not None:
                 self.ops.synchronize()  # nothing of ours may still use the communicator
                 self.comm.destroy()
+                self.comm = None
             else:
                 self._abort_comm()
             for ptr, _ in self._staging.values():
@@ -115,9 +179,13 @@ class NcclTransport:
 
     def _abort_comm(self):
         with self._lock:
-            if self.comm is not None:
-                self.comm.abort()
-                self.comm = None
+            self._abort_comm_locked()
+
+    def _abort_comm_locked(self):
+        self._aborting = True  # a communicator still being made is aborted once it is
+        if self.comm is not None:
+            self.comm.abort()
+            self.comm = None
 
     def _abort_on_peer_failure(self):
         """A peer's abort arrives on the host transport: abort NCCL too, so that a
