@@ -102,8 +102,7 @@ def _run(client, backend, addresses, layout, lookahead, parts, work, job, trace,
     and "results_s"; per worker, the seconds its task waited to start after the submission
     (its part being placed), connecting, and working, and the work's own stretches ("work":
     the finiteness check, the store, the driver's run, its output and close; lapack/_dist's
-    on_worker), and the transport's ("transport": NCCL's communicator made and warmed up beside
-    the work, and the first collective's wait for it) (client_phases, worker_phases)."""
+    on_worker) (client_phases, worker_phases)."""
     job = dict(job, shape=(layout.m, layout.n), nb=layout.nb, lookahead=lookahead, layout=layout)
     submitted = time.time()
     futures = _cluster.run_job(client, addresses, work, parts, job, backend)
@@ -119,9 +118,7 @@ def _run(client, backend, addresses, layout, lookahead, parts, work, job, trace,
                     "worker_phases": [
                         {"waited_s": r["phases"]["started"] - offset - submitted,
                          "connect_s": r["phases"]["connect_s"], "work_s": r["phases"]["work_s"],
-                         "work": r.get("work_phases", {}),
-                         "transport": {k: v for k, v in r["phases"].items()
-                                       if k.startswith("nccl_")}}
+                         "work": r.get("work_phases", {})}
                         for r, offset in zip(results, offsets)]}
         _cluster.merged_trace(results, offsets, metadata).to_chrome(trace)
     return futures, results

@@ -155,10 +155,7 @@ def phases(trace_path):
     def work(w):  # the work's own stretches (lapack/_dist.on_worker), where recorded
         inside = ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.2f}"
                            for k, v in w.get("work", {}).items())
-        nccl = ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.2f}"
-                         for k, v in w.get("transport", {}).items())
-        return f"work {w['work_s']:.2f}" + (f" [{inside}]" if inside else "") + \
-            (f" [{nccl}]" if nccl else "")
+        return f"work {w['work_s']:.2f}" + (f" [{inside}]" if inside else "")
 
     ranks = "; ".join(f"w{r}: waited {w['waited_s']:.2f}, connect {w['connect_s']:.2f}, "
                       f"{work(w)}" for r, w in enumerate(workers))

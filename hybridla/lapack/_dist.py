@@ -239,8 +239,26 @@ class PanelSlots:
     its pivots and tau travel with it."""
 
     def __init__(self, ops, m, nb, dtype, count, settings=None):
+        self.ops, self._shape, self._settings = ops, (m, nb, np.dtype(dtype)), settings
         self.count = count
         self.stores = [ops.matrix(m, nb, dtype, nb, settings) for _ in range(count)]
+
+    def run_ahead(self, steps):
+        """`steps` slots more (where a device has room: half its free memory at most), made
+        before the first step is recorded. While a streamed part arrives, a step's slot is
+        free again only once the updates of the last block columns to arrive have read it;
+        with lookahead + 2 slots the panels waited for the whole upload (the LU at n = 65536
+        on 2 GPUs broadcast step 4 at 0.87 s, when the uploads ended, its update lanes a
+        third busy until then; perf/RESULTS.md, issue 32). With a slot for each step whose
+        update the upload cuts (BlockedSteps.split_steps), the panels run ahead, and the
+        update lane has those steps' updates of the columns already there to do."""
+        m, nb, dtype = self._shape
+        if self.ops.has_device:
+            room = int(0.5 * self.ops.free_memory()) // max(m * nb * dtype.itemsize, 1)
+            steps = min(steps, room)
+        self.stores += [self.ops.matrix(m, nb, dtype, nb, self._settings)
+                        for _ in range(max(steps, 0))]
+        self.count = len(self.stores)
 
     def slot(self, step) -> int:
         return step % self.count
@@ -363,7 +381,7 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
     seconds of its stretches (scheduler.trace.Phases), outside the driver's trace and in it."""
     import dataclasses
 
-    from ..backend.host.transfers import ColumnBlocks, fault_in
+    from ..backend.host.transfers import ColumnBlocks
     from ..scheduler.plan import make_plan
     from ..scheduler.trace import Phases
 
@@ -375,7 +393,7 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
                      lookahead=job["lookahead"], panel=job.get("panel"))
     plan = dataclasses.replace(plan, trace_path=None, progress=False)
     finite = all_finite or (lambda array: bool(np.isfinite(array).all()))
-    given, source, checking, touching = local, None, False, None
+    given, source, checking = local, None, False
     if isinstance(local, list):
         blocks = ColumnBlocks(local) if local else None
         settings = plan.device_settings
@@ -388,11 +406,6 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
     if source is not None:
         checking = job["check_finite"]  # on the device, as the blocks arrive (below)
         local = home = np.empty(source.shape, dtype, order="F")
-        # NumPy's empty array is faulted in by the kernel where first written, which made the
-        # first download's copy home one 0.48 s task (17 GB at n = 65536 on 2 GPUs, issue
-        # 32): threads fault it in while the graph records, and the first write home waits
-        # for them
-        touching = fault_in(home)
     else:
         local = np.asfortranarray(local, dtype=dtype)
         if job["check_finite"] and not finite(local):
@@ -409,14 +422,12 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
     phases.mark("check_s")
     A = ops.host_matrix(source, home, plan.nb, settings=plan.device_settings) \
         if ops.has_device else ops.host_matrix(home, home, plan.nb)
-    if touching is not None:  # streamed from Dask's blocks (so on a device)
-        A.home_ready = touching
-        if checking:
-            # The column sums of |a_ij| the store makes of each block as it arrives (one
-            # more read on the GPU) are finite where every entry is: the check costs no
-            # host memory traffic, which the staging copies need (a check by host threads
-            # beside the run slowed them). A sum that is not is checked entry by entry.
-            A.track_one_norm()
+    if checking:  # streamed from Dask's blocks (so on a device)
+        # The column sums of |a_ij| the store makes of each block as it arrives (one more read
+        # on the GPU) are finite where every entry is: the check costs no host memory traffic,
+        # which the staging copies need (a check by host threads beside the run slowed them).
+        # A sum that is not is checked entry by entry.
+        A.track_one_norm()
     run = WorkerRun(ops, plan, transport, layout, rank, A)
     phases.mark("store_s")
     try:

@@ -37,10 +37,11 @@ def geqrf_dist(run):
 def record_geqrf_dist(graph, run, slots):
     ops, A, m, nb = run.ops, run.A, run.layout.m, run.plan.nb
     k_end = min(m, run.layout.n)
-    for slot, S in enumerate(slots.stores):
-        reserve_reflector_slots(S, 1, m, min(nb, k_end))
     steps = BlockedSteps(graph, A, run.plan, k_end,
                          lambda k0, k1: larfb_flops(m - k0, k1 - k0, run.width))
+    slots.run_ahead(steps.split_steps)
+    for S in slots.stores:
+        reserve_reflector_slots(S, 1, m, min(nb, k_end))
     for step, k0, k1, owner, lk in run.steps(k_end):
         kb, mine = k1 - k0, owner == run.rank
         S, slot = slots.store(step), slots.slot(step)

@@ -36,6 +36,7 @@ def record_getrf_dist(graph, run, slots):
     k_end = min(m, run.layout.n)
     steps = BlockedSteps(graph, A, run.plan, k_end,
                          lambda k0, k1: lu_update.update_flops(m, k0, k1, k1, run.width))
+    slots.run_ahead(steps.split_steps)
     for step, k0, k1, owner, lk in run.steps(k_end):
         kb, mine = k1 - k0, owner == run.rank
         # the step's slot as a store of rows k0:m, whose pivots are the step's (relative to k0)

@@ -36,6 +36,7 @@ def record_potrf_dist(graph, run, slots):
     A, n = run.A, run.layout.n
     steps = BlockedSteps(graph, A, run.plan, n,
                          lambda k0, k1: chol_update.herk_flops(n, k0, k1, k1, n))
+    slots.run_ahead(steps.split_steps)
     for step, k0, k1, owner, lk in run.steps(n):
         kb, mine = k1 - k0, owner == run.rank
         S, slot = slots.store(step), slots.region(step)

@@ -132,7 +132,7 @@ def run_job(client, addresses, work, parts, job, backend="host"):
         from .transport_nccl import unique_id_bytes
         nccl_id = unique_id_bytes()
     futures = [client.submit(_long_lived, work, rank, len(addresses), key, authkey, nccl_id,
-                             backend, part, job, key=f"hybridla-{job['routine']}-{key}-{rank}",
+                             tuple(addresses), backend, part, job, key=f"hybridla-{job['routine']}-{key}-{rank}",
                              workers=[address], allow_other_workers=False, pure=False)
                for rank, (address, part) in enumerate(zip(addresses, parts))]
     wait(futures)
@@ -144,10 +144,10 @@ def run_job(client, addresses, work, parts, job, backend="host"):
     return futures
 
 
-def _long_lived(work, rank, size, key, authkey, nccl_id, backend, part, job):
+def _long_lived(work, rank, size, key, authkey, nccl_id, group, backend, part, job):
     """The one task of a worker: connect, work, close. What `work` returns (a dict) gets the
     task's "phases": its start (this worker's wall clock), the seconds connecting the
-    transport and the seconds of `work` (and the transport's own phases, if it has any)."""
+    transport and the seconds of `work`."""
     from distributed import Variable
 
     started = time.time()
@@ -161,15 +161,12 @@ def _long_lived(work, rank, size, key, authkey, nccl_id, backend, part, job):
     transport = HostTransport.connect(rank, size, exchange, authkey, TIMEOUT_S)
     if nccl_id is not None:
         from .transport_nccl import NcclTransport
-        transport = NcclTransport(ops, rank, size, nccl_id, control=transport)
+        transport = NcclTransport.connect(ops, rank, size, nccl_id, transport, group)
     connected = time.time()
     try:
         result = work(ops, transport, rank, part, job)
-        # the NCCL transport's own seconds (its communicator made and warmed up beside the
-        # work, and how long the first collective still waited for it)
         result["phases"] = {"started": started, "connect_s": connected - started,
-                            "work_s": time.time() - connected,
-                            **getattr(transport, "phases", {})}
+                            "work_s": time.time() - connected}
         return result
     except BaseException as exc:
         # the others must not wait for what this rank will never send

@@ -1,10 +1,13 @@
 """The transport between GPU workers: NCCL through nccl4py (NCCL's own Python bindings), with
 the host transport beside it for what NCCL does not do: telling the peers of a failure.
 
-The communicator is made in a thread of its own, and warmed up there by one broadcast the size
-of a panel, while the worker records its graph: on the 2-GPU machine the first broadcast of a
-new communicator took 0.25 s (NCCL connects its peers at their first collective), on the
-critical path of step 0 (perf/RESULTS.md, issue 32). A collective waits for that thread.
+A communicator outlives its call: made (and warmed up by one broadcast the size of a panel, as
+NCCL connects its peers at their first collective) on a worker set's first call, it is kept in
+each worker process and taken again by the next call on the same workers, once every rank has
+said over the host transport that it holds the same one (`connect`); else every rank makes a
+new one. On the 2-GPU machine a new communicator cost 0.05-0.1 s to make, its first broadcast
+0.17-0.25 s, and more to destroy, each call (perf/RESULTS.md, issue 32). A call that fails
+aborts its communicator instead of keeping it.
 
 Imported only where the cuda backend runs (scheduler/cluster.py, for backend "cuda"); nccl4py,
 PyCUDA and the cuda backend's blocks are needed only here. The nccl4py calls are those of the
@@ -26,7 +29,6 @@ exactly the panel's bytes cross the link.
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import nccl.core as nc
@@ -40,12 +42,13 @@ def unique_id_bytes() -> bytes:
     return nc.get_unique_id().as_bytes
 
 
-# the warm-up broadcast's size: NCCL picks its protocol by size, and a panel (m x nb float64)
-# is hundreds of MB; 64 MiB takes the same (simple) protocol as those
+# the warm-up broadcast of a new communicator: NCCL picks its protocol by size, and a panel
+# (m x nb float64) is hundreds of MB; 64 MiB takes the same (simple) protocol as those
 WARM_UP_BYTES = 64 << 20
-
-# how long a collective waits for the communicator to be made (the peers meet in NCCL's init)
-SETUP_TIMEOUT_S = 600.0
+# the communicators kept between calls: (the workers' addresses, rank) -> (communicator, the
+# unique id it was made from); a call takes its rank's out while it runs
+_kept: dict = {}
+_kept_lock = threading.Lock()
 
 # NCCL has no complex type: complex buffers travel as twice as many reals
 _AS_REAL = {np.dtype(np.complex64): np.dtype(np.float32),
@@ -66,72 +69,58 @@ class _Buffer:
 
 
 class NcclTransport:
-    """Collectives over NCCL between the ranks' GPUs (scheduler/transport.Transport).
-    `control`: the HostTransport between the same ranks, which carries aborts."""
+    """Collectives over NCCL between the ranks' GPUs (scheduler/transport.Transport), on `comm`
+    (made from unique id `comm_id`). `control`: the HostTransport between the same ranks,
+    which carries aborts. Made by `connect`."""
 
-    def __init__(self, ops, rank, size, nccl_id, control):
+    def __init__(self, ops, rank, size, comm, comm_id, control, group):
         self.ops, self.rank, self.size, self.control = ops, rank, size, control
-        self.comm = None
-        self.phases: dict = {}  # seconds: "nccl_init_s", "nccl_warm_up_s", "nccl_wait_s"
+        self.comm, self._comm_id, self._group = comm, comm_id, group
         self._staging: dict = {}  # lane name -> (pointer, bytes): pack buffers, per lane
         self._lock = threading.Lock()
-        self._aborting = False  # set by _abort_comm: a communicator made after it is aborted
-        self._setup_error: BaseException | None = None
-        self._setup = threading.Thread(target=self._make_communicator, args=(nccl_id,),
-                                       daemon=True, name=f"hybridla-nccl-setup-{rank}")
-        self._setup.start()
         self._watch = threading.Thread(target=self._abort_on_peer_failure, daemon=True,
                                        name=f"hybridla-nccl-watch-{rank}")
         self._closed = threading.Event()
         self._watch.start()
 
-    def _make_communicator(self, nccl_id):
-        """The setup thread: the communicator, then one broadcast of WARM_UP_BYTES from rank 0,
-        waited for (every rank runs the same, so the peers' first collective meets here)."""
-        started = time.perf_counter()
-        try:
-            with self.ops.active():
-                comm = nc.Communicator.init(self.size, self.rank, nc.UniqueId.from_bytes(nccl_id))
-                with self._lock:
-                    self.comm = comm
-                    if self._aborting:
-                        self._abort_comm_locked()
-                        return
-                made = time.perf_counter()
-                self.phases["nccl_init_s"] = round(made - started, 6)
-                lane = self.ops.lane("comm:setup")
-                buffer = self.ops.alloc(WARM_UP_BYTES)
-                try:
-                    with lane:
-                        comm.broadcast(_Buffer(buffer, WARM_UP_BYTES, np.uint8),
-                                       _Buffer(buffer, WARM_UP_BYTES, np.uint8), 0,
-                                       stream=lane.handle)
-                        lane.stream.synchronize()
-                finally:
-                    self.ops.free(buffer)
-                self.phases["nccl_warm_up_s"] = round(time.perf_counter() - made, 6)
-        except BaseException as exc:  # noqa: BLE001 - raised by the first collective
-            self._setup_error = exc
+    @classmethod
+    def connect(cls, ops, rank, size, nccl_id, control, group):
+        """This rank's transport among the workers `group` (their addresses, in rank order):
+        the communicator kept from the group's last call where every rank kept the same one,
+        else one made now from `nccl_id` (the call's, made on the client) and warmed up."""
+        with _kept_lock:
+            kept = _kept.pop((group, rank), None)
+        if _all_hold(control, size, None if kept is None else kept[1], len(nccl_id)):
+            return cls(ops, rank, size, kept[0], kept[1], control, group)
+        with ops.active():
+            if kept is not None:  # a peer has another one, or none: this one is done with
+                kept[0].abort()
+            comm = nc.Communicator.init(size, rank, nc.UniqueId.from_bytes(nccl_id))
+            transport = cls(ops, rank, size, comm, nccl_id, control, group)
+            try:
+                transport._warm_up()
+            except BaseException:
+                transport._closed.set()
+                transport._abort_comm()
+                raise
+        return transport
 
-    def _ready(self):
-        """Wait for the setup thread (its error raised here), then for nothing aborted."""
-        if self._setup.is_alive():
-            began = time.perf_counter()
-            self._setup.join(SETUP_TIMEOUT_S)
-            self.phases["nccl_wait_s"] = round(self.phases.get("nccl_wait_s", 0.0) +
-                                               time.perf_counter() - began, 6)
-            if self._setup.is_alive():
-                raise TransportAborted(f"the NCCL communicator was not made in "
-                                       f"{SETUP_TIMEOUT_S:.0f} s")
-        if self._setup_error is not None:
-            self._check()  # an abort explains it best
-            raise TransportAborted(f"making the NCCL communicator failed: "
-                                   f"{self._setup_error}") from self._setup_error
-        self._check()
+    def _warm_up(self):
+        """One broadcast of WARM_UP_BYTES from rank 0, waited for: NCCL connects the peers at
+        their first collective, which would otherwise be step 0's panel broadcast."""
+        lane = self.ops.lane("comm:setup")
+        buffer = self.ops.alloc(WARM_UP_BYTES)
+        try:
+            with lane:
+                whole = _Buffer(buffer, WARM_UP_BYTES, np.uint8)
+                self.comm.broadcast(whole, whole, 0, stream=lane.handle)
+                lane.stream.synchronize()
+        finally:
+            self.ops.free(buffer)
 
     # -- collectives ---------------------------------------------------------------------------
     def broadcast(self, lane, send, recv, root):
-        self._ready()
+        self._check()
         with self.ops.active():
             for i, target in enumerate(recv):
                 source = send[i] if self.rank == root else target
@@ -142,7 +131,7 @@ class NcclTransport:
                 self._unpack(lane, packed_recv, target)
 
     def reduce(self, lane, send, recv, root):
-        self._ready()
+        self._check()
         with self.ops.active():
             for source, target in zip(send, recv):
                 packed_send = self._contiguous(lane, source, "send", pack=True)
@@ -164,28 +153,27 @@ class NcclTransport:
         self._abort_comm()
 
     def close(self) -> None:
+        """End this call's use of the communicator: kept for the group's next call where
+        nothing was aborted (and no other call of the group's kept one meanwhile), else
+        aborted."""
         self._closed.set()
-        self._setup.join(SETUP_TIMEOUT_S if self.control.aborted is None else 10.0)
         with self.ops.active():
-            if self.control.aborted is None and self.comm is not None:
+            if self.control.aborted is None:
                 self.ops.synchronize()  # nothing of ours may still use the communicator
-                self.comm.destroy()
-                self.comm = None
-            else:
-                self._abort_comm()
+                with self._lock, _kept_lock:
+                    if self.comm is not None and (self._group, self.rank) not in _kept:
+                        _kept[(self._group, self.rank)] = (self.comm, self._comm_id)
+                        self.comm = None
+            self._abort_comm()
             for ptr, _ in self._staging.values():
                 self.ops.free(ptr)
         self.control.close()
 
     def _abort_comm(self):
         with self._lock:
-            self._abort_comm_locked()
-
-    def _abort_comm_locked(self):
-        self._aborting = True  # a communicator still being made is aborted once it is
-        if self.comm is not None:
-            self.comm.abort()
-            self.comm = None
+            if self.comm is not None:
+                self.comm.abort()
+                self.comm = None
 
     def _abort_on_peer_failure(self):
         """A peer's abort arrives on the host transport: abort NCCL too, so that a
@@ -226,6 +214,21 @@ class NcclTransport:
         staged = getattr(buffer, "block", None)
         if staged is not None and not _same(staged, target):
             self.ops.lacpy(lane, "A", staged, target)
+
+
+def _all_hold(control, size, comm_id, id_bytes) -> bool:
+    """Whether every rank holds a kept communicator with the same id (`comm_id`: this rank's,
+    or None; ids are `id_bytes` long), asked over the host transport: rank 0's id to all, a
+    count of the ranks that hold it back to rank 0, its verdict to all."""
+    mine = np.frombuffer(comm_id, np.uint8) if comm_id is not None else \
+        np.zeros(id_bytes, np.uint8)
+    root_id = mine.copy()
+    control.broadcast(None, [mine], [root_id], 0)
+    same = np.array([int(comm_id is not None and np.array_equal(mine, root_id))])
+    holding = np.zeros(1, same.dtype)
+    control.reduce(None, [same], [holding], 0)
+    control.broadcast(None, [holding], [holding], 0)
+    return int(holding[0]) == size
 
 
 def _same(a, b) -> bool:

@@ -123,9 +123,6 @@ class DeviceMatrix:
         self._transposed_slots = {}  # up slot -> whether it holds its block transposed
         self._transposition_buffers = {}  # lane name -> device buffer (transfers.upload_staged)
         self._column_sums = None  # `track_one_norm`: ones (m), column maxima (n), sums (n)
-        # a Future the first write into host_result waits for (a new home array that threads
-        # are faulting in: lapack/_dist.on_worker), or None
-        self.home_ready = None
 
     # -- memory --------------------------------------------------------------------------------
     def _alloc(self, nbytes):

@@ -301,15 +301,7 @@ def download_staged(A, lane, slot, r0, r1, c0, c1):
 
 def unstage_block(A, lane, slot, r0, r1, c0, c1):
     """Host side of a download: a down slot into the user's array at its place."""
-    _home_ready(A)
     unstage_array(A, lane, slot, A.host_result[r0:r1, c0:c1])
-
-
-def _home_ready(A):
-    """Before a write into A.host_result: wait for A.home_ready (DeviceMatrix), once."""
-    if A.home_ready is not None:
-        A.home_ready.result()
-        A.home_ready = None
 
 
 def unstage_array(A, lane, slot, target):
@@ -338,8 +330,6 @@ def _copy2d_piece(A, lane, r0, r1, c0, c1, to_device, host_array=None):
     else:
         host, host_ld, host_offset = host_array, host_array.shape[0], 0
     host_buffer = host.reshape(-1, order="F")[host_offset:]
-    if not to_device and host_array is None:
-        _home_ready(A)
     if to_device:
         copy.set_src_host(host_buffer)
         copy.src_pitch = host_ld * A.itemsize

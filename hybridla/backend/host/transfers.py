@@ -5,7 +5,7 @@ start on the data being there. Here the store is host memory: plain copies."""
 from __future__ import annotations
 
 import os
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -27,38 +27,6 @@ def from_host(lane, x, B):
     """The block B := the host array x (B's shape, B's dtype), complete on return (on a
     device backend: a copy up and a wait); x may be reused or freed afterwards."""
     B[...] = x
-
-
-# the memory page the kernel faults in at a first touch (a huge page is faulted in whole)
-PAGE_BYTES = 4096
-FAULT_IN_THREADS = 4
-
-
-def fault_in(array, threads=FAULT_IN_THREADS) -> Future:
-    """Have the kernel fault in every page of the new contiguous `array` now, by `threads`
-    host threads writing a zero into each page (its values are undefined before): a Future
-    that completes when they have. Made by np.empty, a large array is mapped but not backed,
-    and its first writer pays the kernel's zero-filling of every page it touches; a copy of
-    one block row into an F-ordered array touches them all (the first download of a worker's
-    17 GB home took 0.48 s so, issue 32). The caller must not write the array before the
-    Future completes."""
-    flat = array.reshape(-1, order="A")  # a view: the array is contiguous
-    step = max(PAGE_BYTES // array.itemsize, 1)
-    bounds = np.linspace(0, flat.size, threads + 1).astype(np.int64) // step * step
-
-    def touch(i):
-        flat[bounds[i]:bounds[i + 1]:step] = 0  # NumPy releases the GIL while it writes
-
-    def touch_all():
-        with ThreadPoolExecutor(threads, thread_name_prefix="hybridla-fault-in") as pool:
-            list(pool.map(touch, range(threads)))
-        flat[bounds[-1]::step] = 0
-
-    runner = ThreadPoolExecutor(1, thread_name_prefix="hybridla-fault-in")
-    try:
-        return runner.submit(touch_all)
-    finally:
-        runner.shutdown(wait=False)  # its thread ends with the touching
 
 
 def copy_by_columns(dst, src):
