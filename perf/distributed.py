@@ -247,7 +247,7 @@ def start_cluster(backend, scheduler):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("cuda", "host"), default="cuda")
-    parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")],
+    parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",") if x],
                         default=None, help="comma-separated orders (default 65536; host 600)")
     parser.add_argument("--routines", default="lu,cho,qr")
     parser.add_argument("--large", type=int, default=None,
@@ -262,7 +262,7 @@ def main(argv=None):
                         help="address of a running Dask scheduler (else a local cluster)")
     opts = parser.parse_args(argv)
     cuda = opts.backend == "cuda"
-    sizes = opts.sizes or ([65536] if cuda else [600])
+    sizes = opts.sizes if opts.sizes is not None else ([65536] if cuda else [600])
     large = opts.large if opts.large is not None else (120000 if cuda else 0)
     nb = opts.nb or (512 if cuda else 64)
     routines = [r for r in opts.routines.split(",") if r]
