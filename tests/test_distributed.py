@@ -252,6 +252,10 @@ def test_arguments_are_validated_on_the_client(client, rng):
         hd.solve(a, np.ones(20), assume_a="sym", client=client)
 
 
+def test_release_on_host_workers_has_nothing_to_let_go(client):
+    assert set(hd.release(client).values()) == {0}
+
+
 def test_no_client_is_an_error(monkeypatch):
     def none_active():
         raise ValueError("No clients found")
@@ -407,6 +411,10 @@ def test_two_gpus_lu_cholesky_qr(monkeypatch):
         kept = gpu_client.run(_kept_communicators)
         assert [len(ids) for ids in kept.values()] == [1, 1], kept
         assert len({ids[0] for ids in kept.values()}) == 1, kept
+        assert hd.release(gpu_client) == {w: 1 for w in kept}
+        assert [len(ids) for ids in gpu_client.run(_kept_communicators).values()] == [0, 0]
+        lu, piv = hd.lu_factor(da.from_array(large, chunks=(1500, 256)), **options)
+        assert np.isfinite(lu.compute()).all()  # a new communicator, made again
 
 
 # -- a worker's host-resident part: every final block goes home, once ----------------------------

@@ -177,6 +177,18 @@ def _long_lived(work, rank, size, key, authkey, nccl_id, group, backend, part, j
         variables[rank].delete()
 
 
+def release(client) -> dict:
+    """On every worker of `client`: let go of what hybridla keeps there between calls, the
+    NCCL communicators (transport_nccl.release_kept). Returns {worker address: how many}."""
+    return client.run(_release_here)
+
+
+def _release_here() -> int:
+    import sys
+    nccl = sys.modules.get("hybridla.scheduler.transport_nccl")  # never imported: none kept
+    return 0 if nccl is None else nccl.release_kept(get_backend("cuda"))
+
+
 def local_parts(client, futures):
     """Each rank's factors, a Future on its worker (nothing moves)."""
     return [client.submit(operator.getitem, f, "local", pure=False) for f in futures]

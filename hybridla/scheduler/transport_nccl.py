@@ -216,6 +216,21 @@ class NcclTransport:
             self.ops.lacpy(lane, "A", staged, target)
 
 
+def release_kept(ops) -> int:
+    """Abort every communicator this process keeps (`connect`): their GPU memory and proxy
+    threads go; the next call on those workers makes new ones. Returns how many there were.
+    (Aborted, not destroyed: destroying is collective in NCCL, and the peers may already have
+    let theirs go.)"""
+    with _kept_lock:
+        kept = list(_kept.values())
+        _kept.clear()
+    if kept:
+        with ops.active():
+            for comm, _ in kept:
+                comm.abort()
+    return len(kept)
+
+
 def _all_hold(control, size, comm_id, id_bytes) -> bool:
     """Whether every rank holds a kept communicator with the same id (`comm_id`: this rank's,
     or None; ids are `id_bytes` long), asked over the host transport: rank 0's id to all, a
