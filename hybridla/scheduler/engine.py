@@ -78,10 +78,18 @@ class _Run:
             with lane:
                 lane.wait_for(waits)
                 start = lane.record()
+                t0 = time.perf_counter()
                 task.fn(lane)
+                t1 = time.perf_counter()
                 end = lane.record()
             self.events[task.index] = end
             self.device_timings.append((task, task.lane, start, end))
+            if task.lane.startswith("comm:"):
+                # a collective's call itself (not its device work) on a lane of its own: a
+                # call that does not return at once holds a host thread of the run (NCCL
+                # blocks when its queue of operations is full)
+                self.trace.add(task.name, f"{task.lane} call", t0 - self.origin_time,
+                               t1 - self.origin_time, step=task.step)
         else:
             if any(w is not None for w in waits):
                 if task.enqueues_on is not None:  # the device orders it after its inputs
