@@ -10,7 +10,9 @@ Usage (from the repository root):
     python3 perf/distributed.py --backend host --sizes 600      # the CPU machine (a smoke test)
 
 What each row times (after an untimed call of each routine at n = WARMUP_N, on one GPU and
-on the workers: kernels compiled, handles and communicators made; best of --repeat):
+on the workers: kernels compiled, handles and communicators made; with --warm-at-size the
+workers' untimed call is at the timed order instead, so their memory is grown too; best of
+--repeat):
 - "workers": the wall time of the hybridla.distributed call on the client, the input already a
   dask array persisted on the workers (generated there, seeded: it never passes through the
   client), the factors left on the workers as a dask array (not computed); so it includes the
@@ -257,6 +259,10 @@ def main(argv=None):
     parser.add_argument("--lookaheads", type=lambda s: [int(x) for x in s.split(",")],
                         default=[None], help="look-ahead depths to run each routine with, "
                         "in turn on the same input (default: config)")
+    parser.add_argument("--warm-at-size", action="store_true",
+                        help="make the workers' untimed first call of each routine at the "
+                        "timed order (not WARMUP_N): host memory, pinned slots and device "
+                        "pools grown before the timing")
     parser.add_argument("--trace-dir", default=None)
     parser.add_argument("--scheduler", default=None,
                         help="address of a running Dask scheduler (else a local cluster)")
@@ -286,11 +292,16 @@ def main(argv=None):
         print("| routine | n | workers s | TFLOP/s | one GPU s | speedup | overhead | check |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- |")
         runs = [(r, n) for r in routines for n in sizes] + ([("lu", large)] if large else [])
-        for routine in {r for r, _ in runs}:  # untimed first: each worker's kernels, handles
-            warm = client.persist(matrix(WARMUP_N, routine, nb))
-            wait(warm)
-            run_distributed(client, routine, warm, opts.backend, nb, None)
-            del warm
+        # untimed first: each worker's kernels, handles and communicator; with --warm-at-size
+        # also its memory at the timed order (on a fresh GPU machine the first touch of a
+        # worker's new 17 GB home took 7.0 s at n = 65536: perf/RESULTS.md, issue 32, stop 43)
+        warm_sizes = sorted({n for _, n in runs}) if opts.warm_at_size else [WARMUP_N]
+        for routine in {r for r, _ in runs}:
+            for size in warm_sizes:
+                warm = client.persist(matrix(size, routine, nb))
+                wait(warm)
+                run_distributed(client, routine, warm, opts.backend, nb, None)
+                del warm
         for routine, n in runs:
             a = matrix(n, routine, nb)
             if n != large:  # the large one is generated as it is placed: held once, not twice

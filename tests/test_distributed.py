@@ -338,13 +338,15 @@ def test_perf_script_smoke(client, tmp_path):
     """perf/distributed.py runs on the host backend (its GPU runs are for the 2-GPU machine)."""
     out = subprocess.run(
         [sys.executable, str(ROOT / "perf" / "distributed.py"), "--backend", "host", "--sizes",
-         "300", "--routines", "lu,cho,qr", "--repeat", "1", "--trace-dir", str(tmp_path),
+         "300", "--routines", "lu,cho,qr", "--repeat", "1", "--warm-at-size",
+         "--lookaheads", "1,2", "--trace-dir", str(tmp_path),
          "--scheduler", client.scheduler.address],
         capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert re.search(r"\| lu \| 300 \|", out.stdout), out.stdout
+    assert re.search(r"\| lu la1 \| 300 \|", out.stdout), out.stdout
+    assert re.search(r"\| qr la2 \| 300 \|", out.stdout), out.stdout
     # each row's phases, every worker's among them, from the trace's metadata
-    assert re.search(r"lu 300 phases \(s\): layout [0-9.]+, jobs [0-9.]+ \(w0: waited "
+    assert re.search(r"lu la1 300 phases \(s\): layout [0-9.]+, jobs [0-9.]+ \(w0: waited "
                      r"-?[0-9.]+, connect [0-9.]+, work [0-9.]+ \[check [0-9.]+, store [0-9.]+, "
                      r"run [0-9.]+, before engine [0-9.]+, after engine -?[0-9.]+, "
                      r"output and close [0-9.]+\]; w1: .*\), results [0-9.]+",
