@@ -32,7 +32,7 @@ def _uncovered(live, r0, r1, c0, c1) -> list:
     factorization rewrites the rows below each panel: without this every update since the
     first stayed live down to row m, and each step's download of its final rows scanned them
     all. A distributed LU worker at n = 65536 took 0.26-0.42 s to record its 128 steps on the
-    H100's host, most of it those scans: perf/probes/probe_dist_recording.py.)"""
+    H100's host, most of it those scans; with this, 0.07-0.30 s: perf/RESULTS.md, issue 32.)"""
     kept = []
     for entry in live:
         er0, er1, ec0, ec1 = entry[0], entry[1], entry[2], entry[3]
