@@ -131,8 +131,10 @@ def run_job(client, addresses, work, parts, job, backend="host"):
     if backend == "cuda":
         from .transport_nccl import unique_id_bytes
         nccl_id = unique_id_bytes()
+    group = tuple(addresses)  # the worker set: what a kept NCCL communicator is kept for
     futures = [client.submit(_long_lived, work, rank, len(addresses), key, authkey, nccl_id,
-                             tuple(addresses), backend, part, job, key=f"hybridla-{job['routine']}-{key}-{rank}",
+                             group, backend, part, job,
+                             key=f"hybridla-{job['routine']}-{key}-{rank}",
                              workers=[address], allow_other_workers=False, pure=False)
                for rank, (address, part) in enumerate(zip(addresses, parts))]
     wait(futures)

@@ -86,8 +86,8 @@ class _Run:
             self.device_timings.append((task, task.lane, start, end))
             if task.lane.startswith("comm:"):
                 # a collective's call itself (not its device work) on a lane of its own: a
-                # call that does not return at once holds a host thread of the run (NCCL
-                # blocks when its queue of operations is full)
+                # call that does not return at once holds one of the run's host threads (NCCL
+                # may block in it, when its queue of operations is full)
                 self.trace.add(task.name, f"{task.lane} call", t0 - self.origin_time,
                                t1 - self.origin_time, step=task.step)
         else:
