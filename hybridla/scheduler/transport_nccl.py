@@ -1,7 +1,7 @@
 """The transport between GPU workers: NCCL through nccl4py (NCCL's own Python bindings), with
 the host transport beside it for what NCCL does not do: telling the peers of a failure.
 
-A communicator outlives its call: made (and warmed up by one broadcast the size of a panel, as
+A communicator outlives its call: made (and warmed up by one broadcast of WARM_UP_BYTES, as
 NCCL connects its peers at their first collective) on a worker set's first call, it is kept in
 each worker process and taken again by the next call on the same workers, once every rank has
 said over the host transport that it holds the same one (`connect`); else every rank makes a
