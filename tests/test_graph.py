@@ -252,3 +252,43 @@ def test_a_cpu_task_that_enqueues_on_a_lane_waits_for_its_inputs_there_not_on_th
     assert sorted(where for where, events in backend.waits) == [
         "on the host", "on the stream of gpu:panel"]
     assert all(len(events) == 1 for where, events in backend.waits)
+
+
+def test_device_enqueues_that_block_hold_their_own_lanes_not_the_cpu_tasks():
+    """On a device backend each device lane enqueues on a thread of its own (engine.py): an
+    enqueue that blocks (CUDA's queue of a stream full while the stream waits) holds its lane
+    only, and the CPU tasks (the staging copies) run on. Here six enqueues on three lanes block
+    until the last of a chain of CPU tasks releases them; with the two workers shared by
+    every task they held both, and the chain never got to run."""
+    backend = _PretendDevice()
+    released, seen = threading.Event(), []
+
+    def blocked(lane):
+        seen.append(released.wait(5.0))
+
+    g = TaskGraph()
+    for i, lane in enumerate(("gpu:update", "gpu:panel", "copy:h2d") * 2):
+        g.add("enqueue", 0, lane, blocked, writes=[A(i, i + 1, 0, 1)])
+    for i in range(8):
+        g.add("stage", i, "cpu", noop, writes=[A(i, i + 1, 1, 2)], chain="stage")
+    g.add("release", 8, "cpu", lambda lane: released.set(), chain="stage")
+    run(g, backend, workers=2)
+    assert seen == [True] * 6
+
+
+def test_a_failing_device_task_stops_the_tasks_queued_on_every_lane():
+    """On a device backend the tasks that depend on a failed one, queued on the lanes' own
+    threads, are skipped, during the run and after it has raised."""
+    backend, ran = _PretendDevice(), []
+
+    def boom(lane):
+        raise RuntimeError("task failed")
+    g = TaskGraph()
+    g.add("boom", 0, "gpu:update", boom, writes=[A(0, 1, 0, 1)])
+    for i, lane in enumerate(("gpu:update", "gpu:panel", "copy:d2h", "cpu")):
+        g.add("after", 1, lane, lambda lane, i=i: ran.append(i), reads=[A(0, 1, 0, 1)],
+              writes=[A(i + 1, i + 2, 0, 1)])
+    with pytest.raises(RuntimeError, match="task failed"):
+        run(g, backend, workers=2)
+    time.sleep(0.1)
+    assert ran == []

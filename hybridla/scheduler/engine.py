@@ -6,6 +6,16 @@ the device side: a device task first makes its stream wait for the events its de
 recorded. A CPU task that depends on device work waits for those events on the host — the only
 host waits inside a factorization, and each one is for data the CPU is about to read.
 
+Who runs the tasks: on the host backend, the `workers` threads, in Dask's priority order. On a
+device backend the CPU tasks get the `workers` threads and each device lane a thread of its own,
+which enqueues the lane's tasks in the order they become ready. An enqueue can block: CUDA's
+queue of a stream is finite, and the host runs far ahead of a stream that waits (for a panel
+from another GPU, say), as can an NCCL call. With one pool for both, four such enqueues held all
+four threads and the CPU's copies stopped with them (perf/RESULTS.md, issue 32, stop 44); with
+a thread per lane a blocked enqueue holds only its own lane, whose stream is full anyway. A
+device task's call that takes longer than `SLOW_CALL_S`, and every collective's, shows in the
+trace on a lane of its own ("gpu:update call").
+
 A task that raises marks the run failed; tasks not yet started then skip, and `run` waits for
 those in flight before re-raising, so the caller can free device memory safely.
 
@@ -25,11 +35,15 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 
+import dask.local
 import dask.threaded
 from dask.task_spec import Task as DaskTask, TaskRef
 
 from .progress import FinishedWork
 from .trace import Trace
+
+# a device task's call (its enqueue) this long or longer shows in the trace (module docstring)
+SLOW_CALL_S = 2e-3
 
 
 class _Run:
@@ -53,11 +67,11 @@ class _Run:
 
     def execute(self, index, *_dependencies):
         self.started.set()
-        if self.failure is not None:
-            return None  # a task failed: the rest of the graph is skipped
-        with self.idle:
+        with self.idle:  # counted before the check: a failure's wait_for_in_flight sees it
             self.in_flight += 1
         try:
+            if self.failure is not None:
+                return None  # a task failed: the rest of the graph is skipped
             self._execute(self.graph.tasks[index])
             if self.progress is not None:  # now (CPU work) or once its device event completes
                 self.progress.done(self.graph.tasks[index], self.events.get(index))
@@ -72,8 +86,7 @@ class _Run:
 
     def _execute(self, task):
         waits = [self.events.get(d) for d in task.deps]
-        on_device = self.backend.has_device and not task.lane.startswith("cpu")
-        if on_device:
+        if _on_device(self.backend, task):
             lane = self.backend.lane(task.lane)
             with lane:
                 lane.wait_for(waits)
@@ -84,10 +97,10 @@ class _Run:
                 end = lane.record()
             self.events[task.index] = end
             self.device_timings.append((task, task.lane, start, end))
-            if task.lane.startswith("comm:"):
-                # a collective's call itself (not its device work) on a lane of its own: a
-                # call that does not return at once holds one of the run's host threads (NCCL
-                # may block in it, when its queue of operations is full)
+            if task.lane.startswith("comm:") or t1 - t0 >= SLOW_CALL_S:
+                # the call itself (not its device work) on a lane of its own: a call that does
+                # not return at once holds its lane's host thread (CUDA's queue of the stream
+                # full; NCCL's of operations)
                 self.trace.add(task.name, f"{task.lane} call", t0 - self.origin_time,
                                t1 - self.origin_time, step=task.step)
         else:
@@ -139,12 +152,19 @@ def run(graph, backend, *, workers: int = 4, trace: Trace | None = None, progres
         backend.end_run()
 
 
+def _on_device(backend, task) -> bool:
+    """Whether `task` enqueues on a device lane (else it is CPU work, a thread's own)."""
+    return backend.has_device and not task.lane.startswith("cpu")
+
+
 class _Workers(threading.local):
-    """Per calling thread: the Dask worker pools (by size), shared by a run's head and rest so
-    that one worker keeps one trace lane, and the thread that runs the head meanwhile."""
+    """Per calling thread: the Dask worker pools (by size) and the device lanes' threads (by
+    lane), shared by a run's head and rest so that one worker keeps one trace lane, and the
+    thread that runs the head meanwhile."""
 
     def __init__(self):
         self.pools = {}
+        self.lane_threads = {}
         self.head_runner = None
 
     def pool(self, workers):
@@ -161,7 +181,35 @@ class _Workers(threading.local):
 _workers = _Workers()
 
 
-def _execute(state, tasks, pool):
+class _Dispatch:
+    """Where a run's tasks run (module docstring): `pool`, the `workers` threads, for all of
+    them on the host backend; on a device backend for the CPU tasks only, each device lane's
+    tasks going to its thread of `lane_threads` (made here on a lane's first task)."""
+
+    def __init__(self, graph, backend, pool, lane_threads):
+        self.graph, self.backend, self.pool = graph, backend, pool
+        self.lane_threads = lane_threads
+
+    def get(self, dsk):
+        if not self.backend.has_device:
+            dask.threaded.get(dsk, list(dsk), pool=self.pool)
+            return
+        # every ready task is handed over at once (as many in flight as there are tasks): a
+        # device lane's thread takes its own in turn, the pool the CPU tasks as its threads free
+        dask.local.get_async(self._submit, max(len(dsk), 1), dsk, list(dsk), chunksize=1)
+
+    def _submit(self, fn, batch):
+        (key, *_), = batch  # chunksize 1: one task a call
+        task = self.graph.tasks[key[1]]
+        if not _on_device(self.backend, task):
+            return self.pool.submit(fn, batch)
+        if task.lane not in self.lane_threads:
+            self.lane_threads[task.lane] = ThreadPoolExecutor(
+                1, thread_name_prefix=f"hybridla-{task.lane}")
+        return self.lane_threads[task.lane].submit(fn, batch)
+
+
+def _execute(state, tasks, dispatch):
     """Run `tasks` (a contiguous slice of the graph) through Dask; their dependencies on tasks
     before the slice are left out: those have run, and their events are in `state`."""
     if not tasks:
@@ -170,21 +218,21 @@ def _execute(state, tasks, pool):
     dsk = {("task", t.index): DaskTask(("task", t.index), state.execute, t.index,
                                        *[TaskRef(("task", d)) for d in t.deps if d >= first])
            for t in tasks}
-    dask.threaded.get(dsk, list(dsk), pool=pool)
+    dispatch.get(dsk)
 
 
-def _execute_head(state, tasks, pool):
+def _execute_head(state, tasks, dispatch):
     try:
-        _execute(state, tasks, pool)
+        _execute(state, tasks, dispatch)
     finally:
         state.started.set()
 
 
-def _execute_while_recording(state, graph, recording, head_steps, pool):
+def _execute_while_recording(state, graph, recording, head_steps, dispatch):
     for _ in itertools.islice(recording, head_steps):
         pass
     head = len(graph.tasks)
-    head_run = _workers.runner().submit(_execute_head, state, graph.tasks[:head], pool)
+    head_run = _workers.runner().submit(_execute_head, state, graph.tasks[:head], dispatch)
     try:
         # The head starts before recording goes on, and each recorded step yields the GIL
         # (sleep(0)) so that the workers enqueue what is ready. The switch interval is left alone:
@@ -199,7 +247,7 @@ def _execute_while_recording(state, graph, recording, head_steps, pool):
     finally:
         wait([head_run])  # the head's tasks have returned before we go on, or raise
     head_run.result()
-    _execute(state, graph.tasks[head:], pool)
+    _execute(state, graph.tasks[head:], dispatch)
 
 
 def _run(state, graph, backend, workers, trace, recording, head_steps):
@@ -211,12 +259,12 @@ def _run(state, graph, backend, workers, trace, recording, head_steps):
     state.origin_time = time.perf_counter()
     # the origin on the wall clock: traces of runs in other processes line up by it
     trace.wall_origin = time.time()
-    pool = _workers.pool(workers)
+    dispatch = _Dispatch(graph, backend, _workers.pool(workers), _workers.lane_threads)
     try:
         if recording is None:
-            _execute(state, graph.tasks, pool)
+            _execute(state, graph.tasks, dispatch)
         else:
-            _execute_while_recording(state, graph, recording, head_steps, pool)
+            _execute_while_recording(state, graph, recording, head_steps, dispatch)
     except BaseException:
         state.wait_for_in_flight()
         backend.synchronize()  # nothing may still write to memory the caller is about to free
