@@ -333,7 +333,9 @@ class LuOps(Protocol):
         row moves they amount to, which laswp then applies at once)."""
     def laswp(self, lane: Any, A: Any, c0: int, c1: int, k0: int, k1: int,
               forward: bool = True, pivots_of: Any = None) -> None:
-        """Pivots k0..k1-1 applied to columns c0:c1, in order (backwards: undone)."""
+        """Pivots k0..k1-1 (of `pivots_of`, default A) applied to columns c0:c1, in order
+        (backwards: undone); forwards, as the row moves prepare_interchanges made of them
+        where it did."""
 
 
 class QrOps(Protocol):

@@ -278,14 +278,17 @@ class PanelSlots:
             store.close()
 
 
-def record_broadcast(graph, run, step, owner, send, recv, reads, slots):
+def record_broadcast(graph, run, step, owner, send, recv, reads, slots, then=None):
     """The task that brings step's panel from its owner to every rank: `send(lane)` the
     owner's buffers (its panel where it was factored), `recv(lane)` this rank's (the step's
-    slot); chained, so that every rank calls its collectives in the same order."""
+    slot); chained, so that every rank calls its collectives in the same order. `then(lane)`,
+    if given, follows the broadcast on its lane (the LU's row moves made of the pivots)."""
     transport = run.transport
 
     def broadcast(lane):
         transport.broadcast(lane, send(lane) if run.rank == owner else [], recv(lane), owner)
+        if then is not None:
+            then(lane)
 
     return graph.add("bcast", step, "comm:bcast", broadcast,
                      reads=reads if run.rank == owner else (), writes=[slots.region(step)],

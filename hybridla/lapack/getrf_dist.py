@@ -4,7 +4,11 @@ the matrix in 1-D block-cyclic columns (lapack/_dist.py says why), one worker's 
 For each step k (panel columns k0:k1, kb = k1 - k0 <= nb), on every rank:
 
     owner of block k:  [A11; A21] = P_k [L11; L21] U11      its panel, in place
-    all:               slot := the owner's [L11; L21] and P_k  one broadcast (comm:bcast)
+    all:               slot := the owner's [L11; L21] and P_k  one broadcast (comm:bcast),
+                       P_k made the row moves it amounts to, which every laswp below applies
+                       at once (replayed column by column, the interchanges of the columns
+                       left of the panels alone took 0.16-0.19 s of each worker's run at
+                       n = 65536 on 2 GPUs, perf/RESULTS.md, issue 32)
     all:               [A10; A20] := P_k^T [A10; A20]          its finished columns on the left
     all, its columns right of the panel, the next one first (look-ahead) then the rest:
                        [A12; A22] := P_k^T [A12; A22];  A12 := L11^-1 A12;  A22 -= L21 A12
@@ -55,7 +59,9 @@ def record_getrf_dist(graph, run, slots):
                              panel.block(0, m - k0, 0, kb), run.transport.pivots(panel, 0, kb)],
                          lambda lane, S=S, k0=k0, kb=kb: [S.block(0, m - k0, 0, kb),
                                                           run.transport.pivots(S, 0, kb)],
-                         [own_panel], slots)
+                         [own_panel], slots,
+                         then=lambda lane, S=S, kb=kb: ops.prepare_interchanges(lane, S, 0, 0,
+                                                                                kb))
 
         # [A10; A20] := P^T [A10; A20]
         if lk > 0:

@@ -195,12 +195,13 @@ def prepare_interchanges(lane, A, step, k0, k1):
 
 
 def laswp(lane, A, c0, c1, k0, k1, forward=True, pivots_of=None):
-    """Apply the interchanges of pivots k0..k1-1 (global rows) to columns c0:c1: as the
-    step's row moves where prepare_interchanges made them, else replayed column by column."""
+    """Apply the interchanges of pivots k0..k1-1 (global rows; of `pivots_of`, default A) to
+    columns c0:c1: as the row moves prepare_interchanges made of them where it did, else
+    replayed column by column."""
     ncols = c1 - c0
     if ncols <= 0 or k1 <= k0:
         return
-    moves = A.moves.get((k0, k1)) if forward and pivots_of is None else None
+    moves = (pivots_of or A).moves.get((k0, k1)) if forward else None
     if moves is not None:
         lane.backend.kernels.launch(f"apply_moves_{A.itemsize}",
                                     (min(ncols, _MOVES_MAX_BLOCKS),), (_MOVES_THREADS,),
