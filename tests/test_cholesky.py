@@ -258,3 +258,37 @@ def test_plan_takes_the_tuning_entrys_panel_place_and_tail():
     with hybridla.config.set({"cho.tail": 2.5}):
         with pytest.raises(ValueError, match="cho.tail"):
             make_plan(ops, 100, 100, np.float64, routine="cho")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("starts", [[0, 8, 16, 24], [0, 4, 12, 16, 28], [0, 12]],
+                         ids=["spaced", "uneven", "two"])
+def test_the_staircase_update_is_the_lower_staircase_of_c_minus_p_p_h(dtype, starts):
+    """update/chol.staircase_update (the distributed Cholesky's trailing update of a worker's
+    block columns): block column i from row starts[i] down gets C - P P^H, the strict upper
+    triangle of its diagonal block and everything above it untouched; the last block column
+    narrower than nb; equally spaced runs of diagonal blocks batched (row_step), any other
+    spacing block by block."""
+    from hybridla.backend import get_backend
+    from hybridla.update.chol import staircase_update
+
+    ops, nb, rng = get_backend("host"), 4, np.random.default_rng(7)
+    width = nb * (len(starts) - 1) + 3
+    rows = starts[-1] + 3 + 5
+    p = random_matrix(rows, 3, dtype, rng)
+    c = random_matrix(rows, width, dtype, rng)
+    for i, top in enumerate(starts):  # a Hermitian matrix's diagonal is real (herk keeps it so)
+        for j in range(i * nb, min(i * nb + nb, width)):
+            c[top + j - i * nb, j] = c[top + j - i * nb, j].real
+    expected = c.copy()
+    product = p @ p.conj().T
+    for i, top in enumerate(starts):
+        c0, c1 = i * nb, min(i * nb + nb, width)
+        for j in range(c0, c1):
+            r0 = top + j - c0  # from the diagonal of its block down
+            expected[r0:, j] -= product[r0:, top + j - c0]
+    got = np.asfortranarray(c.copy())
+    staircase_update(ops, ops.lane("gpu:update"), np.asfortranarray(p), got, starts, nb,
+                     lambda lane, r, k: np.empty((r, k), dtype, order="F"))
+    tol = 50 * eps_of(dtype) * max(1.0, np.abs(product).max())
+    assert np.abs(got - expected).max() <= tol

@@ -296,8 +296,9 @@ class BlasOps(Protocol):
              C: Any) -> None:
         """C := alpha A A^H + beta C ("N") or alpha A^H A + beta C, the uplo triangle."""
     def herk_diagonal_blocks(self, lane: Any, uplo: str, trans: str, alpha: Any, A: Any, C: Any,
-                             nb: int, scratch: Any) -> None:
-        """herk on each diagonal block of order nb of C, gemm below (above) them."""
+                             nb: int, scratch: Any, row_step: int | None = None) -> None:
+        """The `uplo` triangles of C's diagonal blocks of order nb += alpha op(A) op(A)^H;
+        with `row_step` (lower, "N"): block i at rows i row_step, columns i nb, all full."""
     def invert_triangular_blocks(self, lane: Any, uplo: str, diag: str, T: Any, b: int, W: Any,
                                  scratch: Any) -> None:
         """The inverses of T's diagonal blocks of order b, block c at columns c (b + 1) of W

@@ -61,7 +61,7 @@ def record_potrf_dist(graph, run, slots):
                                   functools.partial(_update, run=run, S=S, k0=k0, kb=kb, c0=c0,
                                                     c1=c1),
                                   reads=[slot], writes=_trapezoid(run, c0, c1),
-                                  flops=chol_update.herk_flops(n, k0, k1, 0, c1 - c0)))
+                                  flops=_update_flops(run, kb, c0, c1)))
 
         # the owner's block column k is final since its panel: a host-resident part sends it
         # home (the strict upper triangle is never written and stays as it came)
@@ -89,11 +89,18 @@ def _panel(lane, ops, panel):
 
 
 def _update(lane, run, S, k0, kb, c0, c1):
-    """Block column by block column (each its own rows j0:n of the panel): the trapezoid
-    update of update/chol.py on blocks of the local store and the slot."""
+    """Local columns c0:c1, each block column j from its global row j0 down: the staircase
+    update of update/chol.py on the local store and the slot (whose rows are k0:n)."""
     ops, A, n, nb = run.ops, run.A, run.layout.n, run.plan.nb
-    for c in range(c0, c1, nb):
-        width = min(nb, c1 - c)
-        j0 = run.layout.global_column(run.rank, c)
-        chol_update.trapezoid_update(ops, lane, "L", S.block(j0 - k0, n - k0, 0, kb),
-                                     A.block(j0, n, c, c + width), nb, A.scratch)
+    starts = [run.layout.global_column(run.rank, c) for c in range(c0, c1, nb)]
+    top = starts[0]
+    chol_update.staircase_update(ops, lane, S.block(top - k0, n - k0, 0, kb),
+                                 A.block(top, n, c0, c1), [j0 - top for j0 in starts], nb,
+                                 A.scratch)
+
+
+def _update_flops(run, kb, c0, c1):
+    """Real flops of `_update`: each block column's triangle and the rectangle below it."""
+    n, nb = run.layout.n, run.plan.nb
+    return sum(chol_update.herk_flops(n - run.layout.global_column(run.rank, c), 0, kb, 0,
+                                      min(nb, c1 - c)) for c in range(c0, c1, nb))

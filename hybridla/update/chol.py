@@ -128,6 +128,42 @@ def trapezoid_update(ops, lane, uplo: str, P, C, nb: int, scratch) -> None:
         _rectangle_update(ops, lane, uplo, P, C, (width, rows), (0, width))
 
 
+def staircase_update(ops, lane, P, C, starts, nb, scratch) -> None:
+    """C := C - P P^H on a lower staircase: block column i of C (its columns i nb : i nb +
+    nb, the last one maybe narrower) from row starts[i] down, its block there its diagonal
+    block (lower triangle only). `starts` ascend by nb or more (a worker's block columns of
+    a matrix dealt out by columns: lapack/potrf_dist.py); P's rows match C's.
+
+    Each block column's rows below its diagonal block are one gemm (tall: most of the
+    flops), and the diagonal blocks go in runs of equal spacing, one batched call a run
+    (herk_diagonal_blocks' row_step). One trapezoid update per block column took seven
+    launches a block, and the host enqueueing them fell behind the GPU (the distributed
+    Cholesky at n = 65536 on 2 GPUs, perf/RESULTS.md, issue 32)."""
+    rows, width = C.shape
+    sub, kb = ops.sub_block, P.shape[1]
+    blocks = [(i * nb, min(i * nb + nb, width), starts[i]) for i in range(-(-width // nb))]
+    for c0, c1, top in blocks:  # below each diagonal block; the tallest first
+        below = top + c1 - c0
+        if below < rows:
+            ops.gemm(lane, -1, sub(P, below, rows, 0, kb), sub(P, top, below, 0, kb), 1,
+                     sub(C, below, rows, c0, c1), trans_b="C")
+    first = 0
+    while first < len(blocks):  # the diagonal blocks: runs of full ones equally spaced
+        last = first + 1
+        full = blocks[first][1] - blocks[first][0] == nb
+        spacing = blocks[last][2] - blocks[first][2] if full and last < len(blocks) else nb
+        while full and last < len(blocks) and blocks[last][1] - blocks[last][0] == nb and \
+                blocks[last][2] - blocks[last - 1][2] == spacing:
+            last += 1
+        c0, top = blocks[first][0], blocks[first][2]
+        c1, bottom = blocks[last - 1][1], blocks[last - 1][2] + blocks[last - 1][1] - \
+            blocks[last - 1][0]
+        ops.herk_diagonal_blocks(lane, "L", "N", -1, sub(P, top, bottom, 0, kb),
+                                 sub(C, top, bottom, c0, c1), nb, scratch(lane, nb, c1 - c0),
+                                 row_step=spacing if last - first > 1 else None)
+        first = last
+
+
 def _triangle_update(ops, lane, uplo, P, C, width, nb, scratch):
     """The diagonal triangle of order `width`: its diagonal blocks of nb at once
     (`herk_diagonal_blocks`: one strided-batched gemm on a device), the rest by recursive

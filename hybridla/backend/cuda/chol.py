@@ -32,9 +32,12 @@ def potrf_panel(lane, A, step, uplo, k0, k1):
                                          block.ld, work, need, int(A.info_dev) + step * 4)
 
 
-def herk_diagonal_blocks(lane, uplo, trans, alpha, A, C, nb, scratch):
+def herk_diagonal_blocks(lane, uplo, trans, alpha, A, C, nb, scratch, row_step=None):
     """The `uplo` triangles of C's diagonal blocks of nb (the last one may be smaller)
-    += alpha op(A) op(A)^H for the matching rows ("N") or columns ("C") of A. cuBLAS's herk
+    += alpha op(A) op(A)^H for the matching rows ("N") or columns ("C") of A. With
+    `row_step` (lower, "N" only): C's blocks of nb columns each, block i at rows i row_step
+    (a worker's block columns of a matrix dealt out cyclically), all full: `_spaced_blocks`.
+    cuBLAS's herk
     on one small block runs far below gemm's rate and each is a launch of its own, so the
     full blocks are strided-batched gemms: each block's triangle halved (the square between
     its halves, for all blocks in one call) down to blocks of `_DIAGONAL_LEAF`, whose full
@@ -42,6 +45,9 @@ def herk_diagonal_blocks(lane, uplo, trans, alpha, A, C, nb, scratch):
     whose `uplo` triangles one kernel adds to C (the other triangle of C is not touched:
     LAPACK's contract for the user's matrix). Squares of the leaf's order rather than nb's
     cut the flops spent on the other triangle by nb / leaf."""
+    if row_step is not None and row_step != nb:
+        _spaced_blocks(lane, uplo, trans, alpha, A, C, nb, scratch, row_step)
+        return
     full, rest = divmod(C.rows, nb)
     if rest:
         start = full * nb
@@ -80,6 +86,29 @@ def herk_diagonal_blocks(lane, uplo, trans, alpha, A, C, nb, scratch):
                                 ctypes.c_longlong(leaf), ctypes.c_longlong(leaf * leaf),
                                 ctypes.c_void_p(C.ptr), ctypes.c_longlong(C.ld),
                                 ctypes.c_longlong(leaf * (C.ld + 1)), ctypes.c_int(leaf),
+                                ctypes.c_int(_LASET_PART[uplo]))
+
+
+def _spaced_blocks(lane, uplo, trans, alpha, A, C, nb, scratch, row_step):
+    """herk_diagonal_blocks for blocks i at rows i row_step of C (and A), columns i nb of C:
+    their full squares, both triangles, in one strided-batched gemm to `scratch` (nb x C.cols
+    or more), then the `uplo` triangles added to C by one kernel. Squares of nb rather than
+    the halving's leaves: the nb^2 kb flops a block spends on its other triangle are a
+    sliver of its column's update."""
+    if uplo != "L" or trans != "N" or C.cols % nb:
+        raise ValueError("spaced diagonal blocks are lower, of A's rows, all of order nb")
+    blocks, dtype, k = C.cols // nb, C.dtype, A.cols
+    if not blocks:
+        return
+    _GEMM_STRIDED[dtype](lane.blas, _OP["N"], _OP["C"], nb, nb, k, _scalar(dtype, alpha),
+                         A.ptr, A.ld, row_step, A.ptr, A.ld, row_step, _scalar(dtype, 0),
+                         scratch.ptr, nb, nb * nb, blocks)
+    lane.backend.kernels.launch(f"add_triangles_{_PREFIX[dtype]}",
+                                (*_aux_grid(nb, nb), blocks),
+                                _AUX_BLOCK, lane.handle, ctypes.c_void_p(scratch.ptr),
+                                ctypes.c_longlong(nb), ctypes.c_longlong(nb * nb),
+                                ctypes.c_void_p(C.ptr), ctypes.c_longlong(C.ld),
+                                ctypes.c_longlong(row_step + nb * C.ld), ctypes.c_int(nb),
                                 ctypes.c_int(_LASET_PART[uplo]))
 
 
