@@ -62,9 +62,16 @@ class BlockColumns:
 
     def owned(self, rank: int) -> list[int]:
         """The block columns rank holds, in order."""
+        return list(self._owned[rank])
+
+    @functools.cached_property
+    def _owned(self) -> tuple:
+        # made once: global_column is asked for every block column of every update task,
+        # when it is recorded and when it runs
         if self.owners is None:
-            return list(range(rank, self.blocks, self.size))
-        return [j for j, r in enumerate(self.owners) if r == rank]
+            return tuple(tuple(range(r, self.blocks, self.size)) for r in range(self.size))
+        return tuple(tuple(j for j, o in enumerate(self.owners) if o == r)
+                     for r in range(self.size))
 
     def block_width(self, j: int) -> int:
         return min(self.nb, self.n - j * self.nb)
@@ -87,7 +94,7 @@ class BlockColumns:
     def global_column(self, rank: int, local: int) -> int:
         """The global index of rank's local column `local`."""
         block, offset = divmod(local, self.nb)
-        return self.owned(rank)[block] * self.nb + offset
+        return self._owned[rank][block] * self.nb + offset
 
     def imbalance(self, k_end: int) -> float:
         """The trailing updates' time under this ownership over an even split's: each step
