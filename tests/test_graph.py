@@ -227,7 +227,8 @@ class _PretendDevice(type(get_backend("host"))):
     def __init__(self):
         super().__init__()
         self.waits = []
-        self.context = type("Context", (), {"push": staticmethod(noop), "pop": staticmethod(noop)})
+        self.context = type("Context", (), {"push": staticmethod(lambda: None),
+                                            "pop": staticmethod(lambda: None)})
 
     def lane(self, name):
         return self.lanes.setdefault(name, _PretendDeviceLane(name, self.waits))
@@ -292,3 +293,18 @@ def test_a_failing_device_task_stops_the_tasks_queued_on_every_lane():
         run(g, backend, workers=2)
     time.sleep(0.1)
     assert ran == []
+
+
+def test_a_device_tasks_slow_call_leaves_a_record_on_its_call_lane():
+    """A device task whose call (its enqueue) takes SLOW_CALL_S or more shows on the host lane
+    "call:<lane>" beside its device record; a quick one does not."""
+    from hybridla.scheduler.engine import SLOW_CALL_S
+
+    backend = _PretendDevice()
+    g = TaskGraph()
+    g.add("slow", 0, "gpu:update", lambda lane: time.sleep(2 * SLOW_CALL_S),
+          writes=[A(0, 1, 0, 1)])
+    g.add("quick", 0, "gpu:panel", noop, writes=[A(1, 2, 0, 1)])
+    trace = run(g, backend, workers=2)
+    calls = [(r["name"], r["lane"]) for r in trace.records if r["lane"].startswith("call:")]
+    assert calls == [("slow", "call:gpu:update")]

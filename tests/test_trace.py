@@ -60,6 +60,18 @@ def test_summary_no_double_counting_and_multi_lane_union():
     assert list(s["lanes"]) == ["cpu:0", "cpu:1", "gpu:panel", "gpu:update"]
 
 
+def test_the_hosts_calls_are_neither_cpu_nor_gpu_work():
+    """"call:<lane>" records (a device task's enqueue that took long, scheduler/engine.py) are
+    host time: the GPU's busy and idle time and the CPU's come from the other lanes alone."""
+    t = Trace()
+    t.add("update", "gpu:update", 0.0, 1.0)
+    t.add("update", "call:gpu:update", 1.0, 4.0)  # blocked while the stream drained
+    t.add("stage", "cpu:0", 3.0, 4.0)
+    s = t.summary()
+    assert s["gpu_busy"] == pytest.approx(1.0) and s["gpu_idle"] == pytest.approx(3.0)
+    assert s["cpu_busy"] == pytest.approx(1.0) and s["lanes"]["call:gpu:update"] == 3.0
+
+
 def test_empty_trace_summary():
     s = Trace().summary()
     assert s["tasks"] == 0 and s["wall"] == 0.0 and s["tflops"] == 0.0

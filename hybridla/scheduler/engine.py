@@ -14,7 +14,8 @@ from another GPU, say), as can an NCCL call. With one pool for both, four such e
 four threads and the CPU's copies stopped with them (perf/RESULTS.md, issue 32, stop 44); with
 a thread per lane a blocked enqueue holds only its own lane, whose stream is full anyway. A
 device task's call that takes longer than `SLOW_CALL_S`, and every collective's, shows in the
-trace on a lane of its own ("gpu:update call").
+trace on a host lane of its own ("call:gpu:update"; trace.py counts it as neither CPU nor GPU
+work).
 
 A task that raises marks the run failed; tasks not yet started then skip, and `run` waits for
 those in flight before re-raising, so the caller can free device memory safely.
@@ -101,7 +102,7 @@ class _Run:
                 # the call itself (not its device work) on a lane of its own: a call that does
                 # not return at once holds its lane's host thread (CUDA's queue of the stream
                 # full; NCCL's of operations)
-                self.trace.add(task.name, f"{task.lane} call", t0 - self.origin_time,
+                self.trace.add(task.name, f"call:{task.lane}", t0 - self.origin_time,
                                t1 - self.origin_time, step=task.step)
         else:
             if any(w is not None for w in waits):

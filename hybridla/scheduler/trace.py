@@ -6,7 +6,9 @@ A record is a dict (see docs/INTERNALS.md, "Trace records"):
      "flops": 1.2e9, "bytes": 0.0}
 
 Times are seconds from the start of the run. Lanes starting with "cpu:" are CPU compute,
-"gpu:" GPU compute, "copy:" transfers.
+"gpu:" GPU compute, "copy:" transfers, "comm:" collectives between workers; "call:<lane>" the
+host's calls that enqueued that lane's work, where they took long (scheduler/engine.py), which
+are neither CPU nor GPU work.
 
 A trace also carries the run's metadata (`Trace.metadata`, written as the Chrome JSON's top-level
 "metadata" object and as the process's label): routine, shape, dtype, block size, look-ahead,
