@@ -78,7 +78,11 @@ class BlockColumns:
 
     def width(self, rank: int) -> int:
         """The columns of rank's local matrix."""
-        return sum(self.block_width(j) for j in self.owned(rank))
+        return self._widths[rank]
+
+    @functools.cached_property
+    def _widths(self) -> tuple:
+        return tuple(sum(self.block_width(j) for j in self._owned[r]) for r in range(self.size))
 
     def local_start(self, rank: int, j: int) -> int:
         """The local column where rank's blocks from block column j on start (its columns of
