@@ -217,9 +217,11 @@ def one_gpu_seconds(routine, n, backend, nb, repeat):
         sync()
         best = min(best, time.perf_counter() - start)
         del a
-    if backend == "cuda":  # the workers get the GPU's memory back (the pools keep it otherwise)
-        cupy.get_default_memory_pool().free_all_blocks()
-        hybridla.backend.get_backend("cuda").free_cached()
+        if backend == "cuda":
+            # the next repetition's matrix and the workers after the last get the GPU's memory
+            # back (the pools keep it otherwise: a second QR at n = 65536 was refused its R)
+            cupy.get_default_memory_pool().free_all_blocks()
+            hybridla.backend.get_backend("cuda").free_cached()
     return best
 
 
