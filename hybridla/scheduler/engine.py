@@ -10,9 +10,10 @@ Who runs the tasks: on the host backend, the `workers` threads, in Dask's priori
 device backend the CPU tasks get the `workers` threads and each device lane a thread of its own,
 which enqueues the lane's tasks in the order they become ready. An enqueue can block: CUDA's
 queue of a stream is finite, and the host runs far ahead of a stream that waits (for a panel
-from another GPU, say), as can an NCCL call. With one pool for both, four such enqueues held all
-four threads and the CPU's copies stopped with them (perf/RESULTS.md, issue 32, stop 44); with
-a thread per lane a blocked enqueue holds only its own lane, whose stream is full anyway. A
+from another GPU, say), as can an NCCL call. With one pool for both, blocked enqueues could hold
+every thread, and the CPU's copies stopped with them: for 0.23-0.51 s in the distributed LU at
+n = 65536 on 2 GPUs, and not at all with a thread per lane (perf/RESULTS.md, issue 32, stop
+44). A blocked enqueue now holds only its own lane, whose stream is full anyway. A
 device task's call that takes longer than `SLOW_CALL_S`, and every collective's, shows in the
 trace on a host lane of its own ("call:gpu:update"; trace.py counts it as neither CPU nor GPU
 work).
