@@ -136,32 +136,37 @@ def staircase_update(ops, lane, P, C, starts, nb, scratch) -> None:
 
     Each block column's rows below its diagonal block are one gemm (tall: most of the
     flops), and the diagonal blocks go in runs of equal spacing, one batched call a run
-    (herk_diagonal_blocks' row_step). One trapezoid update per block column took seven
-    launches a block, and the host enqueueing them fell behind the GPU (the distributed
-    Cholesky at n = 65536 on 2 GPUs, perf/RESULTS.md, issue 32)."""
+    (herk_diagonal_blocks' row_step). One trapezoid update per block column made seven
+    launches a block; this way the update lanes of the distributed Cholesky at n = 65536 on
+    2 GPUs were busy 1.12-1.32 s instead of 1.50-1.56 s (perf/RESULTS.md, issue 32, stop
+    44)."""
     rows, width = C.shape
     sub, kb = ops.sub_block, P.shape[1]
     blocks = [(i * nb, min(i * nb + nb, width), starts[i]) for i in range(-(-width // nb))]
+    if not blocks:
+        return
     for c0, c1, top in blocks:  # below each diagonal block; the tallest first
         below = top + c1 - c0
         if below < rows:
             ops.gemm(lane, -1, sub(P, below, rows, 0, kb), sub(P, top, below, 0, kb), 1,
                      sub(C, below, rows, c0, c1), trans_b="C")
-    first = 0
-    while first < len(blocks):  # the diagonal blocks: runs of full ones equally spaced
-        last = first + 1
-        full = blocks[first][1] - blocks[first][0] == nb
-        spacing = blocks[last][2] - blocks[first][2] if full and last < len(blocks) else nb
-        while full and last < len(blocks) and blocks[last][1] - blocks[last][0] == nb and \
-                blocks[last][2] - blocks[last - 1][2] == spacing:
-            last += 1
-        c0, top = blocks[first][0], blocks[first][2]
-        c1, bottom = blocks[last - 1][1], blocks[last - 1][2] + blocks[last - 1][1] - \
-            blocks[last - 1][0]
+
+    def diagonal_blocks(run):  # (c0, c1, top) of full blocks equally spaced, or one block
+        (c0, _, top), (last_c0, c1, last_top) = run[0], run[-1]
+        bottom = last_top + c1 - last_c0
         ops.herk_diagonal_blocks(lane, "L", "N", -1, sub(P, top, bottom, 0, kb),
                                  sub(C, top, bottom, c0, c1), nb, scratch(lane, nb, c1 - c0),
-                                 row_step=spacing if last - first > 1 else None)
-        first = last
+                                 row_step=run[1][2] - top if len(run) > 1 else None)
+
+    run = [blocks[0]]
+    for block in blocks[1:]:
+        full = block[1] - block[0] == nb and run[-1][1] - run[-1][0] == nb
+        if full and (len(run) < 2 or block[2] - run[-1][2] == run[1][2] - run[0][2]):
+            run.append(block)
+        else:
+            diagonal_blocks(run)
+            run = [block]
+    diagonal_blocks(run)
 
 
 def _triangle_update(ops, lane, uplo, P, C, width, nb, scratch):
