@@ -37,14 +37,14 @@ def herk_diagonal_blocks(lane, uplo, trans, alpha, A, C, nb, scratch, row_step=N
     += alpha op(A) op(A)^H for the matching rows ("N") or columns ("C") of A. With
     `row_step` (lower, "N" only): C's blocks of nb columns each, block i at rows i row_step
     (a worker's block columns of a matrix dealt out cyclically), all full: `_spaced_blocks`.
-    cuBLAS's herk
-    on one small block runs far below gemm's rate and each is a launch of its own, so the
-    full blocks are strided-batched gemms: each block's triangle halved (the square between
-    its halves, for all blocks in one call) down to blocks of `_DIAGONAL_LEAF`, whose full
-    squares, both triangles, go to `scratch` (nb x C.rows or more) in one more call, and
-    whose `uplo` triangles one kernel adds to C (the other triangle of C is not touched:
-    LAPACK's contract for the user's matrix). Squares of the leaf's order rather than nb's
-    cut the flops spent on the other triangle by nb / leaf."""
+
+    cuBLAS's herk on one small block runs far below gemm's rate and each is a launch of its
+    own, so the full blocks are strided-batched gemms: each block's triangle halved (the
+    square between its halves, for all blocks in one call) down to blocks of
+    `_DIAGONAL_LEAF`, whose full squares, both triangles, go to `scratch` (nb x C.rows or
+    more) in one more call, and whose `uplo` triangles one kernel adds to C (the other
+    triangle of C is not touched: LAPACK's contract for the user's matrix). Squares of the
+    leaf's order rather than nb's cut the flops spent on the other triangle by nb / leaf."""
     if row_step is not None and row_step != nb:
         _spaced_blocks(lane, uplo, trans, alpha, A, C, nb, scratch, row_step)
         return
