@@ -56,12 +56,8 @@ def record_potrf_dist(graph, run, slots):
 
         # A[j0:n, j] -= L[j0:n, k] L[j, k]^H for this rank's block columns j right of k
         steps.update_trailing(step, lk + kb if mine else lk, run.width,
-                              lambda c0, c1, lane: graph.add(
-                                  "update", step, lane,
-                                  functools.partial(_update, run=run, S=S, k0=k0, kb=kb, c0=c0,
-                                                    c1=c1),
-                                  reads=[slot], writes=_trapezoid(run, c0, c1),
-                                  flops=_update_flops(run, kb, c0, c1)))
+                              lambda c0, c1, lane: _record_update(graph, run, step, lane, S,
+                                                                  slot, k0, kb, c0, c1))
 
         # the owner's block column k is final since its panel: a host-resident part sends it
         # home (the strict upper triangle is never written and stays as it came)
@@ -70,13 +66,21 @@ def record_potrf_dist(graph, run, slots):
         yield step
 
 
-def _trapezoid(run, c0, c1):
-    """The regions an update of local columns c0:c1 writes: rows j0:n of each block column
-    (j0 its first global column); the strict upper triangle above them is never written, so
-    a host-resident part keeps it at home (no download)."""
+def _record_update(graph, run, step, lane, S, slot, k0, kb, c0, c1):
+    """The update task of local columns c0:c1: it writes rows j0:n of each block column (j0
+    its first global column, found here once for the regions, the flops and the task); the
+    strict upper triangle above them is never written, so a host-resident part keeps it at
+    home (no download)."""
     nb, n = run.plan.nb, run.layout.n
-    return [Region("A", run.layout.global_column(run.rank, c), n, c, min(c + nb, c1))
-            for c in range(c0, c1, nb)]
+    starts = [run.layout.global_column(run.rank, c) for c in range(c0, c1, nb)]
+    return graph.add("update", step, lane,
+                     functools.partial(_update, run=run, S=S, k0=k0, kb=kb, c0=c0, c1=c1,
+                                       starts=starts),
+                     reads=[slot],
+                     writes=[Region("A", j0, n, c, min(c + nb, c1))
+                             for j0, c in zip(starts, range(c0, c1, nb))],
+                     flops=sum(chol_update.herk_flops(n - j0, 0, kb, 0, min(nb, c1 - c))
+                               for j0, c in zip(starts, range(c0, c1, nb))))
 
 
 def _panel(lane, ops, panel):
@@ -88,19 +92,11 @@ def _panel(lane, ops, panel):
     chol_update.solve_off_diagonal(ops, lane, panel, "L", 0, kb)
 
 
-def _update(lane, run, S, k0, kb, c0, c1):
-    """Local columns c0:c1, each block column j from its global row j0 down: the staircase
-    update of update/chol.py on the local store and the slot (whose rows are k0:n)."""
+def _update(lane, run, S, k0, kb, c0, c1, starts):
+    """Local columns c0:c1, each block column from its global row in `starts` down: the
+    staircase update of update/chol.py on the local store and the slot (whose rows are k0:n)."""
     ops, A, n, nb = run.ops, run.A, run.layout.n, run.plan.nb
-    starts = [run.layout.global_column(run.rank, c) for c in range(c0, c1, nb)]
     top = starts[0]
     chol_update.staircase_update(ops, lane, S.block(top - k0, n - k0, 0, kb),
                                  A.block(top, n, c0, c1), [j0 - top for j0 in starts], nb,
                                  A.scratch)
-
-
-def _update_flops(run, kb, c0, c1):
-    """Real flops of `_update`: each block column's triangle and the rectangle below it."""
-    n, nb = run.layout.n, run.plan.nb
-    return sum(chol_update.herk_flops(n - run.layout.global_column(run.rank, c), 0, kb, 0,
-                                      min(nb, c1 - c)) for c in range(c0, c1, nb))

@@ -201,7 +201,8 @@ def laswp(lane, A, c0, c1, k0, k1, forward=True, pivots_of=None):
     ncols = c1 - c0
     if ncols <= 0 or k1 <= k0:
         return
-    moves = (pivots_of or A).moves.get((k0, k1)) if forward else None
+    owner = A if pivots_of is None else pivots_of  # the store whose pivots these are
+    moves = owner.moves.get((k0, k1)) if forward else None
     if moves is not None:
         lane.backend.kernels.launch(f"apply_moves_{A.itemsize}",
                                     (min(ncols, _MOVES_MAX_BLOCKS),), (_MOVES_THREADS,),
@@ -209,7 +210,7 @@ def laswp(lane, A, c0, c1, k0, k1, forward=True, pivots_of=None):
                                     ctypes.c_longlong(A.ld), ctypes.c_int(ncols),
                                     ctypes.c_void_p(moves))
         return
-    pivots = int((pivots_of or A).pivots_dev)
+    pivots = int(owner.pivots_dev)
     lane.backend.kernels.launch(f"laswp_{A.itemsize}", (-(-ncols // _LASWP_THREADS),),
                                 (_LASWP_THREADS,), lane.handle,
                                 ctypes.c_void_p(A.ptr + c0 * A.ld * A.itemsize),
