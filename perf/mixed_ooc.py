@@ -116,6 +116,9 @@ def main(argv=None):
                   f"{'host' if info.a_on_host else 'device'} | {info.iterations}"
                   f"{' (fell back)' if info.fell_back else ''} | "
                   f"{stopping_ratio(a, x_mixed, b):.3g} |", flush=True)
+            print(f"solve_mixed: {info.refinement}, {info.inner_iterations} GMRES iterations, "
+                  f"backward errors {', '.join(f'{r:.2g}' for r in info.residuals)}",
+                  flush=True)
             print("solve_mixed's phases (info.seconds): " + ", ".join(
                 f"{phase} {seconds:.3f}" for phase, seconds in info.seconds.items()), flush=True)
             keep = room_for_a_copy(a)
