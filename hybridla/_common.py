@@ -153,13 +153,12 @@ def _require_finite(name, array):
 BESIDE_CHECK_THREADS = 2
 
 
-def _finite_beside(*arrays) -> Future:
+def _finite_beside(*arrays, threads=BESIDE_CHECK_THREADS) -> Future:
     """Whether every array of `arrays` is finite (`_all_finite`), computed by a host thread of
-    its own (with a pool of BESIDE_CHECK_THREADS) while the caller goes on: a Future of the
-    answer."""
+    its own (with a pool of `threads`) while the caller goes on: a Future of the answer."""
     checker = ThreadPoolExecutor(1, thread_name_prefix="hybridla-check")
     try:
-        return checker.submit(lambda: all(_all_finite(a, BESIDE_CHECK_THREADS) for a in arrays))
+        return checker.submit(lambda: all(_all_finite(a, threads) for a in arrays))
     finally:
         checker.shutdown(wait=False)  # its thread ends with the check
 

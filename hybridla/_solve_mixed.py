@@ -3,6 +3,8 @@ refined to the working precision)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
 import time
 
 import numpy as np
@@ -13,12 +15,16 @@ from . import lapack as _lapack
 from ._logging import get_logger
 from ._basic import solve
 from ._common import (
+    _all_finite,
     _common_dtype,
     _device_backend,
     _device_matrix_checks,
+    _finite_beside,
     _flag,
     _host_backend,
     _host_matrix,
+    _nonfinite_message,
+    _require_finite,
     _to_device,
     is_device_array,
 )
@@ -80,9 +86,12 @@ def solve_mixed(a, b, assume_a="gen", lower=False, overwrite_a=False, overwrite_
     max_iter : int, optional
         Keyword-only: refinement iterations (GMRES cycles for "gmres"), >= 1; None:
         configuration "mixed.max_iter" (30).
-    inner_tol : float, optional
-        Keyword-only: GMRES's relative tolerance per correction, in (0, 1); None: configuration
-        "mixed.inner_tol" (1e-8).
+    inner_tol : float or "auto", optional
+        Keyword-only: GMRES's relative tolerance per correction, in (0, 1); "auto": 1e-8
+        where the products with `a` run where the backend computes, and only the stopping
+        test's estimate where they run on the host (info.a_on_host: each outer iteration's
+        residual is then a pass over `a` on the host). None: configuration "mixed.inner_tol"
+        ("auto").
     max_inner : int, optional
         Keyword-only: GMRES iterations per correction or cycle, >= 1; None: configuration
         "mixed.max_inner" (50).
@@ -317,7 +326,7 @@ def _mixed(name, a, b, square, solver, extra, full_precision, check_finite, fall
         if b_dtype != dtype:
             raise TypeError(f"b must have the dtype of a ({dtype}) on the device; got {b_dtype}")
     else:
-        array, a_dtype = _host_matrix(name, a, check_finite)
+        array, a_dtype = _host_matrix(name, a, check_finite=False)  # a's check: below
         b_array, b_dtype = _host_matrix("b", b, check_finite, ndims=(1, 2))
         ops = _host_backend(backend)
         (m, n), b_shape = array.shape, b_array.shape
@@ -354,6 +363,8 @@ def _mixed(name, a, b, square, solver, extra, full_precision, check_finite, fall
         on_host = False
     else:
         on_host = _a_stays_on_host(ops, m, n, dtype, plan)
+        if check_finite and not on_host:
+            _require_finite(name, array)
     if device:
         B_store, _b_copy = _device_store(ops, b)
         try:
@@ -363,14 +374,27 @@ def _mixed(name, a, b, square, solver, extra, full_precision, check_finite, fall
         # only read: in place when column-major; a row-major a's copy lives in _a_copy
         (A, _a_copy), arriving = _device_store(ops, a), None
     else:
-        # kept on the host: the user's array itself, read by block columns (no copy of its size)
-        A, arriving = (HostResidentMatrix(ops, array, dtype, plan), None) if on_host \
+        # kept on the host: the user's array itself, read by block columns (no copy of its
+        # size), but for the columns that fit beside the low-precision copy; its check for
+        # infs and NaNs runs while the device factors that copy (the host is idle then, and
+        # the solve never writes `a`), and is read below before any answer or fallback
+        A, arriving = (HostResidentMatrix(
+            ops, array, dtype, plan,
+            kept=0 if "uplo" in extra else _columns_kept(ops, m, n, dtype, plan, nrhs),
+            meanwhile=functools.partial(_finite_beside, array, threads=_CHECK_THREADS)
+            if check_finite else None), None) if on_host \
             else _host_working_matrix(ops, np.asfortranarray(array, dtype=dtype), plan)
         B = np.asfortranarray(b_array.reshape(m, nrhs), dtype=dtype)
     try:
         X, info = solver(ops, A, B, options, plan, arriving=arriving, **extra)
+    except BaseException:
+        if on_host and check_finite and not _finite_after(name, A):
+            raise ValueError(_nonfinite_message(name)) from None  # the input's fault
+        raise
     finally:
         A.close()
+    if on_host and check_finite and not _finite_after(name, A):
+        raise ValueError(_nonfinite_message(name))
     if info.iterations < 0 and fallback:
         _log.info("the %s solve did not reach the working precision (code %d): solving in "
                   "the working precision instead (fallback)", options.lowest, info.iterations)
@@ -420,6 +444,37 @@ def _a_stays_on_host(ops, m, n, dtype, plan):
                   "no memory budget" if budget is None else f"memory budget {budget} bytes",
                   low)
     return on_host
+
+
+# Threads of the check for infs and NaNs in a host-resident `a` (lapack/_mixed.
+# HostResidentMatrix): it runs while the device factors the low-precision copy and the host's
+# cores are idle, and reads all of `a` (80 GB at n = 100,000: 0.9 s at the host's 90 GB/s,
+# perf/RESULTS.md, issue 31), so with more threads than a check beside a streaming run.
+_CHECK_THREADS = max(1, (os.cpu_count() or 2) // 2)
+
+
+def _finite_after(name, A) -> bool:
+    """Whether the host-resident `a` of A (a HostResidentMatrix) is finite: the check that ran
+    beside the solve (A.beside, a Future), or, where the solve ended before it started, one
+    now."""
+    if A.beside is None:
+        return _all_finite(A.a)
+    return A.beside.result()
+
+
+def _columns_kept(ops, m, n, dtype, plan, nrhs):
+    """How many of a host-resident A's last columns (working precision) fit where the backend
+    computes beside its low-precision copy and that copy's workspaces, with a twentieth of
+    the budget to spare: kept there (HostResidentMatrix), each refinement product reads them
+    there instead of on the host. 0 without a budget (the host backend with none set), or
+    with ooc "always" (A on the host, as asked)."""
+    budget = _memory_budget(ops)
+    if budget is None or plan.ooc == "always":
+        return 0
+    itemsize = np.dtype(dtype).itemsize
+    spare = budget - budget // 20 - ops.required_bytes(m, n, LOW_DTYPE[np.dtype(dtype)],
+                                                         plan.nb) - (m + n) * nrhs * itemsize
+    return int(min(n, max(0, spare // (m * itemsize)))) if m else 0
 
 
 def _not_positive_definite(info):

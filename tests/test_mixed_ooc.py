@@ -15,11 +15,13 @@ import logging
 
 import numpy as np
 import pytest
+from scipy.linalg import LinAlgError
 
 import hybridla
 from hybridla.backend import get_backend
-from hybridla.lapack._mixed import LOW_DTYPE
-from hybridla.lapack._mixed_operators import host_product
+from hybridla.lapack._mixed import LOW_DTYPE, rounded_copy
+from hybridla.lapack._mixed_operators import HostOperator, host_product
+from hybridla.scheduler.plan import make_plan
 from _conditioned import general, spd, tall
 from _lapack_checks import (load_perf_script, random_matrix, solve_backward_error,
                             unload_perf_script)
@@ -120,6 +122,86 @@ def test_lstsq_mixed_with_a_on_the_host(backend, rng):
     assert info.a_on_host and info.converged and not info.fell_back, info
     assert abs(info.iterations - in_core.iterations) <= 1
     assert_least_squares_accurate(a, x, b, 1e3)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64], ids=["float64", "complex64"])
+def test_the_columns_that_fit_are_kept_where_the_backend_computes(backend, dtype, rng):
+    """With room beside the low-precision copy, A's last columns go up in the working
+    precision and stay (info.kept_columns), rounded there into the copy: the same answer as
+    with A wholly on the host (ooc "always" keeps none), as accurate; `a` not written."""
+    a = general(N, 1e3, dtype, rng)
+    b = random_matrix(N, 2, dtype, rng)
+    given = a.copy()
+    x_all, on_host = hybridla.solve_mixed(a, b, backend=backend, nb=NB, ooc="always")
+    with hybridla.config.set({"device.memory_budget": host_budget(backend, N, N, dtype)}):
+        x, info = hybridla.solve_mixed(a, b, backend=backend, nb=NB)
+    assert on_host.a_on_host and on_host.kept_columns == 0
+    assert info.a_on_host and 0 < info.kept_columns < N, info
+    assert info.converged and not info.fell_back and np.array_equal(a, given)
+    assert backward_ratio(a, x, b, dtype) <= 1.0
+    assert info.iterations == on_host.iterations, (info, on_host)
+    # the rounded copy is the same wherever it was rounded: the same first backward error,
+    # but for the residual's own rounding (its sums in another order: N eps in these units)
+    assert abs(info.residuals[0] - on_host.residuals[0]) <= N * float(np.finfo(dtype).eps)
+
+
+@pytest.mark.parametrize("trans", ["N", "C"])
+def test_products_split_between_host_and_kept_columns(backend, trans, rng):
+    """HostOperator with kept columns (A = [A_host, A_kept]) against a dense product: the
+    host block columns and the kept store's share, for both ops, any split."""
+    ops = get_backend(backend)
+    m, n = 41, 29
+    a = random_matrix(m, n, np.float64, rng)
+    X = random_matrix(m if trans == "C" else n, 3, np.float64, rng)
+    want = (a if trans == "N" else a.T) @ X
+    for kept_columns in (1, 7, n):
+        plan = make_plan(ops, m, kept_columns, np.float64, nb=NB)
+        kept = rounded_copy(ops, a[:, n - kept_columns:], plan, np.float64)
+        try:
+            got = HostOperator(ops, a, np.float64, kept, 8, kept=kept).product(X, trans)
+        finally:
+            kept.close()
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13 * np.abs(want).max())
+
+
+def test_infs_in_a_kept_on_the_host_are_found_beside_the_factorization(backend, rng):
+    """check_finite for a host-resident `a` runs while the copy is factored, and is read
+    before any answer or fallback: ValueError naming `a`, `a` untouched; with
+    check_finite=False the solve meets the infinity itself (code -2, the rounded copy
+    overflows)."""
+    a = general(N, 10, np.float64, rng)
+    a[N - 3, 5] = np.inf
+    given = a.copy()
+    with pytest.raises(ValueError, match="a must not contain infs or NaNs"):
+        hybridla.solve_mixed(a, np.ones(N), backend=backend, nb=NB, ooc="always")
+    with hybridla.config.set({"device.memory_budget": host_budget(backend, N, N,
+                                                                  np.float64)}), \
+            pytest.raises(ValueError, match="a must not contain infs or NaNs"):
+        hybridla.solve_mixed(a, np.ones(N), backend=backend, nb=NB)
+    assert np.array_equal(a, given, equal_nan=True)
+    with pytest.raises(LinAlgError, match="overflows.*code -2"):
+        hybridla.solve_mixed(a, np.ones(N), backend=backend, nb=NB, ooc="always",
+                             check_finite=False, fallback=False)
+
+
+def test_auto_inner_tol_runs_each_correction_to_the_stopping_test_on_the_host(backend, rng,
+                                                                              monkeypatch):
+    """inner_tol "auto" (the default): 1e-8 for products where the backend computes, and
+    only the stopping test's estimate where they run on the host; a given one is used as
+    given."""
+    from hybridla.lapack import _mixed_operators
+    seen = []
+    real_refine = _mixed_operators.refine
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["inner_tol"])
+        return real_refine(*args, **kwargs)
+    monkeypatch.setattr(_mixed_operators, "refine", spy)
+    a = general(N, 10, np.float64, rng)
+    for ooc, inner_tol in (("never", None), ("always", None), ("always", 1e-6)):
+        hybridla.solve_mixed(a, np.ones(N), backend=backend, nb=NB, ooc=ooc,
+                             inner_tol=inner_tol)
+    assert seen == [1e-8, np.finfo(np.float64).tiny, 1e-6]
 
 
 def test_never_raises_the_clear_memory_error(backend, rng):

@@ -72,6 +72,9 @@ class MixedInfo:
                 crossing the link (HostResidentMatrix: the CPU interface where only the
                 low-precision copy fits the device budget, or ooc="always"); False: they ran
                 where the backend computes, on A's copy there
+    kept_columns  with a_on_host, how many of A's last columns were kept where the backend
+                computes instead (those that fit beside the low-precision copy): the
+                products read them there
     """
     iterations: int = 0
     fell_back: bool = False
@@ -84,6 +87,7 @@ class MixedInfo:
     seconds: dict = field(default_factory=dict)
     reason: str = ""
     a_on_host: bool = False
+    kept_columns: int = 0
 
     @property
     def converged(self) -> bool:
@@ -97,7 +101,7 @@ class MixedOptions:
     refinement: str
     tol: float | None
     max_iter: int
-    inner_tol: float
+    inner_tol: float | None  # None: "auto", the operator's (_mixed_operators)
     max_inner: int
     equilibrate: bool
 
@@ -119,12 +123,13 @@ def check_options(dtype, lowest, refinement, tol, max_iter, inner_tol, max_inner
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
                 or value < 1:
             raise ValueError(f"{name} must be an integer >= 1; got {name}={value!r}")
-    if not (_real(inner_tol) and 0 < inner_tol < 1):
-        raise ValueError(f"inner_tol must be in (0, 1); got inner_tol={inner_tol!r}")
+    if inner_tol != "auto" and not (_real(inner_tol) and 0 < inner_tol < 1):
+        raise ValueError(f"inner_tol must be in (0, 1) or 'auto'; got inner_tol={inner_tol!r}")
     if not isinstance(equilibrate, (bool, np.bool_)):
         raise ValueError(f"equilibrate must be True or False; got equilibrate={equilibrate!r}")
     return MixedOptions(lowest, refinement, None if tol is None else float(tol), int(max_iter),
-                        float(inner_tol), int(max_inner), bool(equilibrate))
+                        None if inner_tol == "auto" else float(inner_tol), int(max_inner),
+                        bool(equilibrate))
 
 
 def _real(value) -> bool:
@@ -176,18 +181,18 @@ def narrow(ops, A, low, r, c, lowest, butterfly=None) -> bool:
     return ops.narrow(ops.lane("gpu:update"), low, A.block(0, A.m, 0, A.n),
                       low.block(0, low.m, 0, low.n), r, c, LARGEST[lowest], butterfly)
 
-def rounded_copy(ops, source, plan, dtype):
-    """The host array `source` (any layout) rounded to `dtype`, in a tile store of its own
-    where the backend computes: on a device, rounded by the host threads that stage it and
-    uploaded whole (a source already of `dtype` but not column-major is made so first, on
-    the host: the copy's size)."""
+def rounded_copy(ops, source, plan, dtype, columns=None):
+    """The host array `source` (any layout) in `dtype` (rounded where narrower), in a tile
+    store of its own where the backend computes: on a device, converted by the host threads
+    that stage it and uploaded whole, or only its `columns` (c0, c1) (a source already of
+    `dtype` but not column-major is made so first, on the host: the copy's size)."""
     if not ops.has_device:
         return ops.host_matrix(source, None, plan.nb, dtype=dtype)
     if source.dtype == dtype and not source.flags.f_contiguous:
         source = np.asfortranarray(source)  # only a rounding copy reads any layout
     low = ops.host_matrix(source, None, plan.nb, dtype=dtype, settings=plan.device_settings)
     try:
-        upload_all(low, plan)
+        upload_all(low, plan, columns)
         low.end_staging()
     except BaseException:
         low.close()
@@ -225,28 +230,61 @@ class HostResidentMatrix(ArrivingMatrix):
     """A working matrix that stays in the user's host array `a` (m x n, any layout, of the
     working precision `dtype` or narrower): the CPU interface when only its low-precision copy
     fits the device budget (or ooc="always"). It stands for A in MixedSolver.solve and is its
-    own ArrivingMatrix, one that never goes up: the low-precision copy is rounded and uploaded
-    as ArrivingMatrix's (on the host backend, rounded in host memory), the convert phase and
-    the factorization run on it where the backend computes as in core, and the refinement's
-    products with A run on the host against `a` (HostOperator), only vectors crossing the
-    link. Nothing is allocated for A itself; the solve never writes `a`."""
+    own ArrivingMatrix, one that never goes up whole: the low-precision copy is rounded and
+    uploaded as ArrivingMatrix's (on the host backend, rounded in host memory), the convert
+    phase and the factorization run on it where the backend computes as in core, and the
+    refinement's products with A run on the host against `a` (HostOperator), only vectors
+    crossing the link. The solve never writes `a`.
 
-    def __init__(self, ops, a, dtype, plan):
+    `kept` of A's last columns (those that fit the budget beside the low-precision copy) go
+    up in the working precision instead, into a store of their own that stays where the
+    backend computes, and are rounded there into the copy: each product then reads only the
+    other n - kept columns on the host, where a pass over A costs about as much as a GMRES
+    iteration (the host's memory at about 100 GB/s against the device's 3 TB/s).
+
+    `meanwhile()`, if given, runs once the copy is up and the host is free (the device
+    factors): the caller's check that `a` is finite (a Future of a bool), read back by the
+    caller after the solve."""
+
+    def __init__(self, ops, a, dtype, plan, kept=0, meanwhile=None):
         super().__init__(ops, self, plan)
         self.a, self.dtype = a, np.dtype(dtype)
         self.m, self.n = a.shape
+        self.split = self.n - max(0, min(int(kept), self.n))  # columns split: on the host
+        self.kept = None  # the store of columns split: where the backend computes
+        self.meanwhile, self.beside = meanwhile, None
 
     def low_copy(self, dtype):
-        return rounded_copy(self.ops, self.a, self.plan, dtype)
+        low = rounded_copy(self.ops, self.a, self.plan, dtype, columns=(0, self.split))
+        if self.split == self.n:
+            return low
+        try:
+            # the kept columns up in the working precision (half a block column of the copy
+            # at a time: the copy's pinned slots hold them), then rounded where they land
+            kept_plan = dataclass_replace(
+                self.plan, nb=max(1, self.plan.nb * np.dtype(dtype).itemsize //
+                                  self.dtype.itemsize))
+            self.kept = rounded_copy(self.ops, self.a[:, self.split:], kept_plan, self.dtype)
+            ones = np.ones(max(self.m, self.n))
+            self.ops.narrow(self.ops.lane("gpu:update"), low, self.kept.block(
+                0, self.m, 0, self.n - self.split), low.block(0, self.m, self.split, self.n),
+                ones[:self.m], ones[:self.n - self.split], math.inf)
+        except BaseException:
+            low.close()
+            raise
+        return low
 
     def start(self):
-        """Nothing goes up: A stays on the host."""
+        """Nothing more goes up: A stays on the host, where `meanwhile` starts now."""
+        if self.meanwhile is not None:
+            self.beside = self.meanwhile()
 
     def operator(self, low, uplo=None, normal=False):
-        """The refinement's operator: products on the host, the Krylov basis in `low`'s
-        store, by block columns of the factorization's width."""
+        """The refinement's operator: products on the host (and with the kept columns where
+        they are), the Krylov basis in `low`'s store, by block columns of the factorization's
+        width."""
         return HostOperator(self.ops, self.a, self.dtype, low, self.plan.nb, uplo=uplo,
-                            normal=normal)
+                            normal=normal, kept=self.kept)
 
     def narrow_into(self, low, r, c, uplo=None):
         """low := diag(r) A diag(c) rounded to low's precision again (its `uplo` triangle
@@ -263,7 +301,11 @@ class HostResidentMatrix(ArrivingMatrix):
             ops.from_host(lane, block, low.block(r0, r1, j0, j1))
 
     def close(self):
-        """Nothing to free (A has no store)."""
+        """Free the kept columns' store."""
+        if self.kept is not None:
+            kept, self.kept = self.kept, None
+            kept.close()
+
 
 
 class MixedSolver:
@@ -367,6 +409,8 @@ class MixedSolver:
                 else:  # the norm from the rounded entries: 2^-24 relative, nothing to the test
                     with phases("convert: upload"):
                         low = arriving.low_copy(LOW_DTYPE[A.dtype])
+                    if info.a_on_host:
+                        info.kept_columns = A.n - A.split
                     arriving.start()
                     source = low  # scaled in place
                 r, c, anorm, overflow = self.scale_and_narrow(source, low)

@@ -28,6 +28,10 @@ class _Operator:
     uplo: str | None
     normal: bool
     seconds: float
+    # GMRES-IR's relative residual per correction where the caller leaves it to the operator
+    # (mixed.inner_tol "auto"): where A lives, an outer iteration's residual is one cheap pass
+    # there (configuration defaults.yaml says why 1e-8)
+    auto_inner_tol = 1e-8
 
     def product(self, X, trans="N"):
         raise NotImplementedError
@@ -82,17 +86,45 @@ class HostOperator(_Operator):
     Hermitian and only that triangle is read. `store` is where DeviceSpace keeps the Krylov
     basis (the low-precision factors' store): `apply` takes a block of it to the host,
     multiplies there and puts the product back, so only vectors cross the link. `seconds`
-    is the host's time in the products (here they run, not only their enqueueing)."""
+    is the host's time in the products (here they run, not only their enqueueing).
 
-    def __init__(self, ops, a, dtype, store, width, uplo=None, normal=False):
+    `kept`: a store where the backend computes holding A's last columns in the working
+    precision (HostResidentMatrix's; not with `uplo`): the products read those there and
+    only the columns before them on the host, A = [A_host, A_kept]:
+        A X = A_host X_host + A_kept X_kept,    A^H X = [A_host^H X; A_kept^H X]."""
+
+    # each outer iteration's residual is a pass over A on the host, as dear as a GMRES step:
+    # a correction runs until its estimate says x + d passes the stopping test (at n =
+    # 100,000, inner_tol 1e-8 ended the first correction at 1.9e-13 and a second outer
+    # iteration took three more passes: perf/RESULTS.md, issue 31)
+    auto_inner_tol = float(np.finfo(np.float64).tiny)
+
+    def __init__(self, ops, a, dtype, store, width, uplo=None, normal=False, kept=None):
+        if kept is not None and uplo is not None:
+            raise ValueError("HostOperator: kept columns with a Hermitian triangle")
         self.ops, self.a, self.dtype, self.store = ops, a, np.dtype(dtype), store
         self.width, self.uplo, self.normal = max(1, int(width)), uplo, normal
+        self.kept = kept
+        self.split = a.shape[1] - (0 if kept is None else kept.n)
         self.seconds = 0.0
 
     def product(self, X, trans="N"):
         """op(A) X for a host X (n x k, or m x k for op "C"), a new F-ordered host array."""
-        return host_product(self.a, np.asarray(X, self.dtype), trans, self.uplo, self.dtype,
-                            self.width)
+        X = np.asarray(X, self.dtype)
+        if self.kept is None:
+            return host_product(self.a, X, trans, self.uplo, self.dtype, self.width)
+        split, kept, lane = self.split, self.kept, self.ops.lane("gpu:panel")
+        work = kept.workspace("refine", kept.m + kept.n, X.shape[1])
+        if trans == "N":
+            Y = self.ops.apply_to_host(lane, kept.block(0, kept.m, 0, kept.n), X[split:], "N",
+                                       None, work)
+            Y += host_product(self.a[:, :split], X[:split], "N", None, self.dtype, self.width)
+            return Y
+        Y = np.empty((self.a.shape[1], X.shape[1]), self.dtype, order="F")
+        Y[split:] = self.ops.apply_to_host(lane, kept.block(0, kept.m, 0, kept.n), X, "C",
+                                           None, work)
+        Y[:split] = host_product(self.a[:, :split], X, "C", None, self.dtype, self.width)
+        return Y
 
     def apply(self, src, dst):
         """dst := A src (A^H A src) for blocks where the backend computes: src to the host (it
@@ -245,7 +277,9 @@ def run_refinement(operator, preconditioner, B, anorm, options, n):
     tol = options.tol if options.tol is not None else np.sqrt(n) * eps
     method = options.refinement
     return refine(operator, preconditioner, B, anorm=anorm, method=method, tol=tol,
-                  max_iter=options.max_iter, inner_tol=options.inner_tol,
+                  max_iter=options.max_iter,
+                  inner_tol=operator.auto_inner_tol if options.inner_tol is None
+                  else options.inner_tol,
                   max_inner=options.max_inner,
                   krylov_space=functools.partial(DeviceSpace, operator.ops, operator,
                                                  preconditioner))
