@@ -181,8 +181,13 @@ def test_lu_moves_the_bytes_its_docstring_counts(backend, rng, tmp_path):
     trace = tmp_path / "lu.json"
     with hybridla.config.set(settings):
         hybridla.lu_factor(a, backend=backend, nb=NB, trace=trace)
+    # the wide columns (the first takes the remainder), and for each the block columns left
+    # of the previous one
+    columns = _ooc.cut(n, width, NB)
+    assert columns[0][1] < width and columns[1][1] - columns[1][0] == width
     streamed = sum((m - k0) * (min(k0 + NB, n) - k0)
-                   for j0 in range(2 * width, n, width) for k0 in range(0, j0 - width, NB))
+                   for (p0, _), (j0, _) in zip(columns[1:], columns[2:])
+                   for k0 in range(0, p0, NB))
     assert streamed > 0
     assert copies(trace) == {"upload": 8.0 * (m * n + streamed), "download": 8.0 * m * n}
 
@@ -247,10 +252,11 @@ def test_cholesky_moves_the_bytes_its_docstring_counts(backend, rng, tmp_path):
     trace = tmp_path / "cho.json"
     with hybridla.config.set(settings):
         hybridla.cho_factor(a, lower=True, backend=backend, nb=NB, trace=trace)
-    columns = [(j0, min(j0 + width, n)) for j0 in range(0, n, width)]
+    columns = _ooc.cut(n, width, NB)
     once = sum((n - j0) * (j1 - j0) for j0, j1 in columns)
-    streamed = sum((n - j0) * (min(k0 + NB, n) - k0) for j0, _ in columns[2:]
-                   for k0 in range(0, j0 - width, NB))
+    streamed = sum((n - j0) * (min(k0 + NB, n) - k0)
+                   for (p0, _), (j0, _) in zip(columns[1:], columns[2:])
+                   for k0 in range(0, p0, NB))
     assert copies(trace) == {"upload": 8.0 * (once + streamed), "download": 8.0 * once}
 
 

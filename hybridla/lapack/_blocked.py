@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..scheduler import TaskGraph, run
 from ..scheduler.plan import progress_bar
-from ..scheduler.transfers import TransferPlan, panel_round_trip
+from ..scheduler.transfers import TransferPlan, panel_round_trip, steps_hidden_by_upload
 
 
 class BlockedSteps:
@@ -26,6 +26,11 @@ class BlockedSteps:
         self.upload_group = self.transfers.bring_up(blocks) if A.streamed else None
         self.split_steps = self.transfers.steps_hidden_by_upload(step_update_flops) \
             if A.streamed else 0
+        if plan.arriving and not A.streamed:
+            # its block columns come up in order, by copies recorded elsewhere
+            self.upload_group = plan.upload_group
+            self.split_steps = steps_hidden_by_upload(A, plan, plan.ooc_transfer,
+                                                      step_update_flops)
         # the flops of the last step's trailing update past the look-ahead: how long the GPU
         # stays busy while the next panel is factored (the cost model's panel placement)
         self.previous_update_flops = 0.0

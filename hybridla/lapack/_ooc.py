@@ -15,7 +15,10 @@ columns: LU, QR, lower Cholesky; A's rows: LQ, upper Cholesky; reversed: QL, see
     rows    the matrix's own (row i of the store is row i of the matrix)
 
 W is the widest multiple of nb that fits the budget (`width_for_budget`); a matrix that fits
-whole is one wide column, in one buffer, with no slots. The wide column just before the one
+whole is one wide column, in one buffer, with no slots. The wide columns are W wide but the
+first, which takes what is left over (`cut`): the last ones, whose left updates stream the
+most, are then the widest, and a streamed byte updates as many columns as it can (W / 4 flops
+a byte in float64). The first is factored as its block columns come up (plan.arriving). The wide column just before the one
 being updated is still in the other buffer, so its block columns are read there, not streamed.
 Two buffers cannot make two wide columns (where two of W >= n / 2 fit, the whole matrix does):
 a budget of 1.5 to 3 times less than the matrix gives 3 to 6 of them. With one buffer (config
@@ -52,7 +55,7 @@ same graph (scheduler/graph.WindowGraph), so that one graph holds the whole run.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..backend.pinning import PinnedPieces
@@ -128,6 +131,20 @@ def width_for_budget(ops, geometry, rows, cols, dtype, nb, budget, extra=0, buff
     return min(low * nb, cols)
 
 
+def cut(columns, width, nb):
+    """The wide columns' bounds [(c0, c1), ...] over `columns` canonical columns: all `width`
+    wide but the first, which takes the remainder rounded up to a multiple of nb, and the
+    last, which ends where the matrix does. (Equal widths with the remainder last, MAGMA's
+    cut, left the narrowest wide column the most to stream: at n = 65536 under 16 GiB its
+    left update was a third of the run and waited on the staging chain, perf/RESULTS.md.)"""
+    if width >= columns:
+        return [(0, columns)]
+    count = -(-columns // width)
+    first = min(width, -(-(columns - (count - 1) * width) // nb) * nb)
+    bounds = [0, *range(first, columns, width), columns]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
 def budget_for_width(ops, routine, shape, dtype, nb, width, uplo="L", lookahead=1, buffers=2):
     """The budget with which `routine`'s out-of-core driver on an m x n matrix (`shape`) takes
     wide columns of `width` (a multiple of nb; `buffers` of them, plan.ooc_buffers): for tests
@@ -194,8 +211,8 @@ class WideColumns:
         self.width = width_for_budget(self.ops, self.geometry, self.M, self.N, result.dtype,
                                       self.nb, budget, extra, self.buffers)
         W = self.width
-        self.columns = [WideColumn(j, c0, min(c0 + W, self.N), (j % self.buffers) * W)
-                        for j, c0 in enumerate(range(0, self.N, W))]
+        self.columns = [WideColumn(j, c0, c1, (j % self.buffers) * W)
+                        for j, (c0, c1) in enumerate(cut(self.N, W, self.nb))]
         self.slot0 = self.buffers * W  # the streaming slots' first column
         cols = self.N if len(self.columns) == 1 else self.slot0 + 2 * self.nb
         # which wide columns are pinned in place, and the host matrix's pieces: planned before
@@ -361,7 +378,11 @@ class WideColumns:
         column.graph = WindowGraph(self.graph, "A", rect[0], rect[2], f"wide {column.index}:",
                                    step0=column.c0 // self.nb)
         column.factored = min(self.M - column.c0, column.width)
-        for _ in record(column.graph, column.store, self.plan, *args):
+        # the first wide column is still coming up as its factorization starts (the others
+        # are up while the one before them is factored)
+        plan = self.plan if column.index or len(self.columns) == 1 else \
+            replace(self.plan, arriving=True)
+        for _ in record(column.graph, column.store, plan, *args):
             pass
 
     def task(self, name, column, lane, fn, **kw):

@@ -23,9 +23,9 @@ The passes over the host matrix, and what they move (s bytes an element, c = n /
 columns, m >= n):
     1  every element up once: m n s
     2  for wide column J, the L of the block columns left of the previous wide column:
-       sum_J ((m (j0 - W) - (j0 - W)^2 / 2) s), about (m n^2 / (2 W) - n^3 / (6 W)) s; for a
-       square matrix n^3 s / (3 W), DESIGN.md's 8 n^3 / (3 W) bytes in float64 (against
-       2 n^3 / 3 flops: W / (4 s / 8) flops a byte)
+       sum_J ((m p0 - p0^2 / 2) s), p0 the previous wide column's first column: about
+       (m n^2 / (2 W) - n^3 / (6 W)) s; for a square matrix n^3 s / (3 W), DESIGN.md's
+       8 n^3 / (3 W) bytes in float64 (against 2 n^3 / 3 flops: W / (4 s / 8) flops a byte)
     3  every element down once: m n s
     4  on the host: each wide column's block columns, their rows past it permuted once
 Each is a graph task on a copy lane (staged through pinned slots on a device) that overlaps the

@@ -19,7 +19,8 @@ Lower shown (upper: the same on rows, A^H's columns). For each wide column J = c
 The passes over the host matrix, and what they move (s bytes an element, c = n / W):
     1  the lower triangle and the diagonal blocks up once: about (n^2 / 2 + n W / 2) s
     2  for wide column J, rows j0: of the columns left of the previous wide column:
-       sum_J (n - j0)(j0 - W) s, about n^3 s / (6 W) (a third of LU's; n^3 / 3 flops)
+       sum_J (n - j0) p0 s, p0 the previous wide column's first column: about
+       n^3 s / (6 W) (a third of LU's; n^3 / 3 flops)
     3  the same as 1, down once
 Each is a graph task on a copy lane (staged through pinned slots on a device) that overlaps the
 compute: the next wide column comes up and the last goes home while one is factored, the block

@@ -206,6 +206,9 @@ class Plan:
     ooc_buffers: int = 2  # out of core: wide column buffers, 1 or 2 (config device.ooc_buffers)
     ooc_transfer: str = "staged"  # out of core: the host matrix pinned in place or staged
     #                                 (config device.ooc_transfer; lapack/_ooc.py)
+    arriving: bool = False  # the matrix's block columns are still coming up, in order, by
+    #                         copies recorded elsewhere (an out-of-core run's first wide column,
+    #                         lapack/_ooc.py): the first steps' updates follow them
     memory_budget: int | None = None  # bytes an out-of-core run's working store may take
     #                                   (set by the user layer once it goes out of core)
     # the device.* settings the backend's run and stores take (config device.*; the backend

@@ -186,16 +186,21 @@ class TransferPlan:
         GPU updates the block columns that have arrived while the rest are still on their way:
         the steps whose updates (`step_update_flops(k0, k1)`) fit in the time the upload
         takes, by the cost model."""
-        A, plan = self.A, self.plan
-        upload = plan.cost.upload_seconds(A.m * A.n * A.dtype.itemsize, A.transfer)
-        elapsed, steps = 0.0, 0
-        for k0 in range(0, min(A.m, A.n), plan.nb):
-            if elapsed >= upload:
-                break
-            k1 = min(k0 + plan.nb, min(A.m, A.n))
-            elapsed += plan.cost.gpu_update(step_update_flops(k0, k1))
-            steps += 1
-        return steps
+        return steps_hidden_by_upload(self.A, self.plan, self.A.transfer, step_update_flops)
+
+
+def steps_hidden_by_upload(A, plan, transfer, step_update_flops) -> int:
+    """TransferPlan.steps_hidden_by_upload for the store A's whole upload, `transfer` as
+    the store's ("staged", "register", "pageable")."""
+    upload = plan.cost.upload_seconds(A.m * A.n * A.dtype.itemsize, transfer)
+    elapsed, steps = 0.0, 0
+    for k0 in range(0, min(A.m, A.n), plan.nb):
+        if elapsed >= upload:
+            break
+        k1 = min(k0 + plan.nb, min(A.m, A.n))
+        elapsed += plan.cost.gpu_update(step_update_flops(k0, k1))
+        steps += 1
+    return steps
 
 
 def panel_round_trip(graph, A, plan, step, factor, panel, results, flops):
