@@ -40,8 +40,8 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from scipy.linalg import get_lapack_funcs
 
+from ..backend.host import nogil
 from ..scheduler import Region
 from ..update import lu as lu_update
 from ._ooc import WideColumns
@@ -140,9 +140,6 @@ def record_interchanges_home(wide, pivots):
 def _laswp_home(lane, H, c0, c1, pivots, k0, k1):
     """Pivots k0..k1-1 (global rows) applied to columns c0:c1 of the host matrix H, in order:
     LAPACK laswp on whole columns of the F-ordered array, in place (the host matrix is host
-    memory whatever the backend)."""
-    laswp, = get_lapack_funcs(("laswp",), dtype=H.dtype)
-    cols = H[:, c0:c1]
-    swapped = laswp(cols, pivots, k1=k0, k2=k1 - 1, inc=1, overwrite_a=1)
-    if not np.shares_memory(swapped, cols):
-        cols[...] = swapped
+    memory whatever the backend), without the GIL (backend/host/nogil.py: scipy's laswp held
+    it, and each of these tasks stopped the device lanes' enqueues and the staging copies)."""
+    nogil.laswp(H[:, c0:c1], pivots, k0, k1)

@@ -28,8 +28,8 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from scipy.linalg import get_lapack_funcs
 
+from ..backend.host import nogil
 from ._streamed_solve import StreamedSolve
 
 
@@ -55,11 +55,7 @@ def getrs_ooc(lu, pivots, b, plan, trans="N", trace=None):
 
 def _interchange(lane, columns, pivots, forward):
     """B's host columns := P B (forward) or P^T B: LAPACK laswp, in place (an F-ordered
-    array's columns are contiguous)."""
+    array's columns are contiguous), without the GIL (backend/host/nogil.py)."""
     if columns.size == 0 or pivots.size == 0:
         return
-    laswp, = get_lapack_funcs(("laswp",), dtype=columns.dtype)
-    swapped = laswp(columns, pivots, k1=0, k2=pivots.size - 1, inc=1 if forward else -1,
-                    overwrite_a=1)
-    if not np.shares_memory(swapped, columns):
-        columns[...] = swapped
+    nogil.laswp(columns, pivots, 0, pivots.size, forward)

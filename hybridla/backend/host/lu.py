@@ -4,9 +4,9 @@ info, and LAPACK laswp for the row interchanges."""
 from __future__ import annotations
 
 import numpy as np
-from scipy.linalg import get_lapack_funcs
 
 from ..tournament import factor_panel, factor_panel_tournament
+from . import nogil
 from .store import HostMatrix
 
 
@@ -55,9 +55,6 @@ def laswp(lane, A: HostMatrix, c0, c1, k0, k1, forward=True, pivots_of=None):
     columns c0:c1 of A (all rows), in order, or in reverse order when not forward."""
     if c1 <= c0 or k1 <= k0:
         return
-    laswp, = get_lapack_funcs(("laswp",), dtype=A.dtype)
-    pivots = (pivots_of or A).pivots
-    cols = A.a[:, c0:c1]  # full columns of an F-ordered array: contiguous, swapped in place
-    swapped = laswp(cols, pivots, k1=k0, k2=k1 - 1, inc=1 if forward else -1, overwrite_a=1)
-    if not np.shares_memory(swapped, cols):  # a window's columns (backend/ops.window) are
-        cols[...] = swapped                  # strided: f2py swapped a copy
+    # full columns of an F-ordered array, or of a window's (backend/ops.window): each column
+    # contiguous, swapped in place, without the GIL (nogil.py: the engine's other tasks run)
+    nogil.laswp(A.a[:, c0:c1], (pivots_of or A).pivots, k0, k1, forward)
