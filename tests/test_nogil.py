@@ -36,11 +36,23 @@ def test_laswp_is_lapacks(dtype, forward, rng):
         assert not wide[:, 1::3].any()  # nothing between the columns touched
 
 
+def test_laswp_takes_one_column_of_any_stride(rng):
+    """A vector as a column (b[:, None]: its column stride 0) or any single column."""
+    pivots = np.array([3, 5, 2, 3, 4, 5], dtype=np.int32)
+    b = rng.standard_normal(6)
+    want = scipy_laswp(b[:, None], pivots, 0, 6, True)
+    column = b.copy()[:, None]
+    laswp(column, pivots, 0, 6)
+    assert column.strides[1] == 0 and np.array_equal(column, want)
+
+
 def test_laswp_refuses_what_it_cannot_swap(rng):
     a = np.asfortranarray(rng.standard_normal((6, 4)))
     pivots = np.array([3, 5, 2, 3, 4, 5], dtype=np.int32)
     with pytest.raises(ValueError, match="rows contiguous"):
         laswp(np.ascontiguousarray(a), pivots, 0, 6)
+    with pytest.raises(ValueError, match="rows contiguous"):  # columns overlapping
+        laswp(np.lib.stride_tricks.as_strided(a, (6, 3), (8, 8)), pivots, 0, 6)
     with pytest.raises(ValueError, match="pivots k0..k1-1 must be rows"):
         laswp(a, np.array([0, 6, 2], dtype=np.int32), 0, 3)
     with pytest.raises(ValueError, match="3 pivots, not the 5"):

@@ -47,14 +47,16 @@ def laswp(a, pivots, k0, k1, forward=True):
     rows, cols = a.shape
     if cols == 0 or k1 <= k0:
         return
-    if not a.flags.writeable or (rows > 1 and a.strides[0] != a.itemsize) or a.strides[1] <= 0:
+    column_step = a.strides[1] // a.itemsize  # LAPACK's lda (one column: any stride)
+    if not a.flags.writeable or (rows > 1 and a.strides[0] != a.itemsize) or \
+            (cols > 1 and (a.strides[1] % a.itemsize or column_step < rows)):
         raise ValueError("laswp: `a` must be writeable, its rows contiguous (F order)")
     if len(pivots) < k1:
         raise ValueError(f"laswp: {len(pivots)} pivots, not the {k1} asked for")
     ipiv = np.asarray(pivots[:k1], dtype=np.int32) + 1  # LAPACK's rows count from 1
     if ipiv.size and (ipiv[k0:].max() > rows or ipiv[k0:].min() < 1):
         raise ValueError(f"laswp: pivots k0..k1-1 must be rows of `a` (0..{rows - 1})")
-    lda = max(1, a.strides[1] // a.itemsize, rows)
+    lda = max(1, rows, column_step if cols > 1 else 1)
     values = [ctypes.c_int(v) for v in (cols, lda, k0 + 1, k1, 1 if forward else -1)]
     n, ld, first, last, inc = (ctypes.byref(v) for v in values)
     _laswp_function(_PREFIX[a.dtype])(n, a.ctypes.data, ld, first, last,
