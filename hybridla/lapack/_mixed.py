@@ -307,7 +307,6 @@ class HostResidentMatrix(ArrivingMatrix):
             kept.close()
 
 
-
 class MixedSolver:
     """The phases of a mixed-precision solve, in order; a driver (gesv_mixed, posv_mixed,
     gels_mixed) says how to scale, which factorization to run and how its factors precondition.
