@@ -66,15 +66,11 @@ class BlockedSteps:
         panel_round_trip(self.graph, self.A, self.plan, step, factor, panel, results, flops)
 
 
-def upload_all(A, plan, columns=None):
+def upload_all(A, plan):
     """Bring the whole streamed store A up now, complete on return: for a matrix that a run
-    reads again and again (the mixed solvers' A and its rounded copy), not streamed by steps.
-    `columns` (c0, c1): only those, by block columns (the caller writes the others where A
-    lives)."""
+    reads again and again (the mixed solvers' A and its rounded copy), not streamed by steps."""
     graph = TaskGraph()
-    blocks = None if columns is None else \
-        [(0, A.m, j0, min(j0 + plan.nb, columns[1])) for j0 in range(*columns, plan.nb)]
-    TransferPlan(graph, A, plan).bring_up(blocks)
+    TransferPlan(graph, A, plan).bring_up()
     run(graph, plan.backend, workers=plan.workers, settings=plan.device_settings)
     plan.backend.synchronize()  # the caller's next graph reads A from any lane
 

@@ -181,18 +181,18 @@ def narrow(ops, A, low, r, c, lowest, butterfly=None) -> bool:
     return ops.narrow(ops.lane("gpu:update"), low, A.block(0, A.m, 0, A.n),
                       low.block(0, low.m, 0, low.n), r, c, LARGEST[lowest], butterfly)
 
-def rounded_copy(ops, source, plan, dtype, columns=None):
+def rounded_copy(ops, source, plan, dtype):
     """The host array `source` (any layout) in `dtype` (rounded where narrower), in a tile
     store of its own where the backend computes: on a device, converted by the host threads
-    that stage it and uploaded whole, or only its `columns` (c0, c1) (a source already of
-    `dtype` but not column-major is made so first, on the host: the copy's size)."""
+    that stage it and uploaded whole (a source already of `dtype` but not column-major is
+    made so first, on the host: the copy's size)."""
     if not ops.has_device:
         return ops.host_matrix(source, None, plan.nb, dtype=dtype)
     if source.dtype == dtype and not source.flags.f_contiguous:
         source = np.asfortranarray(source)  # only a rounding copy reads any layout
     low = ops.host_matrix(source, None, plan.nb, dtype=dtype, settings=plan.device_settings)
     try:
-        upload_all(low, plan, columns)
+        upload_all(low, plan)
         low.end_staging()
     except BaseException:
         low.close()
@@ -236,11 +236,12 @@ class HostResidentMatrix(ArrivingMatrix):
     refinement's products with A run on the host against `a` (HostOperator), only vectors
     crossing the link. The solve never writes `a`.
 
-    `kept` of A's last columns (those that fit the budget beside the low-precision copy) go
-    up in the working precision instead, into a store of their own that stays where the
-    backend computes, and are rounded there into the copy: each product then reads only the
-    other n - kept columns on the host, where a pass over A costs about as much as a GMRES
-    iteration (the host's memory at about 100 GB/s against the device's 3 TB/s).
+    `kept` of A's last columns (those that fit the budget beside the low-precision copy) also
+    go up in the working precision, into a store of their own that stays where the backend
+    computes, while the device factors the copy (as ArrivingMatrix's A does): each product
+    then reads only the other n - kept columns on the host, where a pass over A costs about
+    as much as a GMRES iteration (the host's memory at about 100 GB/s against the device's
+    3 TB/s).
 
     `meanwhile()`, if given, runs once the copy is up and the host is free (the device
     factors): the caller's check that `a` is finite (a Future of a bool), read back by the
@@ -255,29 +256,33 @@ class HostResidentMatrix(ArrivingMatrix):
         self.meanwhile, self.beside = meanwhile, None
 
     def low_copy(self, dtype):
-        low = rounded_copy(self.ops, self.a, self.plan, dtype, columns=(0, self.split))
-        if self.split == self.n:
-            return low
-        try:
-            # the kept columns up in the working precision (half a block column of the copy
-            # at a time: the copy's pinned slots hold them), then rounded where they land
-            kept_plan = dataclass_replace(
-                self.plan, nb=max(1, self.plan.nb * np.dtype(dtype).itemsize //
-                                  self.dtype.itemsize))
-            self.kept = rounded_copy(self.ops, self.a[:, self.split:], kept_plan, self.dtype)
-            ones = np.ones(max(self.m, self.n))
-            self.ops.narrow(self.ops.lane("gpu:update"), low, self.kept.block(
-                0, self.m, 0, self.n - self.split), low.block(0, self.m, self.split, self.n),
-                ones[:self.m], ones[:self.n - self.split], math.inf)
-        except BaseException:
-            low.close()
-            raise
+        low = rounded_copy(self.ops, self.a, self.plan, dtype)
+        if self.split < self.n:
+            try:
+                self.kept = self._kept_store(dtype)
+            except BaseException:
+                low.close()
+                raise
         return low
 
+    def _kept_store(self, low_dtype):
+        """The kept columns' store: on the host backend a copy; on a device allocated now and
+        filled by `start` (its staging slots hold half as many of these columns as of the
+        copy's, so that the slots the copy grew serve both)."""
+        source, nb = self.a[:, self.split:], max(1, self.plan.nb * np.dtype(low_dtype).itemsize
+                                                  // self.dtype.itemsize)
+        if not self.ops.has_device:
+            return self.ops.host_matrix(source, None, nb, dtype=self.dtype)
+        return self.ops.matrix(self.m, self.n - self.split, self.dtype, nb, host_source=source,
+                               settings=self.plan.device_settings)
+
     def start(self):
-        """Nothing more goes up: A stays on the host, where `meanwhile` starts now."""
+        """A stays on the host but for its kept columns, which go up now, from a host thread of
+        their own, beside `meanwhile`, while the device factors the copy."""
         if self.meanwhile is not None:
             self.beside = self.meanwhile()
+        if self.kept is not None and self.ops.has_device:
+            self._wait = self.kept.upload_in_background()
 
     def operator(self, low, uplo=None, normal=False):
         """The refinement's operator: products on the host (and with the kept columns where
