@@ -5,19 +5,28 @@ getrf's engine. The skeleton (the working store, the copies, the windows) is _oo
 For each wide column J = columns j0:j1 (W wide, as the budget allows), in one of two buffers:
 
     A[:, J] comes up                           pass 1
-    for each finished wide column P = p0:p1 on its left, in order:
+    for each finished wide column P = p0:p1 on its left, in order (those whose interchanges
+    the host L already carries first, see below):
         A[p0:, J] := P_P A[p0:, J]             its row interchanges (laswp, where A is)
         for each block column K = k0:k1 of P (nb wide), its L streamed up (pass 2), except the
         previous wide column's, which is still in the other buffer:
             A[K, J] := L_KK^-1 A[K, J]                    trsm, L_KK unit lower
             A[k1:, J] := A[k1:, J] - L[k1:, K] A[K, J]    gemm
+            L[:, K] := P_Q L[:, K] on the host, Q the wide column before J    pass 4
     U[0:j0, J] is final: it goes home                      pass 3, while J is factored
     P_J A[j0:, J] = L_J U_J                    getrf's engine on the buffer's rows j0:m
     L_J, U_JJ go home                                      pass 3, while the next J is updated
-then on the host, for each wide column P but the last:
-    L[:, P] := P_Q L[:, P] for the wide columns Q after it         pass 4 (host memory only)
-(LAPACK's getrf applies each step's interchanges to the columns on its left: here they wait
-until the last later wide column has read P's columns, as MAGMA's getrf_m does.)
+then on the host, for each wide column P before the last with pivots:
+    L[:, P] := P_Last L[:, P]                                      pass 4 (host memory only)
+(LAPACK's getrf applies each step's interchanges to the columns on its left. Here wide column
+Q's reach the host L of the wide columns before it one wide column late: while the next one
+streams them, after it has read each block column. A row interchange of rows >= q0 commutes
+with an update by P's L, whose U rows p0:p1 lie above q0: P_Q (A - L U) = P_Q A - (P_Q L) U.
+So J may read an L that already carries Q's interchanges, once J's own rows carry them before
+that update: J applies first the interchanges of every wide column the host L carries, then
+updates. Applied all at the end, as MAGMA's getrf_m does, they took the host's memory while
+the last wide column's left update streamed the most, and the GPU waited on the staging
+chain: perf/RESULTS.md, issue 31.)
 
 The passes over the host matrix, and what they move (s bytes an element, c = n / W wide
 columns, m >= n):
@@ -66,21 +75,28 @@ def getrf_ooc(source, result, plan, trace=None):
 def record_wide_column(wide, J, pivots):
     """Record the update, factorization and copies of wide column J (see the module's
     docstring); its pivots go to `pivots` (global) once factored."""
-    ops, A, m = wide.ops, wide.A, wide.M
+    A, m = wide.A, wide.M
     wide.bring_up(J, 0, m)
-    for P in wide.finished(J):
-        # A[p0:, J] := P_P A[p0:, J]
-        rows = wide.buffer(J, P.c0, m)
-        wide.task("laswp", J, "gpu:update",
-                  functools.partial(_interchange, ops, A=wide.window(*rows), P=P),
-                  reads=[P.own("piv", 0, P.factored)], writes=[Region("A", *rows)])
+    finished = wide.finished(J)
+    carried = [P for P in finished if P in _carried_interchanges(wide, J)]
+    # A[p0:, J] := P_P A[p0:, J] for the interchanges the host L already carries, first
+    for P in carried:
+        _record_interchange(wide, J, P)
+    for P in finished:
+        if P not in carried:
+            _record_interchange(wide, J, P)
+        late = _late_interchanges(wide, J, P)
         for K in wide.panels(J, P, rows=lambda k0, k1: (k0, m)):
             # A[K, J] := L_KK^-1 A[K, J];  A[k1:, J] := A[k1:, J] - L[k1:, K] A[K, J]
             rows = wide.buffer(J, K.k0, m)
             wide.task("left_update", J, "gpu:update",
-                      functools.partial(_eliminate, ops, A=A, L=K.rect, J=rows),
+                      functools.partial(_eliminate, wide.ops, A=A, L=K.rect, J=rows),
                       reads=[K.region], writes=[Region("A", *rows)],
                       flops=lu_update.update_flops(m, K.k0, K.k1, 0, J.width))
+            if late is not None:
+                # L[:, K] := P_Q L[:, K] on the host, now that J has read it
+                _record_laswp_home(wide, J, pivots, K.k0, K.k1, late.c0,
+                                   late.c0 + late.factored, chain="interchanges")
     # U[0:j0, J] is final
     wide.send_home(J, 0, min(J.c0, m))
     if J.c0 < wide.k_end:
@@ -90,6 +106,39 @@ def record_wide_column(wide, J, pivots):
                   reads=[J.own("piv", 0, J.factored)],
                   writes=[Region("ipiv", J.c0, J.c0 + J.factored)])
     wide.send_home(J, J.c0, m)
+
+
+def _last_with_pivots(wide):
+    """The last wide column that is factored (its interchanges reach the host at the end)."""
+    return [P for P in wide.columns if P.c0 < wide.k_end][-1]
+
+
+def _carried_interchanges(wide, J):
+    """The wide columns whose interchanges the host L of the wide columns before them carries
+    when J streams it: those two or more before J (each one's reach the host while the next
+    streams), but the last with pivots (its own go at the end)."""
+    last = _last_with_pivots(wide)
+    return [Q for Q in wide.finished(J) if Q.index <= J.index - 2 and Q is not last]
+
+
+def _late_interchanges(wide, J, P):
+    """The wide column Q whose interchanges go to P's host L as J reads it block column by
+    block column: the one just before J, where it is factored, is not the last with pivots,
+    and comes after P (else None)."""
+    if J.index == 0:
+        return None
+    Q = wide.columns[J.index - 1]
+    if Q.c0 >= wide.k_end or Q is _last_with_pivots(wide) or P.index >= Q.index:
+        return None
+    return Q
+
+
+def _record_interchange(wide, J, P):
+    """A[p0:, J] := P_P A[p0:, J] on the device."""
+    rows = wide.buffer(J, P.c0, wide.M)
+    wide.task("laswp", J, "gpu:update",
+              functools.partial(_interchange, wide.ops, A=wide.window(*rows), P=P),
+              reads=[P.own("piv", 0, P.factored)], writes=[Region("A", *rows)])
 
 
 def _interchange(ops, lane, A, P):
@@ -115,26 +164,25 @@ def _pivots_home(lane, J, pivots):
 
 
 def record_interchanges_home(wide, pivots):
-    """L[:, P] := P_Q L[:, P] on the host for each wide column P, Q the interchanges of the
-    wide columns after it, in two parts: those of all but the last wide column with pivots
-    (one task at a time, while the last is factored: a CPU worker each), then the last one's
-    (at the end, side by side)."""
-    factored = [J for J in wide.columns if J.store is not None]
-    if len(factored) < 2:
-        return
-    last, k_end = factored[-1].c0, wide.k_end
-    for P in factored[:-1]:
-        p1 = P.c0 + P.factored
-        for k0, k1, chain in ((p1, last, "interchanges"), (last, k_end, None)):
-            if k1 <= k0:
-                continue
-            for c0 in range(P.c0, p1, wide.nb):
-                c1 = min(c0 + wide.nb, p1)
-                wide.task("laswp_home", P, "cpu",
-                          functools.partial(_laswp_home, H=wide.result, c0=c0, c1=c1,
-                                            pivots=pivots, k0=k0, k1=k1),
-                          reads=[Region("ipiv", k0, k1)],
-                          writes=[Region("H", k0, wide.M, c0, c1)], chain=chain)
+    """L[:, P] := P_Last L[:, P] on the host for each wide column P before the last with
+    pivots, side by side at the end (the earlier wide columns' interchanges reached the host
+    during the left updates: record_wide_column)."""
+    last = _last_with_pivots(wide)
+    for P in wide.columns[:last.index]:
+        if P.c0 >= wide.k_end:
+            continue
+        for c0 in range(P.c0, P.c0 + P.factored, wide.nb):
+            _record_laswp_home(wide, last, pivots, c0, min(c0 + wide.nb, P.c0 + P.factored),
+                               last.c0, last.c0 + last.factored)
+
+
+def _record_laswp_home(wide, step_column, pivots, c0, c1, k0, k1, chain=None):
+    """A host task: pivots k0..k1-1 applied to columns c0:c1 of the host matrix, rows k0:."""
+    wide.task("laswp_home", step_column, "cpu",
+              functools.partial(_laswp_home, H=wide.result, c0=c0, c1=c1, pivots=pivots, k0=k0,
+                                k1=k1),
+              reads=[Region("ipiv", k0, k1)], writes=[Region("H", k0, wide.M, c0, c1)],
+              chain=chain)
 
 
 def _laswp_home(lane, H, c0, c1, pivots, k0, k1):
