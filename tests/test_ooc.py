@@ -174,7 +174,7 @@ def test_lu_input_of_any_layout_is_left_untouched(backend, order, rng):
 def test_lu_moves_the_bytes_its_docstring_counts(backend, rng, tmp_path):
     """Pass 1 brings every element up once, pass 3 takes it home once; pass 2 streams, for each
     wide column, the L of the block columns left of the previous wide column (still on the
-    device), rows k0:m."""
+    device), rows k0:m; pass 4 sends the rows of those that the device interchanged home."""
     m, n = 170, 150
     a = np.asfortranarray(rng.standard_normal((m, n)))
     settings, width = capped(backend, "getrf", a.shape, np.float64, 4)
@@ -188,8 +188,15 @@ def test_lu_moves_the_bytes_its_docstring_counts(backend, rng, tmp_path):
     streamed = sum((m - k0) * (min(k0 + NB, n) - k0)
                    for (p0, _), (j0, _) in zip(columns[1:], columns[2:])
                    for k0 in range(0, p0, NB))
-    assert streamed > 0
-    assert copies(trace) == {"upload": 8.0 * (m * n + streamed), "download": 8.0 * m * n}
+    # pass 4 on the device: each streamed block column's rows p0:m, once the previous wide
+    # column's interchanges are applied in its slot, go home (all but the last wide column's
+    # interchanges, which the host applies at the end)
+    interchanged = sum((m - p0) * (min(k0 + NB, n) - k0)
+                       for (p0, _), (j0, _) in zip(columns[1:], columns[2:])
+                       for k0 in range(0, p0, NB))
+    assert streamed > 0 and interchanged > 0
+    assert copies(trace) == {"upload": 8.0 * (m * n + streamed),
+                             "download": 8.0 * (m * n + interchanged)}
 
 
 # -- Cholesky ------------------------------------------------------------------------------------

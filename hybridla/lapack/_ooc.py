@@ -310,8 +310,24 @@ class WideColumns:
         """Rows r0:r1 of the wide column, final, from its buffer to the host matrix."""
         if r1 <= r0:
             return
-        step, (h0, h1, g0, g1) = column.c0 // self.nb, self.home(r0, r1, column.c0, column.c1)
-        rect = self.buffer(column, r0, r1)
+        self._down(column.c0 // self.nb, self.buffer(column, r0, r1),
+                   self.home(r0, r1, column.c0, column.c1), column)
+
+    def send_panel_home(self, panel, r0, r1):
+        """Rows r0:r1 of the streamed block column `panel`, from its slot to the host matrix
+        (where the device changed them: getrf_ooc's late interchanges)."""
+        rect = self.place(r0, r1, panel.rect[2], panel.rect[3]) if self.geometry is COLUMNS \
+            else None
+        if rect is None:
+            raise NotImplementedError("send_panel_home: the wide columns are A's columns")
+        self._down(panel.k0 // self.nb, rect, self.home(r0, r1, panel.k0, panel.k1),
+                   panel.column)
+
+    def _down(self, step, rect, home, column):
+        """The host rectangle `home` of the host matrix := the store's `rect` (same shape),
+        which lies in wide column `column`'s columns: straight into the host matrix where that
+        wide column is pinned, else staged."""
+        h0, h1, g0, g1 = home
         if column.index not in self.pinned:
             self.transfers.download(step, *rect, target=self.result[h0:h1, g0:g1],
                                     writes=[Region("H", h0, h1, g0, g1)])

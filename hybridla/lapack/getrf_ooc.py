@@ -12,21 +12,24 @@ For each wide column J = columns j0:j1 (W wide, as the budget allows), in one of
         previous wide column's, which is still in the other buffer:
             A[K, J] := L_KK^-1 A[K, J]                    trsm, L_KK unit lower
             A[k1:, J] := A[k1:, J] - L[k1:, K] A[K, J]    gemm
-            L[:, K] := P_Q L[:, K] on the host, Q the wide column before J    pass 4
+            L[q0:, K] := P_Q L[q0:, K] in its slot, and home, Q the wide column before J
+                                                   pass 4
     U[0:j0, J] is final: it goes home                      pass 3, while J is factored
     P_J A[j0:, J] = L_J U_J                    getrf's engine on the buffer's rows j0:m
     L_J, U_JJ go home                                      pass 3, while the next J is updated
 then on the host, for each wide column P before the last with pivots:
     L[:, P] := P_Last L[:, P]                                      pass 4 (host memory only)
 (LAPACK's getrf applies each step's interchanges to the columns on its left. Here wide column
-Q's reach the host L of the wide columns before it one wide column late: while the next one
-streams them, after it has read each block column. A row interchange of rows >= q0 commutes
+Q's reach the L of the wide columns before it one wide column late: while the next one
+streams them, each block column in its slot after it has read it, and the slot's rows q0:m go
+home. A row interchange of rows >= q0 commutes
 with an update by P's L, whose U rows p0:p1 lie above q0: P_Q (A - L U) = P_Q A - (P_Q L) U.
 So J may read an L that already carries Q's interchanges, once J's own rows carry them before
 that update: J applies first the interchanges of every wide column the host L carries, then
-updates. Applied all at the end, as MAGMA's getrf_m does, they took the host's memory while
-the last wide column's left update streamed the most, and the GPU waited on the staging
-chain: perf/RESULTS.md, issue 31.)
+updates. Applied on the host at the end, as MAGMA's getrf_m does, they took the host's memory
+while the last wide column's left update streamed the most, and the GPU waited on the staging
+chain; applied on the host one wide column late, they slowed every left update's staging
+(host laswp runs on all the cores): perf/RESULTS.md, issue 31.)
 
 The passes over the host matrix, and what they move (s bytes an element, c = n / W wide
 columns, m >= n):
@@ -36,7 +39,10 @@ columns, m >= n):
        (m n^2 / (2 W) - n^3 / (6 W)) s; for a square matrix n^3 s / (3 W), DESIGN.md's
        8 n^3 / (3 W) bytes in float64 (against 2 n^3 / 3 flops: W / (4 s / 8) flops a byte)
     3  every element down once: m n s
-    4  on the host: each wide column's block columns, their rows past it permuted once
+    4  wide column Q's interchanges on the L left of it: for all but the last, on the device,
+       in the slots of the next wide column's stream, and rows q0:m of each streamed block
+       column home: sum_Q ((m - q0) q0 s), about as many bytes as pass 2; the last wide
+       column's on the host (host memory only)
 Each is a graph task on a copy lane (staged through pinned slots on a device) that overlaps the
 compute: the next wide column comes up and the last goes home while one is factored; block
 columns stream through two slots, one arriving while the other is used.
@@ -94,9 +100,14 @@ def record_wide_column(wide, J, pivots):
                       reads=[K.region], writes=[Region("A", *rows)],
                       flops=lu_update.update_flops(m, K.k0, K.k1, 0, J.width))
             if late is not None:
-                # L[:, K] := P_Q L[:, K] on the host, now that J has read it
-                _record_laswp_home(wide, J, pivots, K.k0, K.k1, late.c0,
-                                   late.c0 + late.factored, chain="interchanges")
+                # L[q0:, K] := P_Q L[q0:, K] in its slot, now that J has read it, and home
+                rows = (late.c0, m, K.rect[2], K.rect[3])
+                wide.task("laswp", J, "gpu:update",
+                          functools.partial(_interchange, wide.ops, A=wide.window(*rows),
+                                            P=late),
+                          reads=[late.own("piv", 0, late.factored)],
+                          writes=[Region("A", *rows)])
+                wide.send_panel_home(K, late.c0, m)
     # U[0:j0, J] is final
     wide.send_home(J, 0, min(J.c0, m))
     if J.c0 < wide.k_end:
