@@ -320,17 +320,18 @@ class WideColumns:
             else None
         if rect is None:
             raise NotImplementedError("send_panel_home: the wide columns are A's columns")
+        # beside the way home (its slot is read again two block columns later)
         self._down(panel.k0 // self.nb, rect, self.home(r0, r1, panel.k0, panel.k1),
-                   panel.column)
+                   panel.column, lane="copy:d2h-slots")
 
-    def _down(self, step, rect, home, column):
+    def _down(self, step, rect, home, column, lane="copy:d2h"):
         """The host rectangle `home` of the host matrix := the store's `rect` (same shape),
         which lies in wide column `column`'s columns: straight into the host matrix where that
-        wide column is pinned, else staged."""
+        wide column is pinned, else staged (on copy lane `lane`)."""
         h0, h1, g0, g1 = home
         if column.index not in self.pinned:
             self.transfers.download(step, *rect, target=self.result[h0:h1, g0:g1],
-                                    writes=[Region("H", h0, h1, g0, g1)])
+                                    writes=[Region("H", h0, h1, g0, g1)], lane=lane)
             return
         for pinned, (a0, a1, b0, b1), piece_rect in self._pieces((h0, h1, g0, g1), rect):
             self.transfers.download_direct(step, *piece_rect,

@@ -112,12 +112,14 @@ class TransferPlan:
         self._staged_up(step, slot, r0, r1, c0, c1, functools.partial(
             self.A.stage_array, slot=slot, source=source), reads)
 
-    def download(self, step, r0, r1, c0, c1, target, writes=()):
+    def download(self, step, r0, r1, c0, c1, target, writes=(), lane=_DOWNLOADS):
         """The host array `target` (of the rectangle's shape) := rows r0:r1 x columns c0:c1 of
         the store, staged through the down slots in pieces that fit one; `writes`: the host
-        regions it writes, so that their later readers follow it."""
+        regions it writes, so that their later readers follow it. `lane`: another copy lane
+        than the downloads', with chains of its own, for a copy that must not queue behind
+        them (a streaming slot that waits for it to be read)."""
         self._staged_down(step, r0, r1, c0, c1, lambda slot, j0, j1: functools.partial(
-            self.A.unstage_array, slot=slot, target=target[:, j0 - c0:j1 - c0]), writes)
+            self.A.unstage_array, slot=slot, target=target[:, j0 - c0:j1 - c0]), writes, lane)
 
     def pin(self, step, pieces, only=None):
         """Pin a host array in place, piece by piece in order (backend/pinning.PinnedPieces;
@@ -163,23 +165,24 @@ class TransferPlan:
                        reads=[buffer], writes=[Region("A", r0, r1, c0, c1)], chain=_UPLOADS,
                        bytes=nbytes)
 
-    def _staged_down(self, step, r0, r1, c0, c1, unstage, writes=()):
+    def _staged_down(self, step, r0, r1, c0, c1, unstage, writes=(), lane=_DOWNLOADS):
         """The rectangle down in pieces that fit a slot: the DMA into the next down slot in turn
-        (the copy chain), then a CPU task of the unstaging chain, `unstage(slot, j0, j1)`'s,
-        copies the piece out."""
+        (the copy chain of `lane`), then a CPU task of its unstaging chain,
+        `unstage(slot, j0, j1)`'s, copies the piece out."""
         graph, A = self.graph, self.A
+        unstaging = _UNSTAGING if lane == _DOWNLOADS else f"{_UNSTAGING}:{lane}"
         width = max(1, A.slot_elements // max(r1 - r0, 1))
         for j0 in range(c0, c1, width):
             j1 = min(j0 + width, c1)
             slot = graph.counter("stage-down") % A.down_slots
             buffer = Region("stage-down", slot, slot + 1)  # the pinned slot's memory
             nbytes = (r1 - r0) * (j1 - j0) * A.dtype.itemsize
-            graph.add("download", step, "copy:d2h",
+            graph.add("download", step, lane,
                       functools.partial(A.download_staged, slot=slot, r0=r0, r1=r1, c0=j0, c1=j1),
-                      reads=[Region("A", r0, r1, j0, j1)], writes=[buffer], chain=_DOWNLOADS,
+                      reads=[Region("A", r0, r1, j0, j1)], writes=[buffer], chain=lane,
                       bytes=nbytes)
             graph.add("unstage", step, "cpu", unstage(slot, j0, j1), reads=[buffer],
-                      writes=[buffer, *writes], chain=_UNSTAGING, bytes=nbytes)
+                      writes=[buffer, *writes], chain=unstaging, bytes=nbytes)
 
     def steps_hidden_by_upload(self, step_update_flops) -> int:
         """How many steps' trailing updates to cut into upload-sized column groups, so that the
