@@ -71,6 +71,7 @@ UP_SLOTS = DOWN_SLOTS = 4  # staging slots each way (the in-core streamed store'
 PIN_PIECE_BYTES = 1 << 30
 # ... and only the wide columns whose bytes cross the link this often (see the docstring)
 PIN_WHEN_READ = 4
+SLOTS_LANE = "copy:d2h-slots"  # the copy lane of send_panel_home
 
 
 @dataclass(frozen=True)
@@ -235,6 +236,7 @@ class WideColumns:
         self.A = self.ops.matrix(*self.geometry.shape(self.M, cols), result.dtype, self.nb,
                                  settings=plan.device_settings)
         self._windows = {}
+        self._panel_lane = False  # send_panel_home has its down slots
         try:
             self.A.use_staging(UP_SLOTS, DOWN_SLOTS)
             self.graph = TaskGraph()
@@ -320,9 +322,13 @@ class WideColumns:
             else None
         if rect is None:
             raise NotImplementedError("send_panel_home: the wide columns are A's columns")
-        # beside the way home (its slot is read again two block columns later)
+        # beside the way home, through down slots of its own (its streaming slot is written
+        # again two block columns later)
+        if not self._panel_lane:
+            self.transfers.reserve_down_slots(SLOTS_LANE, 2)
+            self._panel_lane = True
         self._down(panel.k0 // self.nb, rect, self.home(r0, r1, panel.k0, panel.k1),
-                   panel.column, lane="copy:d2h-slots")
+                   panel.column, lane=SLOTS_LANE)
 
     def _down(self, step, rect, home, column, lane="copy:d2h"):
         """The host rectangle `home` of the host matrix := the store's `rect` (same shape),

@@ -38,6 +38,7 @@ class TransferPlan:
     def __init__(self, graph, A, plan):
         self.graph, self.A, self.plan = graph, A, plan
         self.piece_starts = [0]
+        self._down_slots = {}  # copy lane -> the down slots it has to itself (reserve_down_slots)
         if A.streamed:
             graph.on_write("A", self._written)
 
@@ -165,6 +166,16 @@ class TransferPlan:
                        reads=[buffer], writes=[Region("A", r0, r1, c0, c1)], chain=_UPLOADS,
                        bytes=nbytes)
 
+    def reserve_down_slots(self, lane, count):
+        """Give copy lane `lane` the last `count` down slots to itself, and the downloads' lane
+        the others, before either records a copy: a slot shared in turn made a download of one
+        lane wait for the other's copy before it (a stream of block columns waited for the way
+        home of a wide column)."""
+        count = min(count, self.A.down_slots - 1)
+        if count > 0:
+            self._down_slots[_DOWNLOADS] = list(range(self.A.down_slots - count))
+            self._down_slots[lane] = list(range(self.A.down_slots - count, self.A.down_slots))
+
     def _staged_down(self, step, r0, r1, c0, c1, unstage, writes=(), lane=_DOWNLOADS):
         """The rectangle down in pieces that fit a slot: the DMA into the next down slot in turn
         (the copy chain of `lane`), then a CPU task of its unstaging chain,
@@ -174,7 +185,8 @@ class TransferPlan:
         width = max(1, A.slot_elements // max(r1 - r0, 1))
         for j0 in range(c0, c1, width):
             j1 = min(j0 + width, c1)
-            slot = graph.counter("stage-down") % A.down_slots
+            slots = self._down_slots.get(lane) or range(A.down_slots)
+            slot = slots[graph.counter(f"stage-down:{lane}") % len(slots)]
             buffer = Region("stage-down", slot, slot + 1)  # the pinned slot's memory
             nbytes = (r1 - r0) * (j1 - j0) * A.dtype.itemsize
             graph.add("download", step, lane,
