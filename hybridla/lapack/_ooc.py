@@ -315,6 +315,14 @@ class WideColumns:
         self._down(column.c0 // self.nb, self.buffer(column, r0, r1),
                    self.home(r0, r1, column.c0, column.c1), column)
 
+    def reserve_panel_slots(self):
+        """Before any copy is recorded: send_panel_home's copies go beside the way home, on
+        a copy lane with two down slots of its own (a streaming slot is written again two
+        block columns after it is read, and shared down slots made its copy wait for the way
+        home of a whole wide column, which had recorded its copies first)."""
+        self.transfers.reserve_down_slots(SLOTS_LANE, 2)
+        self._panel_lane = True
+
     def send_panel_home(self, panel, r0, r1):
         """Rows r0:r1 of the streamed block column `panel`, from its slot to the host matrix
         (where the device changed them: getrf_ooc's late interchanges)."""
@@ -322,11 +330,8 @@ class WideColumns:
             else None
         if rect is None:
             raise NotImplementedError("send_panel_home: the wide columns are A's columns")
-        # beside the way home, through down slots of its own (its streaming slot is written
-        # again two block columns later)
         if not self._panel_lane:
-            self.transfers.reserve_down_slots(SLOTS_LANE, 2)
-            self._panel_lane = True
+            raise RuntimeError("send_panel_home: reserve_panel_slots() first")
         self._down(panel.k0 // self.nb, rect, self.home(r0, r1, panel.k0, panel.k1),
                    panel.column, lane=SLOTS_LANE)
 

@@ -70,6 +70,8 @@ def getrf_ooc(source, result, plan, trace=None):
     m, n = result.shape
     pivots = np.zeros(min(m, n), dtype=np.int32)
     with WideColumns(source, result, plan, "getrf") as wide:
+        if any(_late_interchanges(wide, J, P) for J in wide for P in wide.finished(J)):
+            wide.reserve_panel_slots()
         for J in wide:
             record_wide_column(wide, J, pivots)
         record_interchanges_home(wide, pivots)
@@ -181,15 +183,17 @@ def _pivots_home(lane, J, pivots):
 
 def record_interchanges_home(wide, pivots):
     """L[:, P] := P_Last L[:, P] on the host for each wide column P before the last with
-    pivots, side by side at the end (the earlier wide columns' interchanges reached the host
+    pivots, at the end (the earlier wide columns' interchanges reached the host
     during the left updates: record_wide_column)."""
     last = _last_with_pivots(wide)
-    for P in wide.columns[:last.index]:
-        if P.c0 >= wide.k_end:
-            continue
-        for c0 in range(P.c0, P.c0 + P.factored, wide.nb):
-            _record_laswp_home(wide, last, pivots, c0, min(c0 + wide.nb, P.c0 + P.factored),
-                               last.c0, last.c0 + last.factored)
+    # at most workers - 1 at once: a CPU worker stays free for the last way home's copies out
+    # of the pinned slots (they waited behind all of these)
+    chains = max(1, wide.plan.workers - 1)
+    blocks = [(c0, min(c0 + wide.nb, P.c0 + P.factored)) for P in wide.columns[:last.index]
+              if P.c0 < wide.k_end for c0 in range(P.c0, P.c0 + P.factored, wide.nb)]
+    for i, (c0, c1) in enumerate(blocks):
+        _record_laswp_home(wide, last, pivots, c0, c1, last.c0, last.c0 + last.factored,
+                           chain=f"interchanges {i % chains}")
 
 
 def _record_laswp_home(wide, step_column, pivots, c0, c1, k0, k1, chain=None):
