@@ -171,13 +171,17 @@ def test_lu_input_of_any_layout_is_left_untouched(backend, order, rng):
     assert a.tobytes(order="K") == saved.tobytes(order="K")
 
 
-def test_lu_moves_the_bytes_its_docstring_counts(backend, rng, tmp_path):
+@pytest.mark.parametrize("shape, count", [((170, 150), 4), ((200, 200), 5)],
+                         ids=["last-on-host", "last-on-device"])
+def test_lu_moves_the_bytes_its_docstring_counts(backend, shape, count, rng, tmp_path):
     """Pass 1 brings every element up once, pass 3 takes it home once; pass 2 streams, for each
     wide column, the L of the block columns left of the previous wide column (still on the
-    device), rows k0:m; pass 4 sends the rows of those that the device interchanged home."""
-    m, n = 170, 150
+    device), rows k0:m; pass 4 sends the rows of those that the device interchanged home, and,
+    where they fit the other buffer, brings rows l0:m left of the last wide column up and
+    home again for its interchanges."""
+    m, n = shape
     a = np.asfortranarray(rng.standard_normal((m, n)))
-    settings, width = capped(backend, "getrf", a.shape, np.float64, 4)
+    settings, width = capped(backend, "getrf", a.shape, np.float64, count)
     trace = tmp_path / "lu.json"
     with hybridla.config.set(settings):
         hybridla.lu_factor(a, backend=backend, nb=NB, trace=trace)
@@ -194,9 +198,13 @@ def test_lu_moves_the_bytes_its_docstring_counts(backend, rng, tmp_path):
     interchanged = sum((m - p0) * (min(k0 + NB, n) - k0)
                        for (p0, _), (j0, _) in zip(columns[1:], columns[2:])
                        for k0 in range(0, p0, NB))
+    last = columns[-1][0]
+    on_device = -(-last // width) * (m - last) <= m
+    assert on_device == (shape == (200, 200))
+    last_rows = (m - last) * last if on_device else 0
     assert streamed > 0 and interchanged > 0
-    assert copies(trace) == {"upload": 8.0 * (m * n + streamed),
-                             "download": 8.0 * (m * n + interchanged)}
+    assert copies(trace) == {"upload": 8.0 * (m * n + streamed + last_rows),
+                             "download": 8.0 * (m * n + interchanged + last_rows)}
 
 
 # -- Cholesky ------------------------------------------------------------------------------------

@@ -315,6 +315,11 @@ class WideColumns:
         self._down(column.c0 // self.nb, self.buffer(column, r0, r1),
                    self.home(r0, r1, column.c0, column.c1), column)
 
+    def send_rect_home(self, step, rect, home):
+        """The store's rectangle `rect` to the host matrix's `home` (same shape; no wide column
+        pinned), beside the way home."""
+        self._down(step, rect, home, self.columns[-1], lane=SLOTS_LANE)
+
     def reserve_panel_slots(self):
         """Before any copy is recorded: send_panel_home's copies go beside the way home, on
         a copy lane with two down slots of its own (a streaming slot is written again two

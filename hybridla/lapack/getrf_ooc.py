@@ -17,13 +17,15 @@ For each wide column J = columns j0:j1 (W wide, as the budget allows), in one of
     U[0:j0, J] is final: it goes home                      pass 3, while J is factored
     P_J A[j0:, J] = L_J U_J                    getrf's engine on the buffer's rows j0:m
     L_J, U_JJ go home                                      pass 3, while the next J is updated
-then on the host, for each wide column P before the last with pivots:
-    L[:, P] := P_Last L[:, P]                                      pass 4 (host memory only)
+then for the wide columns before the last with pivots, Last = l0:l1:
+    L[l0:, :l0] := P_Last L[l0:, :l0]                              pass 4
+        on the device where those rows fit the other buffer (they come up while Last is
+        factored and go home), else on the host
 (LAPACK's getrf applies each step's interchanges to the columns on its left. Here wide column
 Q's reach the L of the wide columns before it one wide column late: while the next one
 streams them, each block column in its slot after it has read it, and the slot's rows q0:m go
-home. A row interchange of rows >= q0 commutes
-with an update by P's L, whose U rows p0:p1 lie above q0: P_Q (A - L U) = P_Q A - (P_Q L) U.
+home. A row interchange of rows >= q0 commutes with an update by P's L, whose U rows p0:p1
+lie above q0: P_Q (A - L U) = P_Q A - (P_Q L) U.
 So J may read an L that already carries Q's interchanges, once J's own rows carry them before
 that update: J applies first the interchanges of every wide column the host L carries, then
 updates. Applied on the host at the end, as MAGMA's getrf_m does, they took the host's memory
@@ -42,7 +44,8 @@ columns, m >= n):
     4  wide column Q's interchanges on the L left of it: for all but the last, on the device,
        in the slots of the next wide column's stream, and rows q0:m of each streamed block
        column home: sum_Q ((m - q0) q0 s), about as many bytes as pass 2; the last wide
-       column's on the host (host memory only)
+       column's on rows l0:m left of it: (m - l0) l0 s bytes up and as many home, or on the
+       host (host memory only)
 Each is a graph task on a copy lane (staged through pinned slots on a device) that overlaps the
 compute: the next wide column comes up and the last goes home while one is factored; block
 columns stream through two slots, one arriving while the other is used.
@@ -74,7 +77,11 @@ def getrf_ooc(source, result, plan, trace=None):
             wide.reserve_panel_slots()
         for J in wide:
             record_wide_column(wide, J, pivots)
-        record_interchanges_home(wide, pivots)
+        pieces = _last_rows_pieces(wide)
+        if pieces:
+            record_last_interchanges_on_device(wide, pieces)
+        else:
+            record_interchanges_home(wide, pivots)
         trace = wide.run(trace)
         info = wide.first_failure(lambda store: store.finish()[1])
     return pivots, info, trace
@@ -203,6 +210,42 @@ def _record_laswp_home(wide, step_column, pivots, c0, c1, k0, k1, chain=None):
                                 k1=k1),
               reads=[Region("ipiv", k0, k1)], writes=[Region("H", k0, wide.M, c0, c1)],
               chain=chain)
+
+
+def _last_rows_pieces(wide):
+    """Where rows l0:m of the columns left of the last wide column L (l0 its first column) fit
+    in the other buffer once L's left update has read it, as pieces (c0, c1, r0): columns
+    c0:c1, W wide at most, at the buffer's rows r0:r0 + m - l0, one under the other; None where
+    they do not fit, L is not the last wide column (a wide column after it would come up into
+    that buffer), there is one buffer, or wide columns are pinned in place."""
+    L = _last_with_pivots(wide)
+    if wide.buffers != 2 or L.index == 0 or L is not wide.columns[-1] or wide.pinned:
+        return None
+    height = wide.M - L.c0
+    pieces = [(c0, min(c0 + wide.width, L.c0), i * height)
+              for i, c0 in enumerate(range(0, L.c0, wide.width))]
+    return pieces if len(pieces) * height <= wide.M else None
+
+
+def record_last_interchanges_on_device(wide, pieces):
+    """L[l0:, :l0] := P_L L[l0:, :l0], the last wide column L's interchanges on the L left of
+    it, on the device: rows l0:m of those columns come up into the other buffer while L is
+    factored, take the interchanges there, and go home (on the host they were the run's last
+    0.4 s at n = 65536, after the GPU's last task: perf/RESULTS.md, issue 31)."""
+    L, m, nb = _last_with_pivots(wide), wide.M, wide.nb
+    b0 = wide.columns[L.index - 1].b0
+    step = L.c0 // nb
+    for c0, c1, r0 in pieces:
+        r1 = r0 + m - L.c0
+        for k0 in range(c0, c1, nb):  # a block column a slot
+            k1 = min(k0 + nb, c1)
+            wide.transfers.upload(step, wide.result[L.c0:m, k0:k1], r0, r1, b0 + k0 - c0,
+                                  b0 + k1 - c0, reads=[Region("H", L.c0, m, k0, k1)])
+        rect = wide.place(r0, r1, b0, b0 + c1 - c0)
+        wide.task("laswp", L, "gpu:update",
+                  functools.partial(_interchange, wide.ops, A=wide.window(*rect), P=L, nb=nb),
+                  reads=[L.own("piv", 0, L.factored)], writes=[Region("A", *rect)])
+        wide.send_rect_home(step, rect, (L.c0, m, c0, c1))
 
 
 def _laswp_home(lane, H, c0, c1, pivots, k0, k1):
