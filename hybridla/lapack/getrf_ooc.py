@@ -231,14 +231,18 @@ def record_last_interchanges_on_device(wide, pieces):
     """L[l0:, :l0] := P_L L[l0:, :l0], the last wide column L's interchanges on the L left of
     it, on the device: rows l0:m of those columns come up into the other buffer while L is
     factored, take the interchanges there, and go home (on the host they were the run's last
-    0.4 s at n = 65536, after the GPU's last task: perf/RESULTS.md, issue 31)."""
+    0.4 s at n = 65536, after the GPU's last task: perf/RESULTS.md, issue 31). The pieces in
+    the buffer's rows above the previous wide column's first go up as soon as the stream is
+    done; the others once the previous wide column's last update has read its rows."""
     L, m, nb = _last_with_pivots(wide), wide.M, wide.nb
     b0 = wide.columns[L.index - 1].b0
     step = L.c0 // nb
+    height = m - L.c0
+    width = max(1, wide.A.slot_elements // height)  # as many columns as a slot holds
     for c0, c1, r0 in pieces:
-        r1 = r0 + m - L.c0
-        for k0 in range(c0, c1, nb):  # a block column a slot
-            k1 = min(k0 + nb, c1)
+        r1 = r0 + height
+        for k0 in range(c0, c1, width):
+            k1 = min(k0 + width, c1)
             wide.transfers.upload(step, wide.result[L.c0:m, k0:k1], r0, r1, b0 + k0 - c0,
                                   b0 + k1 - c0, reads=[Region("H", L.c0, m, k0, k1)])
         rect = wide.place(r0, r1, b0, b0 + c1 - c0)
