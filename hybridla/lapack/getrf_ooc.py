@@ -14,7 +14,7 @@ For each wide column J = columns j0:j1 (W wide, as the budget allows), in one of
             A[k1:, J] := A[k1:, J] - L[k1:, K] A[K, J]    gemm
             L[q0:, K] := P_Q L[q0:, K] in its slot, and home, Q the wide column before J
                                                    pass 4
-    U[0:j0, J] is final: it goes home                      pass 3, while J is factored
+        U[p0:p1, J] is final: it goes home                 pass 3, while J is updated
     P_J A[j0:, J] = L_J U_J                    getrf's engine on the buffer's rows j0:m
     L_J, U_JJ go home                                      pass 3, while the next J is updated
 then for the wide columns before the last with pivots, Last = l0:l1:
@@ -117,8 +117,8 @@ def record_wide_column(wide, J, pivots):
                           reads=[late.own("piv", 0, late.factored)],
                           writes=[Region("A", *rows)])
                 wide.send_panel_home(K, late.c0, m)
-    # U[0:j0, J] is final
-    wide.send_home(J, 0, min(J.c0, m))
+        # U[p0:p1, J] is final: no later update or interchange touches rows above p1
+        wide.send_home(J, P.c0, P.c0 + P.factored)
     if J.c0 < wide.k_end:
         # P_J A[j0:, J] = L_J U_J
         wide.factor(J, record_getrf)
