@@ -29,9 +29,10 @@ How the copies travel (config device.ooc_transfer, plan.ooc_transfer):
 - "staged" (the default): through the store's pinned staging slots
   (backend/ops.StagedTileStore): a CPU task copies each block into a slot and the DMA follows
   (down: the reverse). Each byte crosses the host's memory three times (read, written to the
-  slot, read by the DMA), and those copies share it with pass 4's interchanges: at n = 65536
-  on the GPU machines' 16 cores the staging chain moved 7-16 GB/s, and it bounds the last wide
-  columns, whose left updates stream the most (perf/RESULTS.md, "Issue 31 (out-of-core)").
+  slot, read by the DMA). That memory is the host's, shared by every copy: at n = 65536 on
+  the GPU machines' 16 cores the staging chain moved 24-49 GB/s, and 8-13 GB/s while the LU's
+  interchanges ran on the host beside it (laswp takes all the cores), so getrf_ooc applies
+  them on the device (perf/RESULTS.md, issue 31).
 - "register": the host matrix's wide columns whose bytes cross the link at least
   PIN_WHEN_READ times (bring-up, streams, the way home) are pinned in place, in pieces of
   about PIN_PIECE_BYTES, one after the other on a CPU task of the pinning chain, and their

@@ -190,8 +190,8 @@ def _pivots_home(lane, J, pivots):
 
 def record_interchanges_home(wide, pivots):
     """L[:, P] := P_Last L[:, P] on the host for each wide column P before the last with
-    pivots, at the end (the earlier wide columns' interchanges reached the host
-    during the left updates: record_wide_column)."""
+    pivots, at the end, where its rows do not fit the other buffer (the earlier wide
+    columns' interchanges reached the L in the streaming slots: record_wide_column)."""
     last = _last_with_pivots(wide)
     # at most workers - 1 at once: a CPU worker stays free for the last way home's copies out
     # of the pinned slots (they waited behind all of these)
