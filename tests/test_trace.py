@@ -70,6 +70,8 @@ def test_the_hosts_calls_are_neither_cpu_nor_gpu_work():
     s = t.summary()
     assert s["gpu_busy"] == pytest.approx(1.0) and s["gpu_idle"] == pytest.approx(3.0)
     assert s["cpu_busy"] == pytest.approx(1.0) and s["lanes"]["call:gpu:update"] == 3.0
+    # nor tasks: a run's count of them does not depend on which enqueues blocked
+    assert s["tasks"] == 2
 
 
 def test_empty_trace_summary():
