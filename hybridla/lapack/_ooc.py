@@ -317,9 +317,9 @@ class WideColumns:
                    self.home(r0, r1, column.c0, column.c1), column)
 
     def send_rect_home(self, step, rect, home):
-        """The store's rectangle `rect` to the host matrix's `home` (same shape; no wide column
-        pinned), beside the way home."""
-        self._down(step, rect, home, self.columns[-1], lane=SLOTS_LANE)
+        """The store's rectangle `rect` to the host matrix's `home` (same shape, in no pinned
+        wide column), staged beside the way home."""
+        self._down(step, rect, home, None, lane=SLOTS_LANE)
 
     def reserve_panel_slots(self):
         """Before any copy is recorded: send_panel_home's copies go beside the way home, on
@@ -332,21 +332,20 @@ class WideColumns:
     def send_panel_home(self, panel, r0, r1):
         """Rows r0:r1 of the streamed block column `panel`, from its slot to the host matrix
         (where the device changed them: getrf_ooc's late interchanges)."""
-        rect = self.place(r0, r1, panel.rect[2], panel.rect[3]) if self.geometry is COLUMNS \
-            else None
-        if rect is None:
-            raise NotImplementedError("send_panel_home: the wide columns are A's columns")
+        if self.geometry is not COLUMNS:
+            raise NotImplementedError("send_panel_home: the wide columns must be A's columns")
         if not self._panel_lane:
             raise RuntimeError("send_panel_home: reserve_panel_slots() first")
-        self._down(panel.k0 // self.nb, rect, self.home(r0, r1, panel.k0, panel.k1),
+        _, _, s0, s1 = panel.rect  # its slot's columns
+        self._down(panel.k0 // self.nb, (r0, r1, s0, s1), self.home(r0, r1, panel.k0, panel.k1),
                    panel.column, lane=SLOTS_LANE)
 
     def _down(self, step, rect, home, column, lane="copy:d2h"):
         """The host rectangle `home` of the host matrix := the store's `rect` (same shape),
-        which lies in wide column `column`'s columns: straight into the host matrix where that
-        wide column is pinned, else staged (on copy lane `lane`)."""
+        which lies in wide column `column`'s columns (None: in no pinned one): straight into
+        the host matrix where that wide column is pinned, else staged (on copy lane `lane`)."""
         h0, h1, g0, g1 = home
-        if column.index not in self.pinned:
+        if column is None or column.index not in self.pinned:
             self.transfers.download(step, *rect, target=self.result[h0:h1, g0:g1],
                                     writes=[Region("H", h0, h1, g0, g1)], lane=lane)
             return

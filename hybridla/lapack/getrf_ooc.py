@@ -93,7 +93,7 @@ def record_wide_column(wide, J, pivots):
     A, m = wide.A, wide.M
     wide.bring_up(J, 0, m)
     finished = wide.finished(J)
-    carried = [P for P in finished if P in _carried_interchanges(wide, J)]
+    carried = _carried_interchanges(wide, J)  # in order, a part of `finished`
     # A[p0:, J] := P_P A[p0:, J] for the interchanges the host L already carries, first
     for P in carried:
         _record_interchange(wide, J, P)
