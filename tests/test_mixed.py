@@ -68,7 +68,8 @@ def test_device_space_takes_the_host_space_steps(backend, dtype, case, rng):
     """GMRES with its Krylov basis where A lives (DeviceSpace: solves, products and
     Gram-Schmidt there, H's column to the host) gives the cycle of the host basis (HostSpace,
     tested against an explicit Krylov least-squares solve in test_refine.py), to rounding, and
-    keeps its basis orthonormal. Preconditioned: three columns of which the middle one stops
+    keeps its basis orthonormal; both keep the products A Z that give A D without a pass over
+    A. Preconditioned: three columns of which the middle one stops
     after its first step (the others then run as two runs of one column). Kappa 1e8 without a
     preconditioner: a nearly dependent Krylov basis, which only the second Gram-Schmidt pass
     keeps orthonormal."""
@@ -98,12 +99,13 @@ def test_device_space_takes_the_host_space_steps(backend, dtype, case, rng):
                     ops.apply(lane, stores[1].block(0, n, 0, n), src, dst)
 
         on_host = _Operators(lambda x: a @ x, lambda x: m_inv @ x, n, np.dtype(dtype))
-        expected = _Krylov(HostSpace(on_host, n, k, m, dtype), k, m, dtype).cycle(
+        expected, expected_products = _Krylov(
+            HostSpace(on_host, n, k, m, dtype, keep_products=True), k, m, dtype).correction(
             on_host, r, stop_at)
         counter = _Operators(None, None, n, np.dtype(dtype))
         space = DeviceSpace(ops, WorkingOperator(ops, stores[0], k), DensePreconditioner(),
-                            counter, n, k, m, dtype)
-        got = _Krylov(space, k, m, dtype).cycle(counter, r, stop_at)
+                            counter, n, k, m, dtype, keep_products=True)
+        got, got_products = _Krylov(space, k, m, dtype).correction(counter, r, stop_at)
         basis = np.asarray(ops.to_host(lane, space.V))
     finally:
         for store in stores:
@@ -113,6 +115,9 @@ def test_device_space_takes_the_host_space_steps(backend, dtype, case, rng):
     assert residual == pytest.approx(np.linalg.norm(r - a @ expected, axis=0), rel=tolerance)
     if case == "preconditioned":
         assert np.abs(got - expected).max() <= tolerance * np.abs(expected).max()
+    # the kept products give A D (refine's residual_from_products), both spaces alike
+    for D, AD in ((got, got_products), (expected, expected_products)):
+        assert np.abs(AD - a @ D).max() <= 1e-12 * np.abs(a).max() * np.abs(D).max() * n
     for c in (0, k - 1):
         v = basis[:, c::k][:, :m + 1]
         assert np.abs(v.conj().T @ v - np.eye(m + 1)).max() <= 1e-13

@@ -204,6 +204,32 @@ def test_auto_inner_tol_runs_each_correction_to_the_stopping_test_on_the_host(ba
     assert seen == [1e-8, np.finfo(np.float64).tiny, 1e-6]
 
 
+def test_a_pass_over_a_on_the_host_per_gmres_step(backend, rng, monkeypatch):
+    """A kept on the host: the first residual, then one product per GMRES step; the residual
+    after each correction comes from its products (refine's residual_from_products), not
+    from another pass over A. Where the backend computes, each correction ends with one."""
+    from hybridla.lapack import _mixed_operators
+    passes = {"host": 0, "working": 0}
+    # every product of HostOperator goes through `product`; WorkingOperator's Krylov steps
+    # through `apply`, its residuals through `product`
+    for name, cls, method in (("host", _mixed_operators.HostOperator, "product"),
+                              ("working", _mixed_operators.WorkingOperator, "product"),
+                              ("working", _mixed_operators.WorkingOperator, "apply")):
+        def counted(self, *args, _method=getattr(cls, method), _name=name, **kwargs):
+            passes[_name] += 1
+            return _method(self, *args, **kwargs)
+        monkeypatch.setattr(cls, method, counted)
+    a = general(N, 1e4, np.float64, rng)
+    b = rng.standard_normal(N)
+    for ooc, where in (("always", "host"), ("never", "working")):
+        x, info = hybridla.solve_mixed(a, b, backend=backend, nb=NB, ooc=ooc)
+        assert info.converged and info.iterations >= 1 and info.a_on_host == (where == "host")
+        outer_residuals = 0 if where == "host" else info.iterations
+        assert passes[where] == 1 + info.inner_iterations + outer_residuals
+        assert np.abs(b - a @ x).max() <= np.sqrt(N) * np.finfo(np.float64).eps * \
+            np.abs(a).sum(axis=1).max() * np.abs(x).max()
+
+
 def test_never_raises_the_clear_memory_error(backend, rng):
     a = general(N, 10, np.float64, rng)
     budget = host_budget(backend, N, N, np.float64)

@@ -124,6 +124,40 @@ def test_converges(method, dtype, low, kappa, rng):
         assert res.inner_iterations < 50 * res.iterations
 
 
+@pytest.mark.parametrize("inner_tol", [1e-4, 1e-1])
+@pytest.mark.parametrize("method, dtype", [("classical-gmres", np.float64),
+                                           ("classical-gmres", np.complex128),
+                                           ("gmres", np.float64), ("gmres", np.float32)])
+def test_residual_from_products(method, dtype, inner_tol):
+    """With residual_from_products, each outer iteration's residual is r - (A Z) y from the
+    correction's own products: the same corrections as with the direct residual (one apply_a
+    fewer per outer iteration), and the solution passes the stopping test recomputed in extended
+    precision. inner_tol 1e-1 makes classical-gmres take several outer iterations, each
+    residual built on the last one."""
+    runs = {}
+    for from_products in (False, True):
+        a, apply_a, solve_low, b, anorm, tol = problem(N, 1e4, dtype, "half", 2,
+                                                       np.random.default_rng(11))
+        b[:, 1] *= 1e-3
+        runs[from_products] = res = refine(apply_a, solve_low, b, anorm=anorm, method=method,
+                                           tol=tol, inner_tol=inner_tol,
+                                           residual_from_products=from_products)
+        assert res.converged, res
+        assert (res.matvecs, res.solves) == (apply_a.calls, solve_low.calls)
+        be = extended_backward_errors(a, res.x, b, anorm)
+        assert be.max() <= 1.25 * tol, be
+        # the loop's last backward error is the solution's, to rounding
+        assert res.residuals[-1] == pytest.approx(be.max(), rel=0.5)
+    direct, derived = runs[False], runs[True]
+    assert derived.iterations == direct.iterations >= 1
+    if method == "classical-gmres" and inner_tol == 1e-1:
+        assert derived.iterations >= 2
+    assert derived.inner_iterations == direct.inner_iterations
+    assert derived.matvecs == direct.matvecs - derived.iterations
+    assert derived.residuals[0] == direct.residuals[0]
+    np.testing.assert_allclose(derived.residuals[1:], direct.residuals[1:], rtol=0.5)
+
+
 @pytest.mark.parametrize("method", ["classical", "classical-gmres"])
 def test_fails_beyond_theory(method, rng):
     """Half-like factors at kappa 1e8: kappa u_f ~ 1e5, refinement cannot converge."""

@@ -241,7 +241,8 @@ class HostResidentMatrix(ArrivingMatrix):
     computes, while the device factors the copy (as ArrivingMatrix's A does): each product
     then reads only the other n - kept columns on the host, where a pass over A costs about
     as much as a GMRES iteration (the host's memory at about 100 GB/s against the device's
-    3 TB/s).
+    3 TB/s). For the same reason each outer iteration's residual comes from its correction's
+    products there, not from one more pass (HostOperator.residual_from_products).
 
     `meanwhile()`, if given, runs once the copy is up and the host is free (the device
     factors): the caller's check that `a` is finite (a Future of a bool), read back by the

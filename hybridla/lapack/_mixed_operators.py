@@ -32,6 +32,9 @@ class _Operator:
     # (mixed.inner_tol "auto"): where A lives, an outer iteration's residual is one cheap pass
     # there (configuration defaults.yaml says why 1e-8)
     auto_inner_tol = 1e-8
+    # whether refine forms each new residual from a correction's products (lapack/_refine.py):
+    # where a pass over A is cheap, the direct one costs nothing worth saving
+    residual_from_products = False
 
     def product(self, X, trans="N"):
         raise NotImplementedError
@@ -93,11 +96,15 @@ class HostOperator(_Operator):
     only the columns before them on the host, A = [A_host, A_kept]:
         A X = A_host X_host + A_kept X_kept,    A^H X = [A_host^H X; A_kept^H X]."""
 
-    # each outer iteration's residual is a pass over A on the host, as dear as a GMRES step:
-    # a correction runs until its estimate says x + d passes the stopping test (at n =
-    # 100,000, inner_tol 1e-8 ended the first correction at 1.9e-13 and a second outer
+    # every product is a pass over A on the host: a correction runs until its estimate says
+    # x + d passes the stopping test, since a second one would start a new Krylov space (at
+    # n = 100,000, inner_tol 1e-8 ended the first correction at 1.9e-13 and a second outer
     # iteration took three more passes: perf/RESULTS.md, issue 31)
     auto_inner_tol = float(np.finfo(np.float64).tiny)
+    # and each outer iteration's residual, a further pass, is formed from the correction's
+    # products instead (r - (A Z) y; lapack/_refine.py says why it is as good): at n =
+    # 100,000 one pass of 9
+    residual_from_products = True
 
     def __init__(self, ops, a, dtype, store, width, uplo=None, normal=False, kept=None):
         if kept is not None and uplo is not None:
@@ -179,7 +186,8 @@ class DeviceSpace:
     good part of each GMRES iteration (perf/RESULTS.md, "Earlier today (H100 16:00-16:02 UTC,
     H200 16:02 UTC)", and "Measurements formerly in docstrings")."""
 
-    def __init__(self, ops, operator, preconditioner, counter, n, k, m, dtype):
+    def __init__(self, ops, operator, preconditioner, counter, n, k, m, dtype,
+                 keep_products=False):
         self.ops, self.operator, self.preconditioner = ops, operator, preconditioner
         self.counter, self.n, self.k, self.m = counter, n, k, m
         # the working precision's, in the operator's store (A's, or the low-precision
@@ -187,6 +195,8 @@ class DeviceSpace:
         workspace = functools.partial(operator.store.workspace, dtype=dtype)
         self.V = workspace("krylov V", n, (m + 1) * k)
         self.Z = workspace("krylov Z", n, m * k)
+        # A Z as the operator made it, before Gram-Schmidt (refine's residual_from_products)
+        self.AZ = workspace("krylov AZ", n, m * k) if keep_products else None
         self.W = workspace("krylov W", n, k)
         self.D = workspace("krylov D", n, k)
         self.y = workspace("krylov y", m + 1, 1)
@@ -213,6 +223,10 @@ class DeviceSpace:
             V_j, Z_j = (sub(B, 0, n, j * k + c0, j * k + c1) for B in (self.V, self.Z))
             self.preconditioner.apply(V_j, Z_j)
             self.operator.apply(Z_j, sub(self.W, 0, n, c0, c1))
+            if self.AZ is not None:
+                with self.lane:
+                    ops.lacpy(self.lane, "A", sub(self.W, 0, n, c0, c1),
+                              sub(self.AZ, 0, n, j * k + c0, j * k + c1))
             self.counter.solves += 1
             self.counter.matvecs += 1
         C, lane = self.coefficients, self.lane
@@ -246,6 +260,14 @@ class DeviceSpace:
 
     def combine(self, R, solutions):
         """D (host): column c = Z_c y_c for `solutions` {c: y_c}, Z_c its columns j k + c."""
+        return self._combination(self.Z, R, solutions)
+
+    def combine_products(self, R, solutions):
+        """A D (host) = (A Z) y per column as `combine`'s, from the kept products; None
+        unless keep_products."""
+        return None if self.AZ is None else self._combination(self.AZ, R, solutions)
+
+    def _combination(self, stack, R, solutions):
         ops, lane = self.ops, self.lane
         D = ops.sub_block(self.D, 0, self.n, 0, R.shape[1])
         with lane:
@@ -254,7 +276,7 @@ class DeviceSpace:
             y_dev = ops.sub_block(self.y, 0, len(y), 0, 1)
             ops.from_host(lane, np.asarray(y, R.dtype).reshape(-1, 1), y_dev)
             with lane:
-                ops.gemm(lane, 1, ops.strided_columns(self.Z, c, len(y), self.k), y_dev, 0,
+                ops.gemm(lane, 1, ops.strided_columns(stack, c, len(y), self.k), y_dev, 0,
                          self._column(D, c))
         return ops.to_host(lane, D)
 
@@ -282,4 +304,5 @@ def run_refinement(operator, preconditioner, B, anorm, options, n):
                   else options.inner_tol,
                   max_inner=options.max_inner,
                   krylov_space=functools.partial(DeviceSpace, operator.ops, operator,
-                                                 preconditioner))
+                                                 preconditioner),
+                  residual_from_products=operator.residual_from_products)

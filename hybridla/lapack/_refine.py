@@ -50,6 +50,22 @@ lapack/_mixed_operators.DeviceSpace), so that only H's new column crosses to the
 keeps the rotations, H and g.
 Each GMRES iteration of one column counts once in inner_iterations.
 
+Residuals from the products (`residual_from_products`, the GMRES methods only): where a pass over A
+is as dear as a GMRES step (A kept in host memory: lapack/_mixed_operators.HostOperator), each
+outer iteration's new residual is formed from the products its correction already made instead
+of one more apply_a. The cycle keeps each A z_j as apply_a returned it (before Gram-Schmidt), so
+with d = Z y
+
+    r_new = r - (A Z) y        (in exact arithmetic b - A (x + d))
+
+Both it and the direct b - A (x + d) are the true A's products in the working precision; they
+differ from the exact residual of the stored x + d by rounding of the same order, gamma_n |A|
+(|x| + |Z| |y|) against gamma_n (|b| + |A| |x + d|), and by eps |A| |x + d| for the rounding of
+x + d itself, which the direct residual sees and this one does not: a backward error of eps
+against the stopping test's sqrt(n) eps. (Not the GMRES estimate g_{j+1} V q, which assumes the
+Arnoldi relation and orthogonality hold: their loss is what the attainable-accuracy literature
+warns of.)
+
 Early stop ("classical" and "classical-gmres"): if the backward error fails to drop by a factor 2
 in two iterations in a row, or rises above that of x_0, refinement stagnates or diverges (kappa(A)
 u_f too large for this method): code -1. Restarted GMRES may legitimately gain less than a factor
@@ -89,7 +105,7 @@ class RefinementResult:
 
 
 def refine(apply_a, solve_low, b, *, anorm, method, tol, max_iter=30, inner_tol=1e-4,
-           max_inner=50, krylov_space=None) -> RefinementResult:
+           max_inner=50, krylov_space=None, residual_from_products=False) -> RefinementResult:
     """Solve A X = B to the stopping test by the refinement ``method`` (see the module docstring).
 
     ``b`` (n x k, or n for one column) is not modified; ``x`` has its shape and dtype. The
@@ -102,6 +118,9 @@ def refine(apply_a, solve_low, b, *, anorm, method, tol, max_iter=30, inner_tol=
     iterations). Default: HostSpace, host arrays and the two callbacks; the mixed solvers keep
     it where A lives (lapack/_mixed_operators.DeviceSpace), so that an iteration needs no vector
     to cross to the host.
+
+    ``residual_from_products``: the GMRES methods form each new residual from the products their
+    correction made (the module docstring): one apply_a fewer per outer iteration.
     """
     _check_method_and_limits(method, tol, max_iter, inner_tol, max_inner)
     b = np.asarray(b)
@@ -123,10 +142,11 @@ def refine(apply_a, solve_low, b, *, anorm, method, tol, max_iter=30, inner_tol=
     else:
         if method == "classical":
             def correct(R, X):
-                return ops.solve_low(R)
+                return ops.solve_low(R), None
         else:
-            krylov = _Krylov((krylov_space or HostSpace)(ops, n, k, max_inner, B.dtype),
-                             k, max_inner, B.dtype)
+            space = (krylov_space or HostSpace)(ops, n, k, max_inner, B.dtype,
+                                                keep_products=residual_from_products)
+            krylov = _Krylov(space, k, max_inner, B.dtype)
             def passing(X):
                 # the estimate ||r - A d||_2 at which b - A (x + d) passes the stopping test
                 return tol * anorm * np.abs(X).max(axis=0)
@@ -134,11 +154,11 @@ def refine(apply_a, solve_low, b, *, anorm, method, tol, max_iter=30, inner_tol=
             if method == "classical-gmres":
                 def correct(R, X):
                     # inner_tol's reduction, or less where that already passes
-                    return krylov.cycle(ops, R, np.maximum(
+                    return krylov.correction(ops, R, np.maximum(
                         inner_tol * column_norms(R), passing(X)), passing(X))
             else:
                 def correct(R, X):
-                    return krylov.cycle(ops, R, passing(X), passing(X))
+                    return krylov.correction(ops, R, passing(X), passing(X))
         X, code, history = _outer_loop(ops, B, anorm, tol, max_iter, correct,
                                        stop_when_slow=(method != "gmres"))
     return RefinementResult(x=X.reshape(b.shape), iterations=code, residuals=history,
@@ -148,7 +168,8 @@ def refine(apply_a, solve_low, b, *, anorm, method, tol, max_iter=30, inner_tol=
 
 def _outer_loop(ops, B, anorm, tol, max_iter, correct, stop_when_slow):
     """x_0 = M^-1 b; for i = 1 .. max_iter: r = b - A x_{i-1}, stop if the test passes,
-    x_i = x_{i-1} + correct(r, x_{i-1}), applied to the columns that fail only.
+    x_i = x_{i-1} + d, (d, A d) = correct(r, x_{i-1}), applied to the columns that fail only;
+    the next r is r - A d where the correction has A d (not None), else b - A x_i.
     Returns (x, code, backward-error history)."""
     X, R, be = _initial(ops, B, anorm)
     history = [_worst(be)]
@@ -165,8 +186,13 @@ def _outer_loop(ops, B, anorm, tol, max_iter, correct, stop_when_slow):
                 return X, -1, history
         if i == max_iter:
             return X, -max_iter, history
-        X[:, todo] += correct(R[:, todo], X[:, todo])
-        R[:, todo] = _residual(ops, B, X, todo, be, anorm)
+        D, AD = correct(R[:, todo], X[:, todo])
+        X[:, todo] += D
+        if AD is None:
+            R[:, todo] = _residual(ops, B, X, todo, be, anorm)
+        else:
+            R[:, todo] -= AD
+            be[todo] = _backward_errors(R[:, todo], X[:, todo], anorm)
         history.append(_worst(be))
     raise AssertionError("unreachable")
 
@@ -187,12 +213,17 @@ def _initial(ops, B, anorm):
 def _residual(ops, B, X, cols, be, anorm):
     """b - A x for the columns ``cols`` in one apply_a; their backward errors go into be."""
     R = B[:, cols] - ops.apply_a(X[:, cols])
+    be[cols] = _backward_errors(R, X[:, cols], anorm)
+    return R
+
+
+def _backward_errors(R, X, anorm):
+    """||r_j|| / (anorm ||x_j||) per column of R and X."""
     rnorm = np.abs(R).max(axis=0).astype(np.float64)
-    xnorm = np.abs(X[:, cols]).max(axis=0).astype(np.float64)
+    xnorm = np.abs(X).max(axis=0).astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         # 0/0 (r = 0 = x) passes; r/0 is inf; NaN stays NaN and fails every comparison.
-        be[cols] = np.where(rnorm == 0, 0.0, rnorm / (anorm * xnorm))
-    return R
+        return np.where(rnorm == 0, 0.0, rnorm / (anorm * xnorm))
 
 
 def column_norms(R) -> np.ndarray:
@@ -265,7 +296,11 @@ class _Krylov:
     INF_NORM_SHARE = 0.5
 
     def cycle(self, ops, R, stop_at, passing=None):
-        """D (n x p) minimising ||R_c - A D_c||_2 over D_c in M^-1 K_j(A M^-1, R_c) per column c,
+        """`correction`'s D alone."""
+        return self.correction(ops, R, stop_at, passing)[0]
+
+    def correction(self, ops, R, stop_at, passing=None):
+        """(D, A D): D (n x p) minimising ||R_c - A D_c||_2 over D_c in M^-1 K_j(A M^-1, R_c) per column c,
         j <= m, a column stopping as soon as the estimate ||R_c - A D_c||_2 <= stop_at[c], or,
         with `passing` (the stopping test's bound on ||R_c - A D_c||_inf), as soon as the
         residual itself is within INF_NORM_SHARE of passing[c]. The residual is g_{j+1}
@@ -273,7 +308,8 @@ class _Krylov:
         ||r||_2 / sqrt(n), the least its inf-norm can be, is small enough. The 2-norm alone
         overstates a spread-out residual's inf-norm about sqrt(n / (2 ln n)) times (40 at n =
         32768), so it can run a step more than the test needs (the randn solves of perf/
-        RESULTS.md, at 50-90x per step, happened not to)."""
+        RESULTS.md, at 50-90x per step, happened not to). A D = (A Z) y from the products the
+        steps made, where the space keeps them (keep_products), else None."""
         n, p = R.shape
         space, H, g, cs, sn = self.space, self.H, self.g, self.cs, self.sn
         beta = column_norms(R)
@@ -309,7 +345,7 @@ class _Krylov:
             running = still
         solutions = {c: _triangular_solve(H[c, :steps[c], :steps[c]], g[c, :steps[c]])
                      for c in range(p) if steps[c]}
-        return space.combine(R, solutions)
+        return space.combine(R, solutions), space.combine_products(R, solutions)
 
     def _passes_in_inf_norm(self, c, j, n, bound) -> bool:
         """Whether column c's residual after step j (V[:, :j+2] extended) has ||r||_inf <=
@@ -336,12 +372,13 @@ class HostSpace:
     """The Krylov basis in host memory, rows of V[c] and Z[c] per column c; the steps through
     refine's callbacks (host arrays)."""
 
-    def __init__(self, ops, n, k, m, dtype):
+    def __init__(self, ops, n, k, m, dtype, keep_products=False):
         self.ops = ops
         self.complex = np.dtype(dtype).kind == "c"
         self.scratch = np.empty(n, dtype)  # for the in-place Gram-Schmidt (_Operators' note)
         self.V = np.empty((k, m + 1, n), dtype)
         self.Z = np.empty((k, m, n), dtype)
+        self.AZ = np.empty((k, m, n), dtype) if keep_products else None  # A Z, as apply_a gave
         self.W = {}
 
     def start(self, R, running, beta):
@@ -356,6 +393,8 @@ class HostSpace:
         V, Z = self.V, self.Z
         Z[running, j] = self.ops.solve_low(_columns(V, running, j)).T
         W = self.ops.apply_a(_columns(Z, running, j))
+        if self.AZ is not None:
+            self.AZ[running, j] = W.T
         self.W = dict(zip(running, W.T))
         columns = []
         for w, c in zip(W.T, running):
@@ -374,9 +413,18 @@ class HostSpace:
 
     def combine(self, R, solutions):
         """D: column c = Z[c, :j] y_c for `solutions` {c: y_c}, zero for the other columns."""
+        return self._combination(self.Z, R, solutions)
+
+    def combine_products(self, R, solutions):
+        """A D = (A Z) y per column as `combine`'s, from the kept products; None unless
+        keep_products."""
+        return None if self.AZ is None else self._combination(self.AZ, R, solutions)
+
+    @staticmethod
+    def _combination(stack, R, solutions):
         D = np.zeros_like(R)
         for c, y in solutions.items():
-            D[:, c] = self.Z[c, :len(y)].T @ y
+            D[:, c] = stack[c, :len(y)].T @ y
         return D
 
     def _orthogonalize(self, basis, w):
