@@ -446,6 +446,27 @@ def test_lu_with_the_sms_split_by_green_contexts(cuda_backend, split, rng):
     assert cuda.lane("gpu:panel") is ordinary
 
 
+@pytest.mark.parametrize("n, expected", [(60, 32), (61, 7)])
+def test_lu_panel_sms_up_to_its_order(backend, monkeypatch, n, expected, rng):
+    """mixed.lu_panel_sms reserves SMs for the LU's panels up to mixed.lu_panel_sms_max_n;
+    a larger LU takes device.panel_sms, as everything else does."""
+    import importlib
+    gesv_mixed = importlib.import_module("hybridla.lapack.gesv_mixed")  # the module
+    seen = []
+    real_getrf = gesv_mixed.getrf
+
+    def spy(A, plan):
+        seen.append(plan.device_settings.panel_sms)
+        return real_getrf(A, plan)
+    monkeypatch.setattr(gesv_mixed, "getrf", spy)
+    a = general(n, 10, np.float64, rng)
+    with hybridla.config.set({"mixed.lu_panel_sms": 32, "mixed.lu_panel_sms_max_n": 60,
+                              "device.panel_sms": 7}):
+        x, info = hybridla.solve_mixed(a, np.ones(n), backend=backend)
+    assert seen == [expected] and info.iterations >= 0
+    assert backward_ratio(a, x, np.ones(n), np.float64) <= 1.0
+
+
 @pytest.mark.cuda
 def test_sm_split_is_checked(cuda_backend, rng):
     a = general(200, 1e2, np.float64, rng)

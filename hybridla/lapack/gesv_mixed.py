@@ -55,8 +55,10 @@ class GesvMixed(MixedSolver):
 
     def factor(self, A, low, plan, r, c) -> int:
         # the tensor-core update leaves SMs to the panels, the LU's critical path (config
-        # mixed.lu_panel_sms; null: device.panel_sms as for everything else)
-        reserved = config.get("mixed.lu_panel_sms")
+        # mixed.lu_panel_sms up to mixed.lu_panel_sms_max_n; null, or a larger LU:
+        # device.panel_sms as for everything else)
+        reserved = config.get("mixed.lu_panel_sms") \
+            if low.n <= config.get("mixed.lu_panel_sms_max_n") else None
         settings = plan.device_settings if reserved is None else \
             dataclasses.replace(plan.device_settings, panel_sms=reserved)
         self.pivots, info, trace = getrf(low, dataclasses.replace(
