@@ -20,21 +20,24 @@ from .lapack._mixed import LOW_DTYPE, ArrivingMatrix
 _log = get_logger("mixed")
 
 
-def _a_stays_on_host(ops, m, n, dtype, plan):
+def _a_stays_on_host(ops, m, n, dtype, plan, workspace):
     """Whether a host matrix's working-precision copy stays on the host (lapack/_mixed.
     HostResidentMatrix: the refinement's products run there) rather than going where the
     backend computes beside its low-precision copy; decided before any work by the memory
     budget and plan.ooc as the out-of-core factorizations decide: "auto" when both do not fit
     but the copy (with the factorization's workspaces) does, "always" whatever the size,
     "never" not (MemoryError when both do not fit). MemoryError whatever the mode when even
-    the low-precision copy does not fit: the low-precision factorization is in core."""
+    the low-precision copy does not fit: the low-precision factorization is in core. The copy
+    counts with its factorization's workspaces and the bytes `workspace` the rest of the
+    solve keeps beside it (lapack/_mixed.solve_workspace_bytes)."""
     low, nbytes = LOW_DTYPE[np.dtype(dtype)], m * n * np.dtype(dtype).itemsize
     if plan.ooc != "never":
-        _check_memory(ops, m, n, low, plan.nb, why=(
+        _check_memory(ops, m, n, low, plan.nb, extra_bytes=workspace, why=(
             "the mixed solvers factor their low-precision copy in core (ooc keeps only the "
             "working-precision matrix on the host): lu_factor and cho_factor factor such a "
             "matrix out of core"))
-    on_host = _check_memory(ops, m, n, low, plan.nb, extra_bytes=nbytes, ooc=plan.ooc, why=(
+    on_host = _check_memory(ops, m, n, low, plan.nb, extra_bytes=nbytes + workspace,
+                            ooc=plan.ooc, why=(
         f"with the {np.dtype(dtype)} matrix ({nbytes} bytes) beside it: ooc='never' keeps "
         f"it where the low-precision copy is ('auto' keeps it on the host, where the "
         f"refinement's products with it then run)")) is not None
@@ -64,19 +67,20 @@ def _finite_after(name, A) -> bool:
     return A.beside.result()
 
 
-def _columns_kept(ops, m, n, dtype, plan, nrhs):
+def _columns_kept(ops, m, n, dtype, plan, workspace):
     """How many of a host-resident A's last columns (working precision) fit where the backend
-    computes beside its low-precision copy and that copy's workspaces, with a twentieth of
-    the budget to spare: kept there (HostResidentMatrix), each refinement product reads them
-    there instead of on the host. 0 without a budget (the host backend with none set), or
-    with ooc "always" (A on the host, as asked)."""
+    computes beside its low-precision copy and the bytes `workspace` the solve keeps there
+    (lapack/_mixed.solve_workspace_bytes: the LU's, the preconditioner's, GMRES's), with a
+    hundredth of the budget to spare: kept there (HostResidentMatrix), each refinement product reads
+    them there instead of on the host. 0 without a budget (the host backend with none set),
+    or with ooc "always" (A on the host, as asked)."""
     budget = _memory_budget(ops)
-    if budget is None or plan.ooc == "always":
+    if budget is None or plan.ooc == "always" or not m:
         return 0
     itemsize = np.dtype(dtype).itemsize
-    spare = budget - budget // 20 - ops.required_bytes(m, n, LOW_DTYPE[np.dtype(dtype)],
-                                                         plan.nb) - (m + n) * nrhs * itemsize
-    return int(min(n, max(0, spare // (m * itemsize)))) if m else 0
+    spare = budget - budget // 100 - ops.required_bytes(m, n, LOW_DTYPE[np.dtype(dtype)],
+                                                          plan.nb) - workspace
+    return int(min(n, max(0, spare // (m * itemsize))))
 
 
 def _host_working_matrix(ops, array, plan):

@@ -30,7 +30,7 @@ from ._mixed_place import (_CHECK_THREADS, _a_stays_on_host, _columns_kept, _fin
                            _host_working_matrix)
 from ._lstsq import _device_store, lstsq
 from .lapack._mixed import (LOW_DTYPE, HostResidentMatrix, MixedInfo,
-                            check_options)
+                            check_options, solve_workspace_bytes)
 from .scheduler.plan import make_plan
 
 _log = get_logger("mixed")
@@ -361,7 +361,11 @@ def _mixed(name, a, b, square, solver, extra, full_precision, check_finite, fall
         _check_memory(ops, m, n, LOW_DTYPE[np.dtype(dtype)], plan.nb)
         on_host = False
     else:
-        on_host = _a_stays_on_host(ops, m, n, dtype, plan)
+        # what the solve keeps beside the low-precision copy where the backend computes
+        workspace = solve_workspace_bytes(
+            m, n, dtype, plan.nb, nrhs, options,
+            triangles=2 if solver is _lapack.gesv_mixed else 1, herk_panels="uplo" in extra)
+        on_host = _a_stays_on_host(ops, m, n, dtype, plan, workspace)
         if check_finite and not on_host:
             _require_finite(name, array)
     if device:
@@ -379,7 +383,7 @@ def _mixed(name, a, b, square, solver, extra, full_precision, check_finite, fall
         # the solve never writes `a`), and is read below before any answer or fallback
         A, arriving = (HostResidentMatrix(
             ops, array, dtype, plan,
-            kept=0 if "uplo" in extra else _columns_kept(ops, m, n, dtype, plan, nrhs),
+            kept=0 if "uplo" in extra else _columns_kept(ops, m, n, dtype, plan, workspace),
             meanwhile=functools.partial(_finite_beside, array, threads=_CHECK_THREADS)
             if check_finite else None), None) if on_host \
             else _host_working_matrix(ops, np.asfortranarray(array, dtype=dtype), plan)

@@ -19,7 +19,8 @@ from scipy.linalg import LinAlgError
 
 import hybridla
 from hybridla.backend import get_backend
-from hybridla.lapack._mixed import LOW_DTYPE, rounded_copy
+from hybridla.lapack._mixed import (LOW_DTYPE, check_options, rounded_copy,
+                                    solve_workspace_bytes)
 from hybridla.lapack._mixed_operators import HostOperator, host_product
 from hybridla.scheduler.plan import make_plan
 from _conditioned import general, spd, tall
@@ -32,11 +33,16 @@ DTYPES = [np.float64, np.complex128, np.float32, np.complex64]
 DTYPE_IDS = [np.dtype(d).name for d in DTYPES]
 
 
-def host_budget(backend, m, n, dtype, nb=NB):
-    """A budget where the low-precision copy of an m x n `dtype` matrix (with its workspaces)
-    fits and the working-precision matrix beside it does not."""
+def host_budget(backend, m, n, dtype, nb=NB, nrhs=2):
+    """A budget where the low-precision copy of an m x n `dtype` matrix (with its workspaces
+    and everything an LU's solve of nrhs right-hand sides keeps beside it, at the default
+    options: the Cholesky's and the QR's differ by less than the half of A) fits with half
+    of the working-precision matrix, but not the whole of it."""
     low = get_backend(backend).required_bytes(m, n, LOW_DTYPE[np.dtype(dtype)], nb)
-    return low + m * n * np.dtype(dtype).itemsize // 2
+    lowest = "tf32" if np.dtype(dtype).kind == "c" else "half-x3"
+    options = check_options(dtype, lowest, "classical-gmres", None, 30, "auto", 50, True)
+    solve = solve_workspace_bytes(m, n, dtype, nb, nrhs, options)
+    return (low + solve + m * n * np.dtype(dtype).itemsize // 2) * 100 // 99
 
 
 def matrix(assume_a, kappa, dtype, rng):
@@ -175,7 +181,7 @@ def test_infs_in_a_kept_on_the_host_are_found_beside_the_factorization(backend, 
     with pytest.raises(ValueError, match="a must not contain infs or NaNs"):
         hybridla.solve_mixed(a, np.ones(N), backend=backend, nb=NB, ooc="always")
     with hybridla.config.set({"device.memory_budget": host_budget(backend, N, N,
-                                                                  np.float64)}), \
+                                                                  np.float64, nrhs=1)}), \
             pytest.raises(ValueError, match="a must not contain infs or NaNs"):
         hybridla.solve_mixed(a, np.ones(N), backend=backend, nb=NB)
     assert np.array_equal(a, given, equal_nan=True)
@@ -232,7 +238,7 @@ def test_a_pass_over_a_on_the_host_per_gmres_step(backend, rng, monkeypatch):
 
 def test_never_raises_the_clear_memory_error(backend, rng):
     a = general(N, 10, np.float64, rng)
-    budget = host_budget(backend, N, N, np.float64)
+    budget = host_budget(backend, N, N, np.float64, nrhs=1)
     with hybridla.config.set({"device.memory_budget": budget}), \
             pytest.raises(MemoryError) as caught:
         hybridla.solve_mixed(a, np.ones(N), backend=backend, nb=NB, ooc="never")
@@ -297,7 +303,8 @@ def test_perf_script_runs_both_paths(capsys):
     script = load_perf_script("mixed_ooc")
     try:
         with hybridla.config.set({"backend": "host"}):
-            script.main(["--sizes", "300", "--budget-gib", str(0.9e6 / 2 ** 30),
+            budget = host_budget("host", 300, 300, np.float64, nb=32, nrhs=1)
+            script.main(["--sizes", "300", "--budget-gib", str(budget / 2 ** 30),
                          "--warmup-n", "100", "--nb", "32"])
     finally:
         unload_perf_script(script)

@@ -56,14 +56,62 @@ TRSM_LEAF = 256
 BLOCKED_SOLVES = (("L", "L", "N"), ("R", "U", "N"))
 
 
+# the lanes whose GEMMs round their operands into buffers of their own (two operands each)
+COMPUTE_LANES = ("gpu:update", "gpu:panel")
+
+
+def operand_bytes(m, n, nb, compute) -> int:
+    """One GEMM operand's buffer (per compute lane and operand) for an m x n store of block
+    size nb: its largest operand, nb x max(m, n), rounded to `compute` (half-x3: hi and lo)."""
+    if compute not in ROUNDED:
+        return 0
+    return nb * max(m, n) * (4 if compute == "half-x3" else 2)
+
+
+def panel_slot_bytes(m, n, nb, compute) -> int:
+    """One round_herk_panel slot's buffer: the panel rounded once (half-x3: [hi lo hi])."""
+    if compute not in ROUNDED:
+        return 0
+    return nb * max(m, n) * 2 * (3 if compute == "half-x3" else 1)
+
+
+def leaf_operand_bytes(m, n, leaf_order) -> int:
+    """One operand buffer of the blocked solves' leaf products (tf32-x3, hi and lo)."""
+    return max(m, n) * leaf_order * 2 * 4 if leaf_order else 0
+
+
+def workspace_bytes(m, n, nb, compute, herk_panels=False) -> int:
+    """The device memory a reduced-precision factorization of an m x n store keeps beyond the
+    backend's required_bytes (what prepare_reduced allocates up front, and trsm's leaf
+    inverses): what a caller fitting other arrays beside it into a budget must count."""
+    operands = len(COMPUTE_LANES) * 2 * (operand_bytes(m, n, nb, compute)
+                                         + leaf_operand_bytes(m, n, _leaf_order(compute)))
+    slots = ReducedPrecisionOps.HERK_PANEL_SLOTS * panel_slot_bytes(m, n, nb, compute) \
+        if herk_panels else 0
+    # trsm's, per lane: the leaves of a triangle of order nb at most (the LU's L11, U11)
+    leaf_inverses = len(COMPUTE_LANES) * TRSM_LEAF * -(-nb // TRSM_LEAF) * (TRSM_LEAF + 1) * 4 \
+        if _leaf_order(compute) else 0
+    return operands + slots + leaf_inverses
+
+
+def _leaf_order(compute) -> int:
+    """The order of trsm's leaves inverted for `compute` (0: the backend's trsm there)."""
+    return TRSM_LEAF if compute in ROUNDED else 0
+
+
 class ReducedPrecisionOps:
     """The backend `ops`, but for its GEMMs (see the module docstring). `owner` is the tile store
-    of the low-precision matrix: it owns the operand buffers and the overflow flag."""
+    of the low-precision matrix: it owns the operand buffers and the overflow flag.
+    `herk_panels`: the factorization rounds HERK panels once for several products
+    (round_herk_panel: the Cholesky's update), whose slots are then kept too."""
 
-    def __init__(self, ops, compute: str, owner):
+    HERK_PANEL_SLOTS = 2  # round_herk_panel's slots (lapack/potrf.py: one per step, in turn)
+
+    def __init__(self, ops, compute: str, owner, herk_panels=True):
         if compute not in COMPUTE:
             raise ValueError(f"compute must be one of {COMPUTE}; got {compute!r}")
         self._ops, self.compute, self.owner = ops, compute, owner
+        self.herk_panel_slots = self.HERK_PANEL_SLOTS if herk_panels else 0
         # a gemm whose operands are rounded into buffers first may write over one of them
         # (update/chol.py's solve then needs no copy of the block it solves)
         self.gemm_copies_operands = compute in ROUNDED
@@ -72,10 +120,10 @@ class ReducedPrecisionOps:
         self._rounded = {}  # round_herk_panel's panels, by slot
         # trsm's leaves by their inverses for the 16-bit computes (real only); "single" and
         # "tf32" keep the backend's solves there
-        self.inverts_leaves = compute in ROUNDED
+        self.inverts_leaves = _leaf_order(compute) > 0
         ops.prepare_reduced(owner, compute,
                             panel_keys=[_slot_key(slot) for slot in range(self.herk_panel_slots)],
-                            leaf_order=TRSM_LEAF if self.inverts_leaves else 0)
+                            leaf_order=_leaf_order(compute))
 
     def __getattr__(self, name):
         return getattr(self._ops, name)
@@ -148,7 +196,6 @@ class ReducedPrecisionOps:
         self._blocked_solve(lane, side, diag, 1, T22, B2, first + half, leaves - half, inverses)
 
     herk_is_gemm = True  # update/chol.py: the whole update of a block column in one call
-    herk_panel_slots = 2  # round_herk_panel's slots (lapack/potrf.py: one per step, in turn)
 
     def round_herk_panel(self, lane, A, trans, slot):
         """Round a panel once for several herks that each take a part of it (update/chol.py: a

@@ -31,9 +31,10 @@ from dataclasses import dataclass, field, replace as dataclass_replace
 
 import numpy as np
 
+from ..backend import reduced
 from ..backend.reduced import COMPUTE, LARGEST, REAL_ONLY, ReducedPrecisionOps
 from ._blocked import upload_all
-from ._mixed_operators import HostOperator, WorkingOperator, run_refinement
+from ._mixed_operators import DeviceSpace, HostOperator, WorkingOperator, run_refinement
 from ._preconditioner import TriangularPreconditioner
 
 LOW_DTYPE = {np.dtype(np.float64): np.dtype(np.float32), np.dtype(np.float32): np.dtype(np.float32),
@@ -200,6 +201,24 @@ def rounded_copy(ops, source, plan, dtype):
     return low
 
 
+def solve_workspace_bytes(m, n, dtype, nb, nrhs, options: MixedOptions, triangles=2,
+                          herk_panels=False) -> int:
+    """The memory a mixed solve of an m x n A (working precision `dtype`) and nrhs right-hand
+    sides keeps where the backend computes beyond its low-precision copy's required_bytes
+    (the copy, its panels' and lanes' workspaces): the reduced-precision factorization's
+    buffers, the preconditioner's (of `triangles` triangles: the LU's two, the QR's or the
+    Cholesky's one; `herk_panels` as MixedSolver's), GMRES's Krylov space with its kept products, and the products' vectors.
+    All of it lives as long as the copy; the device counts it against the budget beside the
+    copy and A's kept columns (solve_mixed with A on the host)."""
+    low = LOW_DTYPE[np.dtype(dtype)]
+    itemsize = np.dtype(dtype).itemsize
+    return (reduced.workspace_bytes(m, n, nb, options.lowest, herk_panels)
+            + TriangularPreconditioner.workspace_bytes(n, nb, nrhs, triangles, low, dtype)
+            + DeviceSpace.workspace_bytes(n, nrhs, options.max_inner, dtype,
+                                          keep_products=True)
+            + (m + n) * nrhs * itemsize)
+
+
 class ArrivingMatrix:
     """A host-resident working matrix on a device backend (the mixed solvers' CPU interface), in
     a tile store `A` that is allocated but still empty. Its low-precision copy goes up first,
@@ -329,6 +348,8 @@ class MixedSolver:
 
     uplo = None        # Hermitian A stored in this triangle (posv_mixed)
     normal = False     # refine the normal equations A^H A x = A^H b (gels_mixed)
+    herk_panels = False  # the factorization rounds HERK panels once for several products
+                         # (the Cholesky's update): their buffers are kept (backend/reduced.py)
 
     def __init__(self, ops, options: MixedOptions, plan):
         self.ops, self.options, self.plan = ops, options, plan
@@ -431,7 +452,8 @@ class MixedSolver:
                 info.iterations = OVERFLOW
                 return None, self._done(info, phases)
             with phases("factor"):
-                reduced = ReducedPrecisionOps(ops, options.lowest, low)
+                reduced = ReducedPrecisionOps(ops, options.lowest, low,
+                                              herk_panels=self.herk_panels)
                 info.info = self.factor(A, low, dataclass_replace(self.plan, backend=reduced),
                                         r, c)
                 overflow = reduced.overflowed()

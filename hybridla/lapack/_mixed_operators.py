@@ -205,6 +205,13 @@ class DeviceSpace:
         self.host_coefficients = np.empty((2 * m + 3, k), dtype, order="F")
         self.lane = ops.lane("gpu:panel")
 
+    @staticmethod
+    def workspace_bytes(n, k, m, dtype, keep_products=False) -> int:
+        """The device memory of __init__'s workspaces for n x k right-hand sides and m
+        steps."""
+        columns = (m + 1) * k + m * k * (2 if keep_products else 1) + 2 * k
+        return (n * columns + (m + 1) + (2 * m + 3) * k) * np.dtype(dtype).itemsize
+
     def _column(self, B, index):
         return self.ops.sub_block(B, 0, self.n, index, index + 1)
 

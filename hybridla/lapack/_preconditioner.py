@@ -86,6 +86,19 @@ class TriangularPreconditioner:
             self._replay_solves(lane, low.workspace("preconditioner", n, nrhs), launch=False)
         self.seconds += time.perf_counter() - started
 
+    @staticmethod
+    def workspace_bytes(n, nb, nrhs, triangles, low_dtype, dtype) -> int:
+        """The device memory a preconditioner of `triangles` distinct triangles (the LU's two,
+        a Cholesky's or R's one) keeps in its factors' store: the diagonal blocks' inverses,
+        the inversion's scratch and the vectors of the working `dtype` and of the factors'
+        `low_dtype`, for up to nrhs columns (what __init__, apply and the call allocate)."""
+        b = max(1, min(nb, n))
+        low_elements = (triangles * b * -(-n // b) * (b + 1) + b * -(-max(b, n) // 4)
+                        + (n + b) * nrhs)
+        # argument, result, and the butterflies' mixed vector
+        return low_elements * np.dtype(low_dtype).itemsize + \
+            3 * n * nrhs * np.dtype(dtype).itemsize
+
     def __call__(self, R):
         """M^-1 R for a host array R (n x k, the working precision), as a new host array: R up,
         `apply`, the result down (one wait)."""

@@ -29,6 +29,8 @@ SHIFT_ATTEMPTS = 4  # shifts u_low * 4, 16, 64, 256 after an unshifted breakdown
 
 
 class PosvMixed(MixedSolver):
+    herk_panels = True
+
     def __init__(self, ops, options, plan, uplo):
         super().__init__(ops, options, plan)
         self.uplo, self.shift = uplo, 0.0

@@ -19,7 +19,8 @@ import numpy as np
 from nvmath.bindings import cublas
 
 from .. import _driver
-from ..reduced import Equilibration
+from ..reduced import (COMPUTE_LANES, Equilibration, leaf_operand_bytes, operand_bytes,
+                       panel_slot_bytes)
 from .blas import _AUX_BLOCK, _OP, _SCALARS, _TRIANGLE_CODE, _aux_grid
 from .runtime import _PREFIX, _STATS_STRIP, _STATS_THREADS
 
@@ -283,19 +284,19 @@ def prepare_reduced(owner, compute, panel_keys=(), leaf_order=0):
     with gpu:
         cublas.set_vector_async(1, 4, zero.ctypes.data, 1, flag, 1, gpu.handle)
         _driver.stream_synchronize(gpu.handle)
-    if compute in _OPERAND_TYPE:
-        elements, copies = owner.nb * max(owner.m, owner.n), 3 if compute == "half-x3" else 1
-        for name in ("gpu:update", "gpu:panel"):
+    m, n, nb = owner.m, owner.n, owner.nb
+    if compute in _OPERAND_TYPE:  # the sizes: backend/reduced.py, which callers count by
+        for name in COMPUTE_LANES:
             for operand in "ab":
                 owner.extra_workspace(f"{compute} {operand} {name}",
-                                      elements * (4 if compute == "half-x3" else 2))
+                                      operand_bytes(m, n, nb, compute))
         for key in panel_keys:
-            owner.extra_workspace(_panel_buffer(compute, key), elements * 2 * copies)
+            owner.extra_workspace(_panel_buffer(compute, key), panel_slot_bytes(m, n, nb, compute))
     if leaf_order:
-        leaf_operand = max(owner.m, owner.n) * leaf_order * 2 * _SPLITS["tf32-x3"].itemsize
-        for name in ("gpu:update", "gpu:panel"):
+        for name in COMPUTE_LANES:
             for operand in "ab":
-                owner.extra_workspace(f"tf32-x3 {operand} {name}", leaf_operand)
+                owner.extra_workspace(f"tf32-x3 {operand} {name}",
+                                      leaf_operand_bytes(m, n, leaf_order))
 
 
 def overflowed(owner) -> bool:
