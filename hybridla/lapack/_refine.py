@@ -295,13 +295,9 @@ class _Krylov:
     # test's bound: d is not yet added to x, whose norm the bound takes, nor rounded
     INF_NORM_SHARE = 0.5
 
-    def cycle(self, ops, R, stop_at, passing=None):
-        """`correction`'s D alone."""
-        return self.correction(ops, R, stop_at, passing)[0]
-
     def correction(self, ops, R, stop_at, passing=None):
-        """(D, A D): D (n x p) minimising ||R_c - A D_c||_2 over D_c in M^-1 K_j(A M^-1, R_c) per column c,
-        j <= m, a column stopping as soon as the estimate ||R_c - A D_c||_2 <= stop_at[c], or,
+        """(D, A D): D (n x p) minimising ||R_c - A D_c||_2 over D_c in M^-1 K_j(A M^-1, R_c)
+        per column c, j <= m, one GMRES cycle from zero, a column stopping as soon as the estimate ||R_c - A D_c||_2 <= stop_at[c], or,
         with `passing` (the stopping test's bound on ||R_c - A D_c||_inf), as soon as the
         residual itself is within INF_NORM_SHARE of passing[c]. The residual is g_{j+1}
         V_{j+2} Q^H e_{j+1} (Q the rotations): one combination of the basis, formed where
