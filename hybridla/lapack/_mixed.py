@@ -206,10 +206,11 @@ def solve_workspace_bytes(m, n, dtype, nb, nrhs, options: MixedOptions, triangle
     """The memory a mixed solve of an m x n A (working precision `dtype`) and nrhs right-hand
     sides keeps where the backend computes beyond its low-precision copy's required_bytes
     (the copy, its panels' and lanes' workspaces): the reduced-precision factorization's
-    buffers, the preconditioner's (of `triangles` triangles: the LU's two, the QR's or the
-    Cholesky's one; `herk_panels` as MixedSolver's), GMRES's Krylov space with its kept products, and the products' vectors.
-    All of it lives as long as the copy; the device counts it against the budget beside the
-    copy and A's kept columns (solve_mixed with A on the host)."""
+    buffers (`herk_panels` as MixedSolver's), the preconditioner's (of `triangles` triangles:
+    the LU's two, the QR's or the Cholesky's one), GMRES's Krylov space with its kept
+    products, and the products' vectors. All of it lives as long as the copy; the device counts
+    it against the budget beside the copy and A's kept columns (solve_mixed with A on the
+    host)."""
     low = LOW_DTYPE[np.dtype(dtype)]
     itemsize = np.dtype(dtype).itemsize
     return (reduced.workspace_bytes(m, n, nb, options.lowest, herk_panels)

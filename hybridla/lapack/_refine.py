@@ -297,9 +297,10 @@ class _Krylov:
 
     def correction(self, ops, R, stop_at, passing=None):
         """(D, A D): D (n x p) minimising ||R_c - A D_c||_2 over D_c in M^-1 K_j(A M^-1, R_c)
-        per column c, j <= m, one GMRES cycle from zero, a column stopping as soon as the estimate ||R_c - A D_c||_2 <= stop_at[c], or,
-        with `passing` (the stopping test's bound on ||R_c - A D_c||_inf), as soon as the
-        residual itself is within INF_NORM_SHARE of passing[c]. The residual is g_{j+1}
+        per column c, j <= m (one GMRES cycle from zero), a column stopping as soon as the
+        estimate ||R_c - A D_c||_2 <= stop_at[c], or, with `passing` (the stopping test's bound
+        on ||R_c - A D_c||_inf), as soon as the residual itself is within INF_NORM_SHARE of
+        passing[c]. The residual is g_{j+1}
         V_{j+2} Q^H e_{j+1} (Q the rotations): one combination of the basis, formed where
         ||r||_2 / sqrt(n), the least its inf-norm can be, is small enough. The 2-norm alone
         overstates a spread-out residual's inf-norm about sqrt(n / (2 ln n)) times (40 at n =
