@@ -71,9 +71,9 @@ def _columns_kept(ops, m, n, dtype, plan, workspace):
     """How many of a host-resident A's last columns (working precision) fit where the backend
     computes beside its low-precision copy and the bytes `workspace` the solve keeps there
     (lapack/_mixed.solve_workspace_bytes: the LU's, the preconditioner's, GMRES's), with a
-    hundredth of the budget to spare: kept there (HostResidentMatrix), each refinement product reads
-    them there instead of on the host. 0 without a budget (the host backend with none set),
-    or with ooc "always" (A on the host, as asked)."""
+    hundredth of the budget to spare: kept there (HostResidentMatrix), each refinement
+    product reads them there instead of on the host. 0 without a budget (the host backend
+    with none set), or with ooc "always" (A on the host, as asked)."""
     budget = _memory_budget(ops)
     if budget is None or plan.ooc == "always" or not m:
         return 0

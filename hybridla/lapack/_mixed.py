@@ -31,8 +31,8 @@ from dataclasses import dataclass, field, replace as dataclass_replace
 
 import numpy as np
 
-from ..backend import reduced
 from ..backend.reduced import COMPUTE, LARGEST, REAL_ONLY, ReducedPrecisionOps
+from ..backend.reduced import workspace_bytes as reduced_workspace_bytes
 from ._blocked import upload_all
 from ._mixed_operators import DeviceSpace, HostOperator, WorkingOperator, run_refinement
 from ._preconditioner import TriangularPreconditioner
@@ -213,7 +213,7 @@ def solve_workspace_bytes(m, n, dtype, nb, nrhs, options: MixedOptions, triangle
     host)."""
     low = LOW_DTYPE[np.dtype(dtype)]
     itemsize = np.dtype(dtype).itemsize
-    return (reduced.workspace_bytes(m, n, nb, options.lowest, herk_panels)
+    return (reduced_workspace_bytes(m, n, nb, options.lowest, herk_panels)
             + TriangularPreconditioner.workspace_bytes(n, nb, nrhs, triangles, low, dtype)
             + DeviceSpace.workspace_bytes(n, nrhs, options.max_inner, dtype,
                                           keep_products=True)
