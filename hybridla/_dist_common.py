@@ -4,13 +4,14 @@ solve, and the results assembled where the input lived (a dask array or NumPy)."
 from __future__ import annotations
 
 import functools
+import importlib
 import time
 
 import numpy as np
 
 from . import backend as _backends
 from . import config as _config
-from ._common import _all_finite, _common_dtype, _host_matrix, _lapack_dtype
+from ._common import _all_finite, _common_dtype, _host_matrix, _lapack_dtype, is_device_array
 from .lapack import _dist
 from .lapack import solves_dist
 from .scheduler import cluster as _cluster
@@ -18,7 +19,9 @@ from .scheduler import cluster as _cluster
 
 class _Operand:
     """A validated matrix argument: a NumPy array (`array`) or a dask array (`dask`), its shape
-    and LAPACK dtype."""
+    and LAPACK dtype; `device`: a dask array whose chunks are device arrays (CuPy), which the
+    workers factor where they are, on their GPUs, the factors staying there (`meta`: the
+    chunks' kind, an empty array of it)."""
 
     def __init__(self, name, x, check_finite, ndims=(2,)):
         self.name = name
@@ -30,13 +33,23 @@ class _Operand:
                 raise ValueError(f"{name} has unknown chunk sizes (shape {x.shape}): call "
                                  f"{name}.compute_chunk_sizes() first")
             self.dask, self.array = x, None
+            self.meta = x._meta
+            self.device = is_device_array(self.meta)
             self.dtype = _lapack_dtype(name, x.dtype)
             self.check_finite = check_finite  # on the workers, where the data is
         else:
             self.array, self.dtype = _host_matrix(name, x, check_finite, ndims)
             self.dask, self.check_finite = None, False
+            self.meta, self.device = None, False
         self.shape = tuple(int(s) for s in (self.dask if self.dask is not None
                                              else self.array).shape)
+
+    def check_backend(self, backend):
+        """A device operand needs the cuda backend on the workers (ValueError naming it)."""
+        if self.device and backend != "cuda":
+            raise ValueError(f"{self.name} is a dask array of device chunks "
+                             f"({type(self.meta).__module__}): the workers must run the cuda "
+                             f"backend; got backend={backend!r}")
 
     @property
     def data(self):
@@ -78,6 +91,8 @@ def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None, s
     moving a block between worker processes costs more than an uneven share of the updates
     unless the share is far off); a NumPy array is cut cyclically and scattered. `stack`:
     see scheduler/cluster.place."""
+    operand.check_backend(backend)
+    stack = stack and not operand.device  # a device part is copied on its GPU (on_worker)
     addresses = _cluster.workers(client)
     nb, lookahead = client.submit(_resolve_plan, backend, m, n, operand.dtype, routine, nb,
                                   lookahead, workers=[addresses[0]], pure=False).result()
@@ -137,7 +152,8 @@ def _factor(client, backend, routine, driver, operand, nb, lookahead, trace, arg
                                                            stack=backend != "cuda")
     layout_s = time.time() - began
     job = dict(name=operand.name, routine=routine, dtype=operand.dtype,
-               check_finite=operand.check_finite, arguments=arguments or {}, private=private)
+               check_finite=operand.check_finite, arguments=arguments or {}, private=private,
+               device=operand.device)
     futures, results = _run(client, backend, addresses, layout, lookahead, parts,
                             functools.partial(_dist.on_worker, driver, all_finite=_all_finite),
                             job, trace, layout_s)
@@ -145,23 +161,27 @@ def _factor(client, backend, routine, driver, operand, nb, lookahead, trace, arg
 
 
 def _solve(client, backend, routine, solver, parts, layout, context, b, name, dtype,
-           check_finite=False, extra=None, arguments=None):
-    """Run the distributed solve `solver` with the factors' `parts` (in `layout`) and the
-    right-hand side `b` (host, n x nrhs) on every rank; returns x (host) from rank 0."""
+           check_finite=False, extra=None, arguments=None, device=False):
+    """Run the distributed solve `solver` with the factors' `parts` (in `layout`; `device`:
+    on the workers' GPUs) and the right-hand side `b` (host, n x nrhs) on every rank; returns
+    x (host) from rank 0."""
     addresses, lookahead = context
     job = dict(name=name, routine=routine, dtype=dtype, check_finite=check_finite, b=b,
-               arguments=arguments or {}, **(extra or {}))
+               arguments=arguments or {}, device=device, **(extra or {}))
     futures, results = _run(client, backend, addresses, layout, lookahead, parts,
                             functools.partial(solves_dist.solve_on_worker, solver), job, None)
     return results[0]["x"]
 
 
-def _assemble(client, parts, layout, dtype, like_dask):
-    """The m x n factors from the ranks' local parts: a dask array whose block columns are
-    sliced out of the parts on their workers (nothing moves until computed), or, for a NumPy
-    input, a NumPy array gathered to the client."""
+def _assemble(client, parts, layout, dtype, operand):
+    """The m x n factors from the ranks' local parts: for a dask `operand`, a dask array
+    whose block columns are sliced out of the parts on their workers (nothing moves until
+    computed; chunks of the operand's kind: device arrays for device chunks), or, for a
+    NumPy input, a NumPy array gathered to the client."""
     m, n, nb = layout.m, layout.n, layout.nb
-    if like_dask:
+    if operand.dask is not None:
+        meta = operand.meta[:0, :0].astype(dtype) if operand.meta.ndim == 2 else \
+            np.empty((0, 0), dtype=dtype)
         import dask
         import dask.array as da
         blocks = []
@@ -169,8 +189,7 @@ def _assemble(client, parts, layout, dtype, like_dask):
             rank, local = layout.owner(j), layout.local_start(layout.owner(j), j)
             width = min(nb, n - j * nb)
             piece = dask.delayed(_columns)(parts[rank], local, local + width)
-            blocks.append(da.from_delayed(piece, (m, width), dtype=dtype,
-                                          meta=np.empty((0, 0), dtype=dtype)))
+            blocks.append(da.from_delayed(piece, (m, width), dtype=dtype, meta=meta))
         return da.concatenate(blocks, axis=1) if blocks else da.zeros((m, n), dtype=dtype)
     out = np.empty((m, n), dtype=dtype, order="F")
     for rank, local in enumerate(client.gather(parts)):
@@ -206,18 +225,29 @@ def _out(client, factors, operand, shape=None):
             return da.zeros(shape, dtype=operand.dtype)
         return np.empty(shape, dtype=operand.dtype, order="F")
     parts, layout, _ = factors
-    return _assemble(client, parts, layout, operand.dtype, operand.dask is not None)
+    return _assemble(client, parts, layout, operand.dtype, operand)
+
+
+class _Lazy:
+    """What _x_out needs of a dask right-hand side: its chunks' kind (`meta`, an empty array
+    of it: NumPy, or CuPy for device chunks)."""
+
+    def __init__(self, meta):
+        self.meta = meta
 
 
 def _rhs(name, b, operand, check_finite):
     """A right-hand side as the solves take it, for the matrix `operand` (n: its rows):
-    (host n x nrhs array in the common dtype of the two, its original shape, whether it was a
-    dask array); the operand's dtype becomes that common one, which the solve runs in."""
+    (host n x nrhs array in the common dtype of the two, its original shape, a _Lazy if it
+    was a dask array, else None); the operand's dtype becomes that common one, which the
+    solve runs in."""
     n = operand.shape[0]
-    lazy = _cluster.is_dask_array(b)
-    if lazy:
+    lazy = _Lazy(b._meta) if _cluster.is_dask_array(b) else None
+    if lazy is not None:
         if b.ndim not in (1, 2):
             raise ValueError(f"expected a 1-D or 2-D array for {name}; got shape {b.shape}")
+        if is_device_array(lazy.meta):  # device chunks come to the client as NumPy
+            b = b.map_blocks(_to_host, dtype=b.dtype, meta=np.empty((0,) * b.ndim, b.dtype))
         b = b.compute()  # n x nrhs: small beside the factors
     array, b_dtype = _host_matrix(name, b, check_finite, ndims=(1, 2))
     if array.shape[0] != n:
@@ -227,12 +257,28 @@ def _rhs(name, b, operand, check_finite):
     return np.array(array.reshape(n, -1), dtype=operand.dtype, order="F"), array.shape, lazy
 
 
+def _to_host(block):
+    """A device chunk as NumPy (CuPy's get)."""
+    return block.get()
+
+
+def _as_module_array(block, module):
+    """A NumPy chunk as an array of the library `module` (its asarray: cupy.asarray)."""
+    return importlib.import_module(module).asarray(block)
+
+
 def _x_out(x, shape, lazy, rows=None):
+    """The solution where the right-hand side was: NumPy, or a dask array (`lazy`) of
+    the right-hand side's chunk kind."""
     x = x[:shape[0] if rows is None else rows]
     x = x.reshape((x.shape[0],) + tuple(shape[1:]))
-    if lazy:
+    if lazy is not None:
         import dask.array as da
-        return da.from_array(x)
+        x = da.from_array(x)
+        if is_device_array(lazy.meta):
+            x = x.map_blocks(_as_module_array, type(lazy.meta).__module__.split(".")[0],
+                             dtype=x.dtype, meta=lazy.meta)
+        return x
     return x
 
 

@@ -47,7 +47,7 @@ def geqrf(a, overwrite_a=False, check_finite=True, *, client=None, backend=None,
     if 0 in operand.shape:
         return _out(client, None, operand), np.zeros(0, operand.dtype)
     parts, layout, context, tau = _geqrf(client, backend, operand, nb, lookahead, trace)
-    return _assemble(client, parts, layout, operand.dtype, operand.dask is not None), tau
+    return _assemble(client, parts, layout, operand.dtype, operand), tau
 
 
 def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_finite=True, *,
@@ -88,7 +88,7 @@ def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_fini
         factors, tau, parts = _out(client, None, operand), np.zeros(0, operand.dtype), None
     else:
         parts, layout, context, tau = _geqrf(client, backend, operand, nb, lookahead, trace)
-        factors = _assemble(client, parts, layout, operand.dtype, lazy)
+        factors = _assemble(client, parts, layout, operand.dtype, operand)
     triu = _module(lazy).triu
     r = triu(factors if mode in ("full", "r", "raw") else factors[:k])
     if mode == "r":
@@ -102,11 +102,12 @@ def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_fini
         addresses, lookahead = context
         qlayout = _dist.BlockColumns(m, columns, layout.nb, layout.size)
         job = dict(name="a", routine="qr", dtype=operand.dtype, check_finite=False,
-                   writes_part=False, arguments={"columns": columns, "tau": tau})
+                   writes_part=False, device=operand.device,
+                   arguments={"columns": columns, "tau": tau})
         futures, _ = _run(client, backend, addresses, layout, lookahead, parts,
                           functools.partial(_dist.on_worker, orgqr_dist), job, None)
         q = _assemble(client, _cluster.local_parts(client, futures), qlayout, operand.dtype,
-                      lazy)
+                      operand)
     return q, r
 
 
@@ -165,7 +166,7 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
         return _x_out(x, x.shape, lazy), np.zeros(0), n, None
     parts, layout, context, tau = _geqrf(client, backend, operand, nb, lookahead, trace)
     c = _solve(client, backend, "qr", solves_dist.gels_dist, parts, layout, context, rhs, "a",
-               operand.dtype, arguments={"tau": tau})
+               operand.dtype, arguments={"tau": tau}, device=operand.device)
     # scipy's: the squared residual norms when m > n (c's rows n:m), a scalar for a 1-D b
     c_rows = c[n:, 0] if len(shape) == 1 else c[n:]
     residues = (np.sum(np.abs(c_rows) ** 2, axis=0) if m > n

@@ -182,7 +182,8 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, cl
                                                      None)
     x = _solve(client, backend, "lu", solves_dist.getrs_dist, parts, layout,
                (addresses, lookahead), rhs, "lu", operand.dtype, operand.check_finite,
-               extra={"pivots": piv}, arguments={"trans": _TRANS[trans]})
+               extra={"pivots": piv}, arguments={"trans": _TRANS[trans]},
+               device=operand.device)
     return _x_out(x, shape, lazy)
 
 
@@ -255,13 +256,13 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=
         parts, layout, context = factors
         x = _solve(client, backend, "lu", solves_dist.getrs_dist, parts, layout, context, rhs,
                    "a", operand.dtype, extra={"pivots": piv},
-                   arguments={"trans": "T" if transposed else "N"})
+                   arguments={"trans": "T" if transposed else "N"}, device=operand.device)
     else:
         # a^T x = b is a^* x^* ... : for a Hermitian a, a^T = conj(a), x = conj(solve(a, conj b))
         rhs = rhs.conj() if transposed else rhs
         parts, layout, context = _potrf(client, backend, operand, lower, nb, lookahead, trace)
         x = _solve(client, backend, "cho", solves_dist.potrs_dist, parts, layout, context, rhs,
-                   "a", operand.dtype)
+                   "a", operand.dtype, device=operand.device)
         x = x.conj() if transposed else x
     return _x_out(x, shape, lazy)
 
@@ -332,7 +333,7 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, client=N
     if operand.shape[0] == 0:
         return _out(client, None, operand), lower
     parts, layout, context = _potrf(client, backend, operand, lower, nb, lookahead, trace)
-    c = _assemble(client, parts, layout, operand.dtype, operand.dask is not None)
+    c = _assemble(client, parts, layout, operand.dtype, operand)
     return (c if lower else c.conj().T), lower
 
 
@@ -391,5 +392,6 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True, *, client=No
     addresses, layout, lookahead, parts, _ = _layout(client, backend, "cho", operand, n, n, nb,
                                                      None, data=factor.data)
     x = _solve(client, backend, "cho", solves_dist.potrs_dist, parts, layout,
-               (addresses, lookahead), rhs, "c", operand.dtype, operand.check_finite)
+               (addresses, lookahead), rhs, "c", operand.dtype, operand.check_finite,
+               device=operand.device)
     return _x_out(x, shape, lazy)

@@ -7,6 +7,7 @@ Usage (from the repository root):
     python3 perf/distributed.py                          # 2 GPUs: n 65536 lu,cho,qr + n 120000 lu
     python3 perf/distributed.py --sizes 32768 --routines lu --repeat 2 --trace-dir perf/traces
     python3 perf/distributed.py --sizes 65536 --routines lu --large 0 --lookaheads 1,2
+    python3 perf/distributed.py --sizes 65536 --large 0 --device-input --warm-at-size
     python3 perf/distributed.py --backend host --sizes 600      # the CPU machine (a smoke test)
 
 What each row times (after an untimed call of each routine at n = WARMUP_N, on one GPU and
@@ -17,7 +18,10 @@ workers' untimed call is at the timed order instead, so their memory is grown to
   dask array persisted on the workers (generated there, seeded: it never passes through the
   client), the factors left on the workers as a dask array (not computed); so it includes the
   redistribution into the layout, the one long-lived task per worker, the factors' download
-  from the GPUs to the workers' host memory and the results' return.
+  from the GPUs to the workers' host memory and the results' return. With --device-input the
+  persisted input's chunks are CuPy arrays on the workers' GPUs and the factors stay there
+  (no host traffic: like for like with the "one GPU" row, whose matrix and factors are on
+  its GPU).
 - "one GPU": hybridla's GPU interface (hybridla.lu_factor / cho_factor / qr(mode="raw") on a
   CuPy array on GPU 0, factors left there), in this process, before the cluster starts, so that
   no worker shares the GPU; with --backend host, the host backend in this process.
@@ -65,15 +69,29 @@ FLOPS = {"lu": lambda n: getrf_flops(n, n), "cho": potrf_flops, "qr": lambda n: 
 THRESH = 30.0
 
 
-def matrix(n, routine, nb, seed=1):
+def matrix(n, routine, nb, seed=1, device=False):
     """The seeded n x n input as a lazy dask array in block columns of nb (symmetric positive
     definite for Cholesky: S + 2 n I, S symmetric standard normal, made a block column at a
-    time where it is placed: no transpose, so no block moves between workers)."""
+    time where it is placed: no transpose, so no block moves between workers); `device`:
+    each block column copied to the GPU of the worker that makes it (CuPy chunks)."""
     import dask.array as da
     if routine == "cho":
-        return da.map_blocks(_spd_block_column, n, nb, seed, dtype=np.float64,
-                             chunks=((n,), tuple(min(nb, n - c) for c in range(0, n, nb))))
-    return da.random.default_rng(seed).standard_normal((n, n), chunks=(n, nb))
+        a = da.map_blocks(_spd_block_column, n, nb, seed, dtype=np.float64,
+                          chunks=((n,), tuple(min(nb, n - c) for c in range(0, n, nb))))
+    else:
+        a = da.random.default_rng(seed).standard_normal((n, n), chunks=(n, nb))
+    if device:
+        import cupy
+        a = a.map_blocks(cupy.asarray, dtype=a.dtype, meta=cupy.empty((0, 0), a.dtype))
+    return a
+
+
+def _on_host(x):
+    """A dask array of device chunks as one of NumPy chunks (the check's arithmetic)."""
+    if isinstance(x, np.ndarray) or isinstance(x._meta, np.ndarray):
+        return x
+    return x.map_blocks(lambda block: block.get(), dtype=x.dtype,
+                        meta=np.empty((0,) * x.ndim, x.dtype))
 
 
 def _spd_block_column(n, nb, seed, block_info=None):
@@ -110,6 +128,8 @@ def residual_ratio(routine, a, factors, n, client, backend, nb):
     import dask
     import dask.array as da
     x = np.random.default_rng(2).standard_normal(n)
+    device_a, a = a, _on_host(a)
+    factors = (_on_host(factors[0]),) + tuple(factors[1:])
     # A x and ||A||_1 in one pass over A: the large LU's A is regenerated for the check, and
     # two passes over its 115 GB did not finish within the call's limit (2026-11-26)
     ax, anorm = dask.compute(a @ x, da.abs(a).sum(axis=0).max())
@@ -127,8 +147,8 @@ def residual_ratio(routine, a, factors, n, client, backend, nb):
         low = da.tril(c)
         r = ax - (low @ (low.conj().T @ x)).compute()
     else:  # Q from a second, untimed run (forming Q from geqrf's reflectors: qr's orgqr)
-        q, rr = hd.qr(a, mode="economic", client=client, backend=backend, nb=nb)
-        r = ax - (q @ (rr @ x)).compute()
+        q, rr = hd.qr(device_a, mode="economic", client=client, backend=backend, nb=nb)
+        r = ax - (_on_host(q) @ (_on_host(rr) @ x)).compute()
     eps = np.finfo(np.float64).eps
     return float(np.abs(r).sum() / (n * anorm * np.abs(x).sum() * eps))
 
@@ -268,6 +288,10 @@ def main(argv=None):
                         help="make the workers' untimed first call of each routine at the "
                         "timed order (not WARMUP_N): host memory, pinned slots and device "
                         "pools grown before the timing")
+    parser.add_argument("--device-input", action="store_true",
+                        help="the n = --sizes inputs as CuPy chunks on the workers' GPUs, the "
+                        "factors left there: data where the one-GPU GPU interface has it "
+                        "(the large LU stays host-resident: it does not fit twice)")
     parser.add_argument("--trace-dir", default=None)
     parser.add_argument("--scheduler", default=None,
                         help="address of a running Dask scheduler (else a local cluster)")
@@ -303,12 +327,13 @@ def main(argv=None):
         warm_sizes = sorted({n for _, n in runs}) if opts.warm_at_size else [WARMUP_N]
         for routine in {r for r, _ in runs}:
             for size in warm_sizes:
-                warm = client.persist(matrix(size, routine, nb))
+                warm = client.persist(matrix(size, routine, nb,
+                                             device=opts.device_input and size != large))
                 wait(warm)
                 run_distributed(client, routine, warm, opts.backend, nb, None)
                 del warm
         for routine, n in runs:
-            a = matrix(n, routine, nb)
+            a = matrix(n, routine, nb, device=opts.device_input and n != large)
             if n != large:  # the large one is generated as it is placed: held once, not twice
                 a = client.persist(a)
                 wait(a)

@@ -419,6 +419,81 @@ def test_two_gpus_lu_cholesky_qr(monkeypatch):
         assert np.isfinite(lu.compute()).all()  # a new communicator, made again
 
 
+def _device_chunks(client, a, cupy, chunks=(None, 256)):
+    """`a` as a dask array of CuPy chunks, persisted on the workers' GPUs (C-ordered chunks,
+    as CuPy makes them)."""
+    lazy = da.from_array(a, chunks=(a.shape[0] if chunks[0] is None else chunks[0],
+                                    chunks[1])[:a.ndim])
+    lazy = lazy.map_blocks(cupy.asarray, dtype=a.dtype, meta=cupy.empty((0,) * a.ndim, a.dtype))
+    persisted = client.persist(lazy)
+    distributed.wait(persisted)
+    return persisted
+
+
+@pytest.mark.cuda
+def test_two_gpus_device_chunks():
+    """A dask array of CuPy chunks is factored on the GPUs that hold it (no host pass): the
+    factors come back as CuPy chunks there, the user's chunks are left as they were, the
+    solves take them; an inf or NaN is refused, and so is the host backend, by name."""
+    if _gpu_count() < 2:
+        pytest.skip("fewer than 2 GPUs visible")
+    pytest.importorskip("nccl.core")
+    dask_cuda = pytest.importorskip("dask_cuda")
+    cupy = pytest.importorskip("cupy")
+    rng = np.random.default_rng(8)
+    with dask_cuda.LocalCUDACluster(n_workers=2, threads_per_worker=4) as cluster, \
+            distributed.Client(cluster) as gpu_client:
+        options = dict(client=gpu_client, backend="cuda", nb=256)
+        for dtype in DTYPES:
+            a = random_matrix(1500, 1300, dtype, rng)
+            chunks = _device_chunks(gpu_client, a, cupy)
+            lu, piv = hd.lu_factor(chunks, **options)
+            assert isinstance(lu, da.Array) and isinstance(lu._meta, cupy.ndarray)
+            assert getrf_ratio(a, cupy.asnumpy(lu.compute()), piv) < THRESH
+            np.testing.assert_array_equal(cupy.asnumpy(chunks.compute()), a)  # not written
+            # chunks F-ordered, and cut across the block columns (Dask rechunks them)
+            f_ordered = _device_chunks(gpu_client, np.asfortranarray(a), cupy, (700, 300))
+            f_ordered = f_ordered.map_blocks(cupy.asfortranarray, dtype=a.dtype,
+                                             meta=cupy.empty((0, 0), a.dtype))
+            lu, piv = hd.lu_factor(f_ordered, **options)
+            assert getrf_ratio(a, cupy.asnumpy(lu.compute()), piv) < THRESH
+
+            square, b = a[:1300], random_matrix(1300, 2, dtype, rng)
+            lu, piv = hd.lu_factor(_device_chunks(gpu_client, square, cupy), **options)
+            x = hd.lu_solve((lu, piv), _device_chunks(gpu_client, b, cupy), **options)
+            assert isinstance(x._meta, cupy.ndarray)  # where b was
+            assert solve_backward_error(square, cupy.asnumpy(x.compute()), b) < THRESH
+            x = hd.solve(_device_chunks(gpu_client, square, cupy), b, **options)
+            assert isinstance(x, np.ndarray) and solve_backward_error(square, x, b) < THRESH
+
+            h = _hermitian(1300, dtype, rng)
+            for lower in (True, False):
+                c, low = hd.cho_factor(_device_chunks(gpu_client, h, cupy), lower=lower,
+                                       **options)
+                assert isinstance(c._meta, cupy.ndarray)
+                factor = cupy.asnumpy(c.compute())
+                factor = np.tril(factor) if lower else np.triu(factor)
+                assert potrf_ratio(h, factor, lower) < THRESH
+                x = hd.cho_solve((c, low), b, **options)
+                assert solve_backward_error(h, x, b) < THRESH
+
+            q, r = hd.qr(chunks, mode="economic", **options)
+            assert isinstance(q._meta, cupy.ndarray)
+            q, r = cupy.asnumpy(q.compute()), cupy.asnumpy(r.compute())
+            assert factorization_ratio(a, q, r) < THRESH and orthogonality_ratio(q) < THRESH
+            tall_b = random_matrix(1500, 2, dtype, rng)
+            x, _, rank, _ = hd.lstsq(chunks, tall_b, **options)
+            assert rank == 1300 and least_squares_ratio(a, x, tall_b) < THRESH
+
+        bad = random_matrix(1500, 1300, np.float64, rng)
+        bad[1400, 700] = np.nan
+        with pytest.raises(ValueError, match="infs or NaNs"):
+            hd.lu_factor(_device_chunks(gpu_client, bad, cupy), **options)
+        with pytest.raises(ValueError, match="cuda backend"):
+            hd.lu_factor(_device_chunks(gpu_client, bad, cupy), client=gpu_client,
+                         backend="host")
+
+
 # -- a worker's host-resident part: every final block goes home, once ----------------------------
 
 class _WindowsOfTheStub:

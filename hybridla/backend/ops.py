@@ -452,6 +452,9 @@ class DeviceBackend(Backend, Protocol):
         """A store over the user's device array (in place with overwrite, else a copy)."""
     def zero_triangle(self, obj: Any, upper: bool) -> None: ...
     def has_nonfinite(self, obj: Any) -> bool: ...
+    def stack_columns(self, blocks: Any, m: int, dtype: Any) -> Any:
+        """The device arrays `blocks` (m rows each) side by side in a new column-major
+        array of the first one's kind (a distributed call's part, from Dask's chunks)."""
     # a user's device array as it comes in (backend/device_arrays.admit): the device it must be
     # on, the device owning a pointer (None: unknown), a stream of ours for DLPack producers to
     # order their work before, a host wait for a stream

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backend.device_arrays import device_array_layout
 from ..scheduler import Region, TaskGraph
 
 
@@ -390,12 +391,13 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
     A device worker given block columns that its staging would copy anyway streams them from
     where they lie, the factors going to a new array, and checks them on the GPU as they
     arrive (all_finite only where a column's sum is not finite); any other list is stacked
-    first.
+    first. A device part (job["device"]: Dask holds its block columns on this worker's GPU,
+    CuPy chunks) is copied into a device store of its own, and the factors stay there, an
+    array of the chunks' kind: nothing crosses the host, as in the GPU interface.
     Returns {"local", "results", "trace", "wall_origin", "work_phases"}: work_phases the
     seconds of its stretches (scheduler.trace.Phases), outside the driver's trace and in it."""
     import dataclasses
 
-    from ..backend.host.transfers import ColumnBlocks
     from ..scheduler.plan import make_plan
     from ..scheduler.trace import Phases
 
@@ -407,35 +409,12 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
                      lookahead=job["lookahead"], panel=job.get("panel"))
     plan = dataclasses.replace(plan, trace_path=None, progress=False)
     finite = all_finite or (lambda array: bool(np.isfinite(array).all()))
-    given, source, checking = local, None, False
-    if isinstance(local, list):
-        blocks = ColumnBlocks(local) if local else None
-        settings = plan.device_settings
-        if blocks is not None and ops.has_device and blocks.dtype == dtype and \
-                settings.host_transfer == "staged" and blocks.nbytes >= settings.pin_min_bytes:
-            source = blocks
-        else:
-            local = blocks.stacked(dtype) if blocks is not None else \
-                np.empty((m, 0), dtype, order="F")
-    if source is not None:
-        checking = job["check_finite"]  # on the device, as the blocks arrive (below)
-        local = home = np.empty(source.shape, dtype, order="F")
+    source, checking = None, False
+    if job.get("device"):
+        A, home = device_part(ops, plan, job, local)
+        phases.mark("check_s")
     else:
-        local = np.asfortranarray(local, dtype=dtype)
-        if job["check_finite"] and not finite(local):
-            raise ValueError(f"{job['name']} must not contain infs or NaNs (check_finite=True)")
-        # The factors' home is the rank's part itself where it is this call's own
-        # (job["private"]: scheduler/cluster.place; or a copy made here), so that a large
-        # matrix is held once per worker, not twice; a part that is not gets a copy here,
-        # unless the driver only reads it (job["writes_part"] False: orgqr_dist's factors).
-        own = local is not given or job.get("private", [False] * (rank + 1))[rank]
-        writes = job.get("writes_part", True)
-        home = local if not writes or (own and local.flags.writeable) else \
-            np.array(local, order="F")
-        source = home
-    phases.mark("check_s")
-    A = ops.host_matrix(source, home, plan.nb, settings=plan.device_settings) \
-        if ops.has_device else ops.host_matrix(home, home, plan.nb)
+        A, home, source, checking = _host_part(ops, plan, job, rank, local, finite, phases)
     if checking:  # streamed from Dask's blocks (so on a device)
         # The column sums of |a_ij| the store makes of each block as it arrives (one more read
         # on the GPU) are finite where every entry is: the check costs no host memory traffic,
@@ -466,12 +445,7 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
                                f"part on the device ({A.residency})")
         result = home
         if run.output is not None:  # another output (orgqr's Q) gets an array of its own
-            out = run.output
-            result = np.empty((out.m, out.n), dtype=local.dtype, order="F")
-            if result.size:
-                lane = ops.lane("gpu:update")
-                with lane:
-                    ops.to_host(lane, out.block(0, out.m, 0, out.n), out=result)
+            result = _output(ops, run.output, dtype, like=home if job.get("device") else None)
     finally:
         if run.output is not None:
             run.output.close()
@@ -479,3 +453,79 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
     phases.mark("output_and_close_s")
     return {"local": result, "results": run.results, "trace": trace.records,
             "wall_origin": trace.wall_origin, "work_phases": phases.seconds}
+
+
+def device_part(ops, plan, job, local):
+    """A device part's store (job["device"]: Dask holds `local`, the rank's block columns, a
+    list of them or one array, on this worker's GPU: a dask array of CuPy chunks): (a
+    device store over a copy of it, the copy, an array of the chunks' kind). The factors go
+    to the copy and stay on the GPU, as the GPU interface's do; no host memory is touched."""
+    m, _ = job["shape"]
+    dtype = np.dtype(job["dtype"])
+    if not ops.has_device:
+        raise ValueError(f"{job['name']}'s chunks are device arrays: the workers need the "
+                         f"cuda backend")
+    blocks = local if isinstance(local, list) else [local]
+    home = ops.stack_columns(blocks, m, dtype) if blocks else ops.empty((m, 0), dtype)
+    if job["check_finite"] and ops.has_nonfinite(home):
+        raise ValueError(f"{job['name']} must not contain infs or NaNs (check_finite=True)")
+    A, home, _ = ops.device_matrix(home, plan.nb, True, settings=plan.device_settings)
+    return A, home
+
+
+def _host_part(ops, plan, job, rank, local, finite, phases):
+    """The store of a host-resident part (on_worker): (store, the factors' home array, the
+    source it streams from, whether the blocks are checked on the device as they arrive)."""
+    from ..backend.host.transfers import ColumnBlocks
+
+    m, _ = job["shape"]
+    dtype = np.dtype(job["dtype"])
+    given, source, checking = local, None, False
+    if isinstance(local, list):
+        blocks = ColumnBlocks(local) if local else None
+        settings = plan.device_settings
+        if blocks is not None and ops.has_device and blocks.dtype == dtype and \
+                settings.host_transfer == "staged" and blocks.nbytes >= settings.pin_min_bytes:
+            source = blocks
+        else:
+            local = blocks.stacked(dtype) if blocks is not None else \
+                np.empty((m, 0), dtype, order="F")
+    if source is not None:
+        checking = job["check_finite"]  # on the device, as the blocks arrive (on_worker)
+        home = np.empty(source.shape, dtype, order="F")
+    else:
+        local = np.asfortranarray(local, dtype=dtype)
+        if job["check_finite"] and not finite(local):
+            raise ValueError(f"{job['name']} must not contain infs or NaNs (check_finite=True)")
+        # The factors' home is the rank's part itself where it is this call's own
+        # (job["private"]: scheduler/cluster.place; or a copy made here), so that a large
+        # matrix is held once per worker, not twice; a part that is not gets a copy here,
+        # unless the driver only reads it (job["writes_part"] False: orgqr_dist's factors).
+        own = local is not given or job.get("private", [False] * (rank + 1))[rank]
+        writes = job.get("writes_part", True)
+        home = local if not writes or (own and local.flags.writeable) else \
+            np.array(local, order="F")
+        source = home
+    phases.mark("check_s")
+    A = ops.host_matrix(source, home, plan.nb, settings=plan.device_settings) \
+        if ops.has_device else ops.host_matrix(home, home, plan.nb)
+    return A, home, source, checking
+
+
+def _output(ops, out, dtype, like=None):
+    """The store `out`'s m x n as a new array: on the host, or on the device as `like`'s kind
+    (a device part's)."""
+    if like is not None:
+        result = ops.empty((out.m, out.n), dtype, like=like)
+        if out.m and out.n:
+            block = out.block(0, out.m, 0, out.n)
+            ops.synchronize()  # the run's lanes wrote it
+            ops.copy_device(block.ptr, block.ld, device_array_layout(result)[0], out.m, out.m,
+                            out.n, np.dtype(dtype).itemsize)
+        return result
+    result = np.empty((out.m, out.n), dtype=dtype, order="F")
+    if result.size:
+        lane = ops.lane("gpu:update")
+        with lane:
+            ops.to_host(lane, out.block(0, out.m, 0, out.n), out=result)
+    return result

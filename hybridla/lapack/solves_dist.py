@@ -30,7 +30,7 @@ import functools
 import numpy as np
 
 from ..scheduler import Region
-from ._dist import AbortingGraph, WorkerRun, run_graph_of
+from ._dist import AbortingGraph, WorkerRun, device_part, run_graph_of
 from ._householder import QR, reserve_reflector_slots
 from ..update.qr import apply_block_reflector
 
@@ -47,15 +47,18 @@ def solve_on_worker(solve, ops, transport, rank, local, job):
     plan = make_plan(ops, m, n, job["dtype"], routine=job["routine"], nb=job["nb"],
                      lookahead=job["lookahead"])
     layout = job["layout"]
-    local = np.asarray(local, dtype=job["dtype"])
-    if job["check_finite"] and not np.isfinite(local).all():
-        raise ValueError(f"{job['name']} must not contain infs or NaNs (check_finite=True)")
-    A = ops.matrix(m, local.shape[1], local.dtype, plan.nb, plan.device_settings)
+    if job.get("device"):  # the factors on this worker's GPU: a device copy, no host pass
+        A, _ = device_part(ops, plan, job, local)
+    else:
+        local = np.asarray(local, dtype=job["dtype"])
+        if job["check_finite"] and not np.isfinite(local).all():
+            raise ValueError(f"{job['name']} must not contain infs or NaNs (check_finite=True)")
+        A = ops.matrix(m, local.shape[1], local.dtype, plan.nb, plan.device_settings)
     X = ops.matrix(b.shape[0], b.shape[1], b.dtype, plan.nb, plan.device_settings)
     lane = ops.lane("gpu:update")
     try:
         with lane:
-            if local.size:
+            if not job.get("device") and local.size:
                 ops.from_host(lane, np.asfortranarray(local), A.block(0, m, 0, local.shape[1]))
             if b.size:
                 ops.from_host(lane, solve.before(b, job), X.block(0, b.shape[0], 0, b.shape[1]))

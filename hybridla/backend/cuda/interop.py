@@ -67,15 +67,7 @@ def device_matrix(backend, obj, nb, overwrite, settings: DeviceSettings | None =
         raise ValueError(f"a device array must have unit stride along one axis; got shape "
                          f"{(m, n)} with strides {strides} (bytes)")
     out = DeviceArray(backend, (m, n), dtype)
-    if columns:
-        # one column: its second stride means nothing (CuPy gives an n x 1 array the
-        # stride of one element there), and the copy's source pitch must cover the column
-        source_ld = max(strides[1] // itemsize, m, 1) if n > 1 else max(m, 1)
-        backend.copy_device(ptr, source_ld, out.ptr, out.ld, m, n, itemsize)
-    else:
-        with lane:
-            backend.geam_transpose(lane, ptr, max(strides[0] // itemsize, 1), out.ptr, out.ld,
-                                   m, n, dtype)
+    _copy_column_major(backend, lane, obj, out.ptr, out.ld)
     A = backend.matrix(m, n, dtype, nb, device_ptr=out.ptr, ld=out.ld, settings=settings)
     A.keeps = out  # the copy lives as long as the store (wrap drops the array it returns)
     if not overwrite:
@@ -87,6 +79,54 @@ def device_matrix(backend, obj, nb, overwrite, settings: DeviceSettings | None =
                                    n, m, dtype)
         backend.synchronize()
     return A, obj, write_back
+
+
+def _copy_column_major(backend, lane, obj, dst_ptr, dst_ld):
+    """Copy the device array `obj` (m x n, column-major or row-major, of the destination's
+    dtype) into the column-major m x n array at `dst_ptr` (leading dimension `dst_ld`): a
+    column-major source by a 2-D copy, finished on return; a row-major one transposed by
+    cuBLAS's geam on `lane`."""
+    ptr, (m, n), dtype, strides = device_array_layout(obj)
+    itemsize = dtype.itemsize
+    if column_major(obj):
+        # one column: its second stride means nothing (CuPy gives an n x 1 array the
+        # stride of one element there), and the copy's source pitch must cover the column
+        source_ld = max(strides[1] // itemsize, m, 1) if n > 1 else max(m, 1)
+        backend.copy_device(ptr, source_ld, dst_ptr, dst_ld, m, n, itemsize)
+    else:
+        with lane:
+            backend.geam_transpose(lane, ptr, max(strides[0] // itemsize, 1), dst_ptr, dst_ld,
+                                   m, n, dtype)
+
+
+def stack_columns(backend, blocks, m, dtype):
+    """The device arrays `blocks` (m rows each: the block columns of a dask array's chunks as
+    a worker holds them) side by side in one new column-major m x (their columns) array of
+    `dtype`, of the first block's kind (CuPy), finished on return: the working copy of a
+    distributed call's part, the user's chunks left as they are. A block of another dtype is
+    converted by its own astype first; a block neither column- nor row-major raises
+    ValueError."""
+    dtype = np.dtype(dtype)
+    # the blocks' producers (CuPy, on its streams of this context) have finished
+    backend.synchronize()
+    width = sum(int(block.shape[1]) for block in blocks)
+    out = DeviceArray(backend, (m, width), dtype)
+    lane, c0 = backend.lane("gpu:update"), 0
+    for block in blocks:
+        if np.dtype(block.dtype) != dtype:
+            block = block.astype(dtype)
+            backend.synchronize()
+        _, (rows, cols), _, strides = device_array_layout(block)
+        if rows != m:
+            raise ValueError(f"a block column has {rows} rows; expected {m}")
+        if not (column_major(block) or strides[1] == dtype.itemsize):
+            raise ValueError(f"a device block must have unit stride along one axis; got "
+                             f"shape {(rows, cols)} with strides {strides} (bytes)")
+        _copy_column_major(backend, lane, block, out.ptr + c0 * out.ld * dtype.itemsize,
+                           out.ld)
+        c0 += cols
+    backend.synchronize()
+    return _like(blocks[0], out) if blocks else out
 
 
 def wrap(backend, obj, pivots=None, tau=None):
