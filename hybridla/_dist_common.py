@@ -85,18 +85,33 @@ def _resolve_plan(backend, m, n, dtype, routine, nb, lookahead):
 def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None, stack=True):
     """The workers, the layout of the m x n matrix `operand` over them (nb resolved on the
     first) and each rank's part placed on its worker: (addresses, layout, lookahead, parts
-    as Futures, whether each worker may write over its part). `data`: what to place, if not
-    operand.data (the same shape). A dask array's block columns stay on the workers that
-    already hold them, as far as the trailing updates' balance allows (BlockColumns.near:
-    moving a block between worker processes costs more than an uneven share of the updates
-    unless the share is far off); a NumPy array is cut cyclically and scattered. `stack`:
-    see scheduler/cluster.place."""
+    as Futures, the placement: the job's entries "private", whether each worker may write
+    over its part, and "holders", see below). `data`: what to place, if not operand.data
+    (the same shape). A dask array's block columns stay on the workers that already hold
+    them, as far as the trailing updates' balance allows (BlockColumns.near: moving a block
+    between worker processes costs more than an uneven share of the updates unless the
+    share is far off); a NumPy array is cut cyclically and scattered. `stack`: see
+    scheduler/cluster.place.
+    A dask array of device chunks is laid out cyclically, and each worker's part is the
+    block columns it holds ("holders": the rank holding each block column): the workers
+    move the blocks to their owners themselves, GPU to GPU over NCCL (_dist.device_part).
+    Dask moves them through host memory and TCP: a worker of the LU at n = 65536 on 2 GPUs
+    waited 1.1 s for its share of such moves (perf/RESULTS.md, issue 32, stop 48)."""
     operand.check_backend(backend)
-    stack = stack and not operand.device  # a device part is copied on its GPU (on_worker)
     addresses = _cluster.workers(client)
     nb, lookahead = client.submit(_resolve_plan, backend, m, n, operand.dtype, routine, nb,
                                   lookahead, workers=[addresses[0]], pure=False).result()
     data = operand.data if data is None else data
+    if operand.device:
+        data, holders = _cluster.block_columns(client, addresses, data, nb)
+        layout = _dist.BlockColumns(m, n, nb, len(addresses))
+        holders = [h if h >= 0 else layout.owner(j) for j, h in enumerate(holders)]
+        held = [[j * nb + c for j, h in enumerate(holders) if h == rank
+                 for c in range(min(nb, n - j * nb))] for rank in range(layout.size)]
+        parts, _ = _cluster.place(client, addresses, data, held, operand.dtype, nb,
+                                  stack=False)
+        return addresses, layout, lookahead, parts, {"private": [False] * layout.size,
+                                                     "holders": holders}
     if _cluster.is_dask_array(data):
         data, holders = _cluster.block_columns(client, addresses, data, nb)
         layout = _dist.BlockColumns.near(m, n, nb, len(addresses), holders, min(m, n))
@@ -105,7 +120,7 @@ def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None, s
     parts, private = _cluster.place(client, addresses, data,
                                     [layout.columns(rank) for rank in range(layout.size)],
                                     operand.dtype, layout.nb, stack=stack)
-    return addresses, layout, lookahead, parts, private
+    return addresses, layout, lookahead, parts, {"private": private}
 
 
 def _run(client, backend, addresses, layout, lookahead, parts, work, job, trace,
@@ -147,13 +162,13 @@ def _factor(client, backend, routine, driver, operand, nb, lookahead, trace, arg
     began = time.time()
     # a device worker streams a dask array's block columns up from where they lie; the host
     # backend factors its part in place, so it gets them stacked
-    addresses, layout, lookahead, parts, private = _layout(client, backend, routine, operand,
+    addresses, layout, lookahead, parts, placement = _layout(client, backend, routine, operand,
                                                            m, n, nb, lookahead,
                                                            stack=backend != "cuda")
     layout_s = time.time() - began
     job = dict(name=operand.name, routine=routine, dtype=operand.dtype,
-               check_finite=operand.check_finite, arguments=arguments or {}, private=private,
-               device=operand.device)
+               check_finite=operand.check_finite, arguments=arguments or {},
+               device=operand.device, **placement)
     futures, results = _run(client, backend, addresses, layout, lookahead, parts,
                             functools.partial(_dist.on_worker, driver, all_finite=_all_finite),
                             job, trace, layout_s)
@@ -180,17 +195,25 @@ def _assemble(client, parts, layout, dtype, operand):
     NumPy input, a NumPy array gathered to the client."""
     m, n, nb = layout.m, layout.n, layout.nb
     if operand.dask is not None:
+        import uuid
+
+        import dask.array as da
+        from dask.highlevelgraph import HighLevelGraph
         meta = operand.meta[:0, :0].astype(dtype) if operand.meta.ndim == 2 else \
             np.empty((0, 0), dtype=dtype)
-        import dask
-        import dask.array as da
-        blocks = []
+        # one graph of slices of the parts' Futures: 128 from_delayed and a concatenate took
+        # 63 ms of the client's time at 130 block columns on the CPU machine
+        name = f"hybridla-factors-{uuid.uuid4().hex}"
+        layer = {}
         for j in range(layout.blocks):
             rank, local = layout.owner(j), layout.local_start(layout.owner(j), j)
-            width = min(nb, n - j * nb)
-            piece = dask.delayed(_columns)(parts[rank], local, local + width)
-            blocks.append(da.from_delayed(piece, (m, width), dtype=dtype, meta=meta))
-        return da.concatenate(blocks, axis=1) if blocks else da.zeros((m, n), dtype=dtype)
+            layer[(name, 0, j)] = (_columns, parts[rank], local,
+                                   local + layout.block_width(j))
+        if not layer:
+            return da.zeros((m, n), dtype=dtype)
+        chunks = ((m,), tuple(layout.block_width(j) for j in range(layout.blocks)))
+        return da.Array(HighLevelGraph.from_collections(name, layer, dependencies=()), name,
+                        chunks, meta=meta)
     out = np.empty((m, n), dtype=dtype, order="F")
     for rank, local in enumerate(client.gather(parts)):
         out[:, layout.columns(rank)] = local

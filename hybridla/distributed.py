@@ -178,11 +178,11 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, cl
     client, backend, nb, _ = _options(client, backend, nb, None)
     if n == 0 or rhs.size == 0:
         return _x_out(rhs, shape, lazy)
-    addresses, layout, lookahead, parts, _ = _layout(client, backend, "lu", operand, n, n, nb,
-                                                     None)
+    addresses, layout, lookahead, parts, placement = _layout(client, backend, "lu", operand, n,
+                                                             n, nb, None)
     x = _solve(client, backend, "lu", solves_dist.getrs_dist, parts, layout,
                (addresses, lookahead), rhs, "lu", operand.dtype, operand.check_finite,
-               extra={"pivots": piv}, arguments={"trans": _TRANS[trans]},
+               extra={"pivots": piv, **placement}, arguments={"trans": _TRANS[trans]},
                device=operand.device)
     return _x_out(x, shape, lazy)
 
@@ -389,9 +389,9 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True, *, client=No
     if n == 0 or rhs.size == 0:
         return _x_out(rhs, shape, lazy)
     factor = _as_lower(operand, lower)
-    addresses, layout, lookahead, parts, _ = _layout(client, backend, "cho", operand, n, n, nb,
-                                                     None, data=factor.data)
+    addresses, layout, lookahead, parts, placement = _layout(client, backend, "cho", operand, n,
+                                                             n, nb, None, data=factor.data)
     x = _solve(client, backend, "cho", solves_dist.potrs_dist, parts, layout,
                (addresses, lookahead), rhs, "c", operand.dtype, operand.check_finite,
-               device=operand.device)
+               extra=placement, device=operand.device)
     return _x_out(x, shape, lazy)

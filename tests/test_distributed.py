@@ -419,13 +419,13 @@ def test_two_gpus_lu_cholesky_qr(monkeypatch):
         assert np.isfinite(lu.compute()).all()  # a new communicator, made again
 
 
-def _device_chunks(client, a, cupy, chunks=(None, 256)):
+def _device_chunks(client, a, cupy, chunks=(None, 256), workers=None):
     """`a` as a dask array of CuPy chunks, persisted on the workers' GPUs (C-ordered chunks,
-    as CuPy makes them)."""
+    as CuPy makes them; all on `workers` where given)."""
     lazy = da.from_array(a, chunks=(a.shape[0] if chunks[0] is None else chunks[0],
                                     chunks[1])[:a.ndim])
     lazy = lazy.map_blocks(cupy.asarray, dtype=a.dtype, meta=cupy.empty((0,) * a.ndim, a.dtype))
-    persisted = client.persist(lazy)
+    persisted = client.persist(lazy, workers=workers)
     distributed.wait(persisted)
     return persisted
 
@@ -456,6 +456,11 @@ def test_two_gpus_device_chunks():
             f_ordered = f_ordered.map_blocks(cupy.asfortranarray, dtype=a.dtype,
                                              meta=cupy.empty((0, 0), a.dtype))
             lu, piv = hd.lu_factor(f_ordered, **options)
+            assert getrf_ratio(a, cupy.asnumpy(lu.compute()), piv) < THRESH
+            # every chunk on the first worker: half the block columns go GPU to GPU first
+            first = sorted(gpu_client.nthreads())[0]
+            lu, piv = hd.lu_factor(_device_chunks(gpu_client, a, cupy, workers=[first]),
+                                   **options)
             assert getrf_ratio(a, cupy.asnumpy(lu.compute()), piv) < THRESH
 
             square, b = a[:1300], random_matrix(1300, 2, dtype, rng)

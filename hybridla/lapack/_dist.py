@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend.device_arrays import device_array_layout
+from ..backend.device_arrays import column_major
 from ..scheduler import Region, TaskGraph
 
 
@@ -175,6 +175,20 @@ class WorkerRun:
     results: dict = field(default_factory=dict)
     panels: dict = field(default_factory=dict)  # step -> (k0, the window it was factored in)
     output: Any = None  # the store whose columns go back (None: A; orgqr_dist's Q)
+    device_like: Any = None  # a device part's array: another output is made of its kind
+    output_array: Any = None  # that output's array, where the store works in it
+
+    def new_output(self, m, n):
+        """The store of another output (orgqr_dist's Q), m x n, made run.output: for a device
+        part over a new array of the part's kind, which goes back as it is (no copy)."""
+        ops, plan = self.ops, self.plan
+        if self.device_like is None:
+            self.output = ops.matrix(m, n, self.A.dtype, plan.nb, plan.device_settings)
+        else:
+            array = ops.empty((m, n), self.A.dtype, like=self.device_like)
+            self.output, self.output_array, _ = ops.device_matrix(
+                array, plan.nb, True, settings=plan.device_settings)
+        return self.output
 
     def panel(self, step, k0, k1, lk, rows, owner):
         """Step's panel, rows k0:`rows` of its columns (at lk here): (the window of run.A this
@@ -411,7 +425,7 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
     finite = all_finite or (lambda array: bool(np.isfinite(array).all()))
     source, checking = None, False
     if job.get("device"):
-        A, home = device_part(ops, plan, job, local)
+        A, home = device_part(ops, plan, job, local, rank, transport)
         phases.mark("check_s")
     else:
         A, home, source, checking = _host_part(ops, plan, job, rank, local, finite, phases)
@@ -421,7 +435,8 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
         # which the staging copies need (a check by host threads beside the run slowed them).
         # A sum that is not is checked entry by entry.
         A.track_one_norm()
-    run = WorkerRun(ops, plan, transport, layout, rank, A)
+    run = WorkerRun(ops, plan, transport, layout, rank, A,
+                    device_like=home if job.get("device") else None)
     phases.mark("store_s")
     try:
         try:
@@ -445,7 +460,8 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
                                f"part on the device ({A.residency})")
         result = home
         if run.output is not None:  # another output (orgqr's Q) gets an array of its own
-            result = _output(ops, run.output, dtype, like=home if job.get("device") else None)
+            result = run.output_array if run.output_array is not None else \
+                _output(ops, run.output, dtype)
     finally:
         if run.output is not None:
             run.output.close()
@@ -455,21 +471,65 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
             "wall_origin": trace.wall_origin, "work_phases": phases.seconds}
 
 
-def device_part(ops, plan, job, local):
-    """A device part's store (job["device"]: Dask holds `local`, the rank's block columns, a
-    list of them or one array, on this worker's GPU: a dask array of CuPy chunks): (a
-    device store over a copy of it, the copy, an array of the chunks' kind). The factors go
-    to the copy and stay on the GPU, as the GPU interface's do; no host memory is touched."""
+def device_part(ops, plan, job, local, rank, transport):
+    """A device part's store (job["device"]: Dask holds `local`, a list of block columns or
+    one array, on this worker's GPU: a dask array of CuPy chunks): (a device store over the
+    rank's columns of the layout, that array, of the chunks' kind). The factors go to it
+    and stay on the GPU, as the GPU interface's do; no host memory is touched.
+    job["holders"], where given, says which rank holds each block column (`local`: this
+    rank's, in order); the blocks held by a rank other than their owner are broadcast from
+    it, GPU to GPU, in block order on every rank (the transport's collective: NCCL). The
+    user's chunks are copied, never written."""
     m, _ = job["shape"]
     dtype = np.dtype(job["dtype"])
+    layout = job["layout"]
     if not ops.has_device:
         raise ValueError(f"{job['name']}'s chunks are device arrays: the workers need the "
                          f"cuda backend")
     blocks = local if isinstance(local, list) else [local]
-    home = ops.stack_columns(blocks, m, dtype) if blocks else ops.empty((m, 0), dtype)
-    if job["check_finite"] and ops.has_nonfinite(home):
+    if not job.get("writes_part", True) and len(blocks) == 1 and \
+            np.dtype(blocks[0].dtype) == dtype and column_major(blocks[0]):
+        # only read (orgqr_dist's factors, this call's own): worked on where it lies
+        A, home, _ = ops.device_matrix(blocks[0], plan.nb, True, settings=plan.device_settings)
+        return A, home
+    held = ops.stack_columns(blocks, m, dtype) if blocks else ops.empty((m, 0), dtype)
+    if job["check_finite"] and ops.has_nonfinite(held):
         raise ValueError(f"{job['name']} must not contain infs or NaNs (check_finite=True)")
+    holders = job.get("holders")
+    if holders is None or all(h == layout.owner(j) for j, h in enumerate(holders)):
+        A, home, _ = ops.device_matrix(held, plan.nb, True, settings=plan.device_settings)
+        return A, home
+    home = ops.empty((m, layout.width(rank)), dtype, like=held)
     A, home, _ = ops.device_matrix(home, plan.nb, True, settings=plan.device_settings)
+    H, _, _ = ops.device_matrix(held, plan.nb, True, settings=plan.device_settings)
+    # rank's held blocks lie side by side in `held`, in block order
+    mine = [j for j, h in enumerate(holders) if h == rank]
+    held_at = dict(zip(mine, np.cumsum([0] + [layout.block_width(j) for j in mine])))
+    scratch = None
+    lane = ops.lane("comm:bcast")
+    try:
+        for j, holder in enumerate(holders):
+            owner, width = layout.owner(j), layout.block_width(j)
+            target = A.block(0, m, layout.local_start(rank, j),
+                             layout.local_start(rank, j) + width) if owner == rank else None
+            source = H.block(0, m, held_at[j], held_at[j] + width) if holder == rank else None
+            if holder == owner:
+                if owner == rank:
+                    ops.copy_device(source.ptr, source.ld, target.ptr, target.ld, m, width,
+                                    dtype.itemsize)
+                continue
+            if target is None and source is None:  # neither: a rank of three or more
+                if scratch is None:
+                    scratch = ops.matrix(m, plan.nb, dtype, plan.nb, plan.device_settings)
+                target = scratch.block(0, m, 0, width)
+            with lane:
+                transport.broadcast(lane, [source] if source is not None else [],
+                                    [target if target is not None else source], holder)
+        ops.synchronize()
+    finally:
+        H.close()
+        if scratch is not None:
+            scratch.close()
     return A, home
 
 
@@ -512,17 +572,8 @@ def _host_part(ops, plan, job, rank, local, finite, phases):
     return A, home, source, checking
 
 
-def _output(ops, out, dtype, like=None):
-    """The store `out`'s m x n as a new array: on the host, or on the device as `like`'s kind
-    (a device part's)."""
-    if like is not None:
-        result = ops.empty((out.m, out.n), dtype, like=like)
-        if out.m and out.n:
-            block = out.block(0, out.m, 0, out.n)
-            ops.synchronize()  # the run's lanes wrote it
-            ops.copy_device(block.ptr, block.ld, device_array_layout(result)[0], out.m, out.m,
-                            out.n, np.dtype(dtype).itemsize)
-        return result
+def _output(ops, out, dtype):
+    """The store `out`'s m x n as a new host array."""
     result = np.empty((out.m, out.n), dtype=dtype, order="F")
     if result.size:
         lane = ops.lane("gpu:update")

@@ -103,7 +103,7 @@ def orgqr_dist(run, columns, tau):
     width = qlayout.width(run.rank)
     if A.streamed:  # the factors only read here: all of them up, now
         upload_all(A, run.plan)
-    E = run.output = ops.matrix(m, width, A.dtype, nb, run.plan.device_settings)
+    E = run.new_output(m, width)
     identity = np.zeros((m, width), dtype=A.dtype, order="F")
     identity[qlayout.columns(run.rank), np.arange(width)] = 1
     lane = ops.lane("gpu:update")

@@ -48,7 +48,7 @@ def solve_on_worker(solve, ops, transport, rank, local, job):
                      lookahead=job["lookahead"])
     layout = job["layout"]
     if job.get("device"):  # the factors on this worker's GPU: a device copy, no host pass
-        A, _ = device_part(ops, plan, job, local)
+        A, _ = device_part(ops, plan, job, local, rank, transport)
     else:
         local = np.asarray(local, dtype=job["dtype"])
         if job["check_finite"] and not np.isfinite(local).all():
