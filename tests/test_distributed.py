@@ -346,7 +346,7 @@ def test_perf_script_smoke(client, tmp_path):
     assert re.search(r"\| lu la1 \| 300 \|", out.stdout), out.stdout
     assert re.search(r"\| qr la2 \| 300 \|", out.stdout), out.stdout
     # each row's phases, every worker's among them, from the trace's metadata
-    assert re.search(r"lu la1 300 phases \(s\): layout [0-9.]+, jobs [0-9.]+ \(w0: waited "
+    assert re.search(r"lu la1 300 traced run [0-9.]+ s, phases \(s\): layout [0-9.]+, jobs [0-9.]+ \(w0: waited "
                      r"-?[0-9.]+, connect [0-9.]+, work [0-9.]+ \[check [0-9.]+, store [0-9.]+, "
                      r"run [0-9.]+, before engine [0-9.]+, after engine -?[0-9.]+, "
                      r"output and close [0-9.]+\]; w1: .*\), results [0-9.]+",
