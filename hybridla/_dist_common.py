@@ -44,6 +44,11 @@ class _Operand:
         self.shape = tuple(int(s) for s in (self.dask if self.dask is not None
                                              else self.array).shape)
 
+    @property
+    def device_kind(self):
+        """The chunks' kind (an empty array of it) for a device operand, else None."""
+        return self.meta if self.device else None
+
     def check_backend(self, backend):
         """A device operand needs the cuda backend on the workers (ValueError naming it)."""
         if self.device and backend != "cuda":
@@ -168,7 +173,7 @@ def _factor(client, backend, routine, driver, operand, nb, lookahead, trace, arg
     layout_s = time.time() - began
     job = dict(name=operand.name, routine=routine, dtype=operand.dtype,
                check_finite=operand.check_finite, arguments=arguments or {},
-               device=operand.device, **placement)
+               device=operand.device, device_meta=operand.meta, **placement)
     futures, results = _run(client, backend, addresses, layout, lookahead, parts,
                             functools.partial(_dist.on_worker, driver, all_finite=_all_finite),
                             job, trace, layout_s)
@@ -176,13 +181,14 @@ def _factor(client, backend, routine, driver, operand, nb, lookahead, trace, arg
 
 
 def _solve(client, backend, routine, solver, parts, layout, context, b, name, dtype,
-           check_finite=False, extra=None, arguments=None, device=False):
+           check_finite=False, extra=None, arguments=None, device=None):
     """Run the distributed solve `solver` with the factors' `parts` (in `layout`; `device`:
-    on the workers' GPUs) and the right-hand side `b` (host, n x nrhs) on every rank; returns
-    x (host) from rank 0."""
+    on the workers' GPUs, the chunks' kind, an empty array of it, else None) and the
+    right-hand side `b` (host, n x nrhs) on every rank; returns x (host) from rank 0."""
     addresses, lookahead = context
     job = dict(name=name, routine=routine, dtype=dtype, check_finite=check_finite, b=b,
-               arguments=arguments or {}, device=device, **(extra or {}))
+               arguments=arguments or {}, device=device is not None, device_meta=device,
+               **(extra or {}))
     futures, results = _run(client, backend, addresses, layout, lookahead, parts,
                             functools.partial(solves_dist.solve_on_worker, solver), job, None)
     return results[0]["x"]

@@ -102,7 +102,7 @@ def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_fini
         addresses, lookahead = context
         qlayout = _dist.BlockColumns(m, columns, layout.nb, layout.size)
         job = dict(name="a", routine="qr", dtype=operand.dtype, check_finite=False,
-                   writes_part=False, device=operand.device,
+                   writes_part=False, device=operand.device, device_meta=operand.meta,
                    arguments={"columns": columns, "tau": tau})
         futures, _ = _run(client, backend, addresses, layout, lookahead, parts,
                           functools.partial(_dist.on_worker, orgqr_dist), job, None)
@@ -166,7 +166,7 @@ def lstsq(a, b, cond=None, overwrite_a=False, overwrite_b=False, check_finite=Tr
         return _x_out(x, x.shape, lazy), np.zeros(0), n, None
     parts, layout, context, tau = _geqrf(client, backend, operand, nb, lookahead, trace)
     c = _solve(client, backend, "qr", solves_dist.gels_dist, parts, layout, context, rhs, "a",
-               operand.dtype, arguments={"tau": tau}, device=operand.device)
+               operand.dtype, arguments={"tau": tau}, device=operand.device_kind)
     # scipy's: the squared residual norms when m > n (c's rows n:m), a scalar for a 1-D b
     c_rows = c[n:, 0] if len(shape) == 1 else c[n:]
     residues = (np.sum(np.abs(c_rows) ** 2, axis=0) if m > n

@@ -183,7 +183,7 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, cl
     x = _solve(client, backend, "lu", solves_dist.getrs_dist, parts, layout,
                (addresses, lookahead), rhs, "lu", operand.dtype, operand.check_finite,
                extra={"pivots": piv, **placement}, arguments={"trans": _TRANS[trans]},
-               device=operand.device)
+               device=operand.device_kind)
     return _x_out(x, shape, lazy)
 
 
@@ -256,13 +256,13 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=
         parts, layout, context = factors
         x = _solve(client, backend, "lu", solves_dist.getrs_dist, parts, layout, context, rhs,
                    "a", operand.dtype, extra={"pivots": piv},
-                   arguments={"trans": "T" if transposed else "N"}, device=operand.device)
+                   arguments={"trans": "T" if transposed else "N"}, device=operand.device_kind)
     else:
         # a^T x = b is a^* x^* ... : for a Hermitian a, a^T = conj(a), x = conj(solve(a, conj b))
         rhs = rhs.conj() if transposed else rhs
         parts, layout, context = _potrf(client, backend, operand, lower, nb, lookahead, trace)
         x = _solve(client, backend, "cho", solves_dist.potrs_dist, parts, layout, context, rhs,
-                   "a", operand.dtype, device=operand.device)
+                   "a", operand.dtype, device=operand.device_kind)
         x = x.conj() if transposed else x
     return _x_out(x, shape, lazy)
 
@@ -393,5 +393,5 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True, *, client=No
                                                              n, nb, None, data=factor.data)
     x = _solve(client, backend, "cho", solves_dist.potrs_dist, parts, layout,
                (addresses, lookahead), rhs, "c", operand.dtype, operand.check_finite,
-               extra=placement, device=operand.device)
+               extra=placement, device=operand.device_kind)
     return _x_out(x, shape, lazy)

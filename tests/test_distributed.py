@@ -499,6 +499,72 @@ def test_two_gpus_device_chunks():
                          backend="host")
 
 
+class _DeviceLikeHost:
+    """The host backend claiming a device, its "device arrays" NumPy arrays: what
+    _dist.device_part asks of a device backend (stack_columns, empty, has_nonfinite,
+    device_matrix), so that its block moves run here, over the host transport."""
+
+    def __init__(self):
+        from hybridla.backend import get_backend
+        self._host = get_backend("host")
+        self.has_device = True
+
+    def stack_columns(self, blocks, m, dtype):
+        return np.asfortranarray(np.hstack(blocks), dtype=dtype)
+
+    def empty(self, shape, dtype, like=None):
+        return np.zeros(shape, dtype=dtype, order="F")
+
+    def has_nonfinite(self, array):
+        return not np.isfinite(array).all()
+
+    def device_matrix(self, array, nb, overwrite, settings=None):
+        return self._host.wrap(array), array, None
+
+    def __getattr__(self, name):
+        return getattr(self._host, name)
+
+
+@pytest.mark.parametrize("holders", [[0, 0, 0, 0, 0], [1, 0, 1, 0, 1], [1, 1, 0, 0, 1],
+                                     [0, 1, 0, 1, 0]], ids=str)
+def test_device_part_moves_blocks_to_their_owners(holders, rng):
+    """Each rank gets the block columns it holds; device_part broadcasts each block held away
+    from its owner, in block order on both ranks, and copies the rest: every rank ends with
+    exactly its cyclic columns, whoever held them (two ranks in threads, the host transport)."""
+    from multiprocessing.connection import Pipe
+    from hybridla.scheduler.plan import make_plan
+    m, n, nb = 30, 45, 10  # five block columns, the last one 5 wide
+    a = random_matrix(m, n, np.float64, rng)
+    layout = _dist.BlockColumns(m, n, nb, 2)
+    ops = _DeviceLikeHost()
+    plan = make_plan(ops._host, m, n, np.float64, routine="lu", nb=nb)
+    ends = Pipe()
+    transports = [HostTransport(0, 2, {1: ends[0]}, timeout=60),
+                  HostTransport(1, 2, {0: ends[1]}, timeout=60)]
+    homes, failures = [None, None], []
+
+    def rank_part(rank):
+        held = [a[:, j * nb:(j + 1) * nb] for j, h in enumerate(holders) if h == rank]
+        job = dict(shape=(m, n), dtype=np.float64, name="a", layout=layout,
+                   check_finite=True, holders=holders, device_meta=None)
+        try:
+            _, homes[rank] = _dist.device_part(ops, plan, job, held, rank, transports[rank])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+            transports[rank].abort(str(exc))
+
+    threads = [threading.Thread(target=rank_part, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    for t in transports:
+        t.close()
+    assert not failures, failures
+    for rank in (0, 1):
+        np.testing.assert_array_equal(homes[rank], a[:, layout.columns(rank)])
+
+
 # -- a worker's host-resident part: every final block goes home, once ----------------------------
 
 class _WindowsOfTheStub:

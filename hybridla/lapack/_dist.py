@@ -487,36 +487,39 @@ def device_part(ops, plan, job, local, rank, transport):
         raise ValueError(f"{job['name']}'s chunks are device arrays: the workers need the "
                          f"cuda backend")
     blocks = local if isinstance(local, list) else [local]
+    like = blocks[0] if blocks else job.get("device_meta")  # the kind of array to make
     if not job.get("writes_part", True) and len(blocks) == 1 and \
             np.dtype(blocks[0].dtype) == dtype and column_major(blocks[0]):
         # only read (orgqr_dist's factors, this call's own): worked on where it lies
         A, home, _ = ops.device_matrix(blocks[0], plan.nb, True, settings=plan.device_settings)
         return A, home
-    held = ops.stack_columns(blocks, m, dtype) if blocks else ops.empty((m, 0), dtype)
+    held = ops.stack_columns(blocks, m, dtype) if blocks else \
+        ops.empty((m, 0), dtype, like=like)
     if job["check_finite"] and ops.has_nonfinite(held):
         raise ValueError(f"{job['name']} must not contain infs or NaNs (check_finite=True)")
     holders = job.get("holders")
     if holders is None or all(h == layout.owner(j) for j, h in enumerate(holders)):
         A, home, _ = ops.device_matrix(held, plan.nb, True, settings=plan.device_settings)
         return A, home
-    home = ops.empty((m, layout.width(rank)), dtype, like=held)
+    home = ops.empty((m, layout.width(rank)), dtype, like=like)
     A, home, _ = ops.device_matrix(home, plan.nb, True, settings=plan.device_settings)
     H, _, _ = ops.device_matrix(held, plan.nb, True, settings=plan.device_settings)
     # rank's held blocks lie side by side in `held`, in block order
     mine = [j for j, h in enumerate(holders) if h == rank]
-    held_at = dict(zip(mine, np.cumsum([0] + [layout.block_width(j) for j in mine])))
+    held_at = dict(zip(mine, (int(c) for c in np.cumsum(
+        [0] + [layout.block_width(j) for j in mine]))))
     scratch = None
     lane = ops.lane("comm:bcast")
     try:
         for j, holder in enumerate(holders):
-            owner, width = layout.owner(j), layout.block_width(j)
-            target = A.block(0, m, layout.local_start(rank, j),
-                             layout.local_start(rank, j) + width) if owner == rank else None
+            owner, width = layout.owner(j), int(layout.block_width(j))
+            start = int(layout.local_start(rank, j))
+            target = A.block(0, m, start, start + width) if owner == rank else None
             source = H.block(0, m, held_at[j], held_at[j] + width) if holder == rank else None
             if holder == owner:
                 if owner == rank:
-                    ops.copy_device(source.ptr, source.ld, target.ptr, target.ld, m, width,
-                                    dtype.itemsize)
+                    with lane:
+                        ops.lacpy(lane, "A", source, target)
                 continue
             if target is None and source is None:  # neither: a rank of three or more
                 if scratch is None:
