@@ -263,13 +263,18 @@ def one_gpu_in_own_process(routine, n, backend, nb, repeat):
 def start_cluster(backend, scheduler):
     """A local cluster of two workers (cuda: one per GPU), or a client of `scheduler`. No
     worker memory limit: the matrices are as large as the machine allows (module docstring),
-    which Dask's default limit (a share of the memory per worker) would pause or kill."""
+    which Dask's default limit (a share of the memory per worker) would pause or kill; nor
+    a device memory limit, for the same reason on the GPUs."""
     from distributed import Client, LocalCluster
     if scheduler:
         return None, Client(scheduler)
     if backend == "cuda":
         from dask_cuda import LocalCUDACluster
-        cluster = LocalCUDACluster(n_workers=2, threads_per_worker=4, memory_limit=0)
+        # no device spilling: dask-cuda moves a worker's device chunks to host memory once
+        # its GPU is 80% full (its default), which a factorization's copy of a 17 GB part
+        # and its workspace reach at n = 65536 (perf/RESULTS.md, issue 32, stop 48)
+        cluster = LocalCUDACluster(n_workers=2, threads_per_worker=4, memory_limit=0,
+                                   device_memory_limit=0)
     else:
         cluster = LocalCluster(n_workers=2, threads_per_worker=2, processes=True,
                                dashboard_address=None)
