@@ -8,7 +8,9 @@ on the host backend. A NumPy array comes in and goes out as NumPy (scattered fro
 the factors gathered); a ``dask.array.Array`` stays distributed: its chunks are redistributed
 into the algorithm's layout (1-D block-cyclic columns: lapack/_dist.py says why) and the
 factors come back as a dask array whose chunks live on the workers, with the pivots (or tau)
-as NumPy.
+as NumPy. A dask array of CuPy chunks on GPU workers is factored on the GPUs that hold it (the
+blocks moved between them over NCCL), and its factors stay there, as CuPy chunks: the
+distributed counterpart of the GPU interface.
 
 Each worker runs hybridla's engine on its own block columns, the panels moving between the
 workers as tasks of its local graph (NCCL on GPUs, sockets between host workers); Dask starts
@@ -56,7 +58,8 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, client=None, backend=N
     a : (M, N) array_like or dask.array.Array
         The matrix, real or complex. A NumPy array is scattered from the client and the
         factors come back as NumPy; a dask array is redistributed from where its chunks are
-        and the factors stay on the workers, as a dask array.
+        and the factors stay on the workers, as a dask array (of CuPy chunks on the GPUs for
+        CuPy chunks, which need the cuda backend).
     overwrite_a : bool, optional
         Accepted for scipy's signature (True or False, or 0, 1); the workers factor copies,
         so `a` is never written.
