@@ -99,7 +99,8 @@ def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None, s
     scheduler/cluster.place.
     A dask array of device chunks is laid out cyclically, and each worker's part is the
     block columns it holds ("holders": the rank holding each block column): the workers
-    move the blocks to their owners themselves, GPU to GPU over NCCL (_dist.device_part).
+    move the blocks to their owners themselves, GPU to GPU over NCCL
+    (lapack/_dist_parts.device_part).
     Dask moves them through host memory and TCP: a worker of the LU at n = 65536 on 2 GPUs
     waited 1.1 s for its share of such moves (perf/RESULTS.md, issue 32, stop 48)."""
     operand.check_backend(backend)

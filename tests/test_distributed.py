@@ -23,7 +23,7 @@ distributed = pytest.importorskip("distributed")
 da = pytest.importorskip("dask.array")
 
 import hybridla.distributed as hd  # noqa: E402
-from hybridla.lapack import _dist  # noqa: E402
+from hybridla.lapack import _dist, _dist_parts  # noqa: E402
 from hybridla.scheduler.transport import HostTransport, TransportAborted  # noqa: E402
 
 from _lapack_checks import (DTYPES, factorization_ratio, getrf_ratio,  # noqa: E402
@@ -346,10 +346,11 @@ def test_perf_script_smoke(client, tmp_path):
     assert re.search(r"\| lu la1 \| 300 \|", out.stdout), out.stdout
     assert re.search(r"\| qr la2 \| 300 \|", out.stdout), out.stdout
     # each row's phases, every worker's among them, from the trace's metadata
-    assert re.search(r"lu la1 300 traced run [0-9.]+ s, phases \(s\): layout [0-9.]+, jobs [0-9.]+ \(w0: waited "
-                     r"-?[0-9.]+, connect [0-9.]+, work [0-9.]+ \[check [0-9.]+, store [0-9.]+, "
-                     r"run [0-9.]+, before engine [0-9.]+, after engine -?[0-9.]+, "
-                     r"output and close [0-9.]+\]; w1: .*\), results [0-9.]+",
+    assert re.search(r"lu la1 300 traced run [0-9.]+ s, phases \(s\): layout [0-9.]+, "
+                     r"jobs [0-9.]+ \(w0: waited -?[0-9.]+, connect [0-9.]+, work [0-9.]+ "
+                     r"\[check [0-9.]+, store [0-9.]+, run [0-9.]+, before engine [0-9.]+, "
+                     r"after engine -?[0-9.]+, output and close [0-9.]+\]; w1: .*\), "
+                     r"results [0-9.]+",
                      out.stdout), out.stdout
     assert list(tmp_path.glob("*.json"))
 
@@ -501,8 +502,8 @@ def test_two_gpus_device_chunks():
 
 class _DeviceLikeHost:
     """The host backend claiming a device, its "device arrays" NumPy arrays: what
-    _dist.device_part asks of a device backend (stack_columns, empty, has_nonfinite,
-    device_matrix), so that its block moves run here, over the host transport."""
+    _dist_parts.device_part asks of a device backend (stack_columns, empty,
+    has_nonfinite, device_matrix), so that its block moves run here, over the host transport."""
 
     def __init__(self):
         from hybridla.backend import get_backend
@@ -548,7 +549,8 @@ def test_device_part_moves_blocks_to_their_owners(holders, rng):
         job = dict(shape=(m, n), dtype=np.float64, name="a", layout=layout,
                    check_finite=True, holders=holders, device_meta=None)
         try:
-            _, homes[rank] = _dist.device_part(ops, plan, job, held, rank, transports[rank])
+            _, homes[rank] = _dist_parts.device_part(ops, plan, job, held, rank,
+                                                     transports[rank])
         except BaseException as exc:  # noqa: BLE001 - reported below
             failures.append(exc)
             transports[rank].abort(str(exc))

@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from ..backend.device_arrays import column_major
 from ..scheduler import Region, TaskGraph
+from ._dist_parts import device_part, host_part
 
 
 @dataclass(frozen=True)
@@ -428,7 +428,7 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
         A, home = device_part(ops, plan, job, local, rank, transport)
         phases.mark("check_s")
     else:
-        A, home, source, checking = _host_part(ops, plan, job, rank, local, finite, phases)
+        A, home, source, checking = host_part(ops, plan, job, rank, local, finite, phases)
     if checking:  # streamed from Dask's blocks (so on a device)
         # The column sums of |a_ij| the store makes of each block as it arrives (one more read
         # on the GPU) are finite where every entry is: the check costs no host memory traffic,
@@ -469,110 +469,6 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
     phases.mark("output_and_close_s")
     return {"local": result, "results": run.results, "trace": trace.records,
             "wall_origin": trace.wall_origin, "work_phases": phases.seconds}
-
-
-def device_part(ops, plan, job, local, rank, transport):
-    """A device part's store (job["device"]: Dask holds `local`, a list of block columns or
-    one array, on this worker's GPU: a dask array of CuPy chunks): (a device store over the
-    rank's columns of the layout, that array, of the chunks' kind). The factors go to it
-    and stay on the GPU, as the GPU interface's do; no host memory is touched.
-    job["holders"], where given, says which rank holds each block column (`local`: this
-    rank's, in order); the blocks held by a rank other than their owner are broadcast from
-    it, GPU to GPU, in block order on every rank (the transport's collective: NCCL). The
-    user's chunks are copied, never written."""
-    m, _ = job["shape"]
-    dtype = np.dtype(job["dtype"])
-    layout = job["layout"]
-    if not ops.has_device:
-        raise ValueError(f"{job['name']}'s chunks are device arrays: the workers need the "
-                         f"cuda backend")
-    blocks = local if isinstance(local, list) else [local]
-    like = blocks[0] if blocks else job.get("device_meta")  # the kind of array to make
-    if not job.get("writes_part", True) and len(blocks) == 1 and \
-            np.dtype(blocks[0].dtype) == dtype and column_major(blocks[0]):
-        # only read (orgqr_dist's factors, this call's own): worked on where it lies
-        A, home, _ = ops.device_matrix(blocks[0], plan.nb, True, settings=plan.device_settings)
-        return A, home
-    held = ops.stack_columns(blocks, m, dtype) if blocks else \
-        ops.empty((m, 0), dtype, like=like)
-    if job["check_finite"] and ops.has_nonfinite(held):
-        raise ValueError(f"{job['name']} must not contain infs or NaNs (check_finite=True)")
-    holders = job.get("holders")
-    if holders is None or all(h == layout.owner(j) for j, h in enumerate(holders)):
-        A, home, _ = ops.device_matrix(held, plan.nb, True, settings=plan.device_settings)
-        return A, home
-    home = ops.empty((m, layout.width(rank)), dtype, like=like)
-    A, home, _ = ops.device_matrix(home, plan.nb, True, settings=plan.device_settings)
-    H, _, _ = ops.device_matrix(held, plan.nb, True, settings=plan.device_settings)
-    # rank's held blocks lie side by side in `held`, in block order
-    mine = [j for j, h in enumerate(holders) if h == rank]
-    held_at = dict(zip(mine, (int(c) for c in np.cumsum(
-        [0] + [layout.block_width(j) for j in mine]))))
-    scratch = None
-    lane = ops.lane("comm:bcast")
-    try:
-        for j, holder in enumerate(holders):
-            owner, width = layout.owner(j), int(layout.block_width(j))
-            start = int(layout.local_start(rank, j))
-            target = A.block(0, m, start, start + width) if owner == rank else None
-            source = H.block(0, m, held_at[j], held_at[j] + width) if holder == rank else None
-            if holder == owner:
-                if owner == rank:
-                    with lane:
-                        ops.lacpy(lane, "A", source, target)
-                continue
-            if target is None and source is None:  # neither: a rank of three or more
-                if scratch is None:
-                    scratch = ops.matrix(m, plan.nb, dtype, plan.nb, plan.device_settings)
-                target = scratch.block(0, m, 0, width)
-            with lane:
-                transport.broadcast(lane, [source] if source is not None else [],
-                                    [target if target is not None else source], holder)
-        ops.synchronize()
-    finally:
-        H.close()
-        if scratch is not None:
-            scratch.close()
-    return A, home
-
-
-def _host_part(ops, plan, job, rank, local, finite, phases):
-    """The store of a host-resident part (on_worker): (store, the factors' home array, the
-    source it streams from, whether the blocks are checked on the device as they arrive)."""
-    from ..backend.host.transfers import ColumnBlocks
-
-    m, _ = job["shape"]
-    dtype = np.dtype(job["dtype"])
-    given, source, checking = local, None, False
-    if isinstance(local, list):
-        blocks = ColumnBlocks(local) if local else None
-        settings = plan.device_settings
-        if blocks is not None and ops.has_device and blocks.dtype == dtype and \
-                settings.host_transfer == "staged" and blocks.nbytes >= settings.pin_min_bytes:
-            source = blocks
-        else:
-            local = blocks.stacked(dtype) if blocks is not None else \
-                np.empty((m, 0), dtype, order="F")
-    if source is not None:
-        checking = job["check_finite"]  # on the device, as the blocks arrive (on_worker)
-        home = np.empty(source.shape, dtype, order="F")
-    else:
-        local = np.asfortranarray(local, dtype=dtype)
-        if job["check_finite"] and not finite(local):
-            raise ValueError(f"{job['name']} must not contain infs or NaNs (check_finite=True)")
-        # The factors' home is the rank's part itself where it is this call's own
-        # (job["private"]: scheduler/cluster.place; or a copy made here), so that a large
-        # matrix is held once per worker, not twice; a part that is not gets a copy here,
-        # unless the driver only reads it (job["writes_part"] False: orgqr_dist's factors).
-        own = local is not given or job.get("private", [False] * (rank + 1))[rank]
-        writes = job.get("writes_part", True)
-        home = local if not writes or (own and local.flags.writeable) else \
-            np.array(local, order="F")
-        source = home
-    phases.mark("check_s")
-    A = ops.host_matrix(source, home, plan.nb, settings=plan.device_settings) \
-        if ops.has_device else ops.host_matrix(home, home, plan.nb)
-    return A, home, source, checking
 
 
 def _output(ops, out, dtype):

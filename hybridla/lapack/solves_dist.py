@@ -30,7 +30,8 @@ import functools
 import numpy as np
 
 from ..scheduler import Region
-from ._dist import AbortingGraph, WorkerRun, device_part, run_graph_of
+from ._dist import AbortingGraph, WorkerRun, run_graph_of
+from ._dist_parts import device_part
 from ._householder import QR, reserve_reflector_slots
 from ..update.qr import apply_block_reflector
 
