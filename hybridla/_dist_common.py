@@ -169,8 +169,8 @@ def _factor(client, backend, routine, driver, operand, nb, lookahead, trace, arg
     # a device worker streams a dask array's block columns up from where they lie; the host
     # backend factors its part in place, so it gets them stacked
     addresses, layout, lookahead, parts, placement = _layout(client, backend, routine, operand,
-                                                           m, n, nb, lookahead,
-                                                           stack=backend != "cuda")
+                                                             m, n, nb, lookahead,
+                                                             stack=backend != "cuda")
     layout_s = time.time() - began
     job = dict(name=operand.name, routine=routine, dtype=operand.dtype,
                check_finite=operand.check_finite, arguments=arguments or {},
@@ -200,7 +200,7 @@ def _assemble(client, parts, layout, dtype, operand):
     whose block columns are sliced out of the parts on their workers (nothing moves until
     computed; chunks of the operand's kind: device arrays for device chunks), or, for a
     NumPy input, a NumPy array gathered to the client."""
-    m, n, nb = layout.m, layout.n, layout.nb
+    m, n = layout.m, layout.n
     if operand.dask is not None:
         import uuid
 
