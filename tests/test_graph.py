@@ -2,6 +2,7 @@
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from hybridla.backend import get_backend
@@ -151,11 +152,33 @@ def test_the_head_runs_while_the_rest_is_recorded_and_the_rest_after_it():
     assert order == list(range(12)) and len(trace.records) == 24
 
 
+def test_steps_recorded_after_the_head_run_before_the_recording_ends():
+    """With segments, each stretch recorded while the one before it runs is handed out once
+    that one has returned: step 4's chain task (past the head of 2 steps) runs before step 9
+    is recorded (with the rest started only after the whole recording, this times out)."""
+    graph, order, past_head = TaskGraph(), [], threading.Event()
+
+    def ran(k):
+        order.append(k)
+        if k == 4:
+            past_head.set()
+
+    def on_record(k):
+        if k == 9:
+            assert past_head.wait(timeout=30), "no step past the head ran during the recording"
+    trace = run(graph, get_backend("host"), workers=3,
+                recording=_chain_recording(graph, 12, ran, on_record), head_steps=2,
+                segments=True)
+    assert order == list(range(12)) and len(trace.records) == 24
+
+
+@pytest.mark.parametrize("segments", [False, True])
 @pytest.mark.parametrize("head_steps", [0, 1, 5, 50])
-def test_any_head_runs_every_task_once_in_order(head_steps):
+def test_any_head_runs_every_task_once_in_order(head_steps, segments):
     graph, order = TaskGraph(), []
     trace = run(graph, get_backend("host"), workers=2,
-                recording=_chain_recording(graph, 8, order.append), head_steps=head_steps)
+                recording=_chain_recording(graph, 8, order.append), head_steps=head_steps,
+                segments=segments)
     assert order == list(range(8)) and len(trace.records) == 16
 
 
@@ -308,3 +331,18 @@ def test_a_device_tasks_slow_call_leaves_a_record_on_its_call_lane():
     trace = run(g, backend, workers=2)
     calls = [(r["name"], r["lane"]) for r in trace.records if r["lane"].startswith("call:")]
     assert calls == [("slow", "call:gpu:update")]
+
+
+def test_record_segments_from_the_configuration():
+    """scheduler.record_segments reaches the plan (off by default; an environment variable's
+    "true" read as true) and anything else is refused by name."""
+    import hybridla
+    from hybridla.scheduler.plan import make_plan
+    host = get_backend("host")
+    assert make_plan(host, 10, 10, np.float64, routine="lu").record_segments is False
+    for value in (True, 1, "true", "True"):
+        with hybridla.config.set({"scheduler.record_segments": value}):
+            assert make_plan(host, 10, 10, np.float64, routine="lu").record_segments is True
+    with hybridla.config.set({"scheduler.record_segments": "sometimes"}):
+        with pytest.raises(ValueError, match="scheduler.record_segments"):
+            make_plan(host, 10, 10, np.float64, routine="lu")

@@ -448,14 +448,16 @@ def test_gpu_lu_factor_returns_device_array_of_input_kind(device_kind, dtype, rn
 @pytest.mark.parametrize("routine", ["lu", "cholesky", "qr"])
 def test_gpu_factors_identical_whatever_part_runs_while_recording(cuda_backend, routine, rng):
     """A matrix on the device starts on its first steps while the rest of the graph is being
-    recorded (scheduler.head_steps): the factors are bit for bit those of recording it all
-    first, for any head, panel placement and look-ahead."""
+    recorded (scheduler.head_steps), and with scheduler.record_segments on each stretch
+    recorded meanwhile too: the factors are bit for bit those of recording it all first, for
+    any head, panel placement and look-ahead."""
     a = fortran_random(203, 203, np.float64, rng)
     a = a @ a.T + 203 * np.eye(203) if routine == "cholesky" else a
 
-    def factor(head_steps, panel, lookahead):
+    def factor(head_steps, panel, lookahead, segments=False):
         options = dict(backend=cuda_backend, nb=16, panel=panel, lookahead=lookahead)
-        with hybridla.config.set({"scheduler.head_steps": head_steps}):
+        with hybridla.config.set({"scheduler.head_steps": head_steps,
+                                  "scheduler.record_segments": segments}):
             a_dev = to_device(a, "cupy" if importlib.util.find_spec("cupy") else "pycuda")
             if routine == "lu":
                 lu, piv = hybridla.lu_factor(a_dev, overwrite_a=True, **options)
@@ -467,10 +469,31 @@ def test_gpu_factors_identical_whatever_part_runs_while_recording(cuda_backend, 
             return to_host(factors), to_host(tau)
     for panel, lookahead in [("gpu", 1), ("cpu", 2), ("auto", 0)]:
         first = factor(0, panel, lookahead)
-        for head_steps in (1, 2, 5, 100):
-            again = factor(head_steps, panel, lookahead)
+        for head_steps, segments in [(1, False), (2, False), (5, False), (100, False),
+                                     (1, True), (2, True)]:
+            again = factor(head_steps, panel, lookahead, segments)
             for x, y in zip(first, again):
-                np.testing.assert_array_equal(x, y, err_msg=f"{routine} head_steps={head_steps}")
+                np.testing.assert_array_equal(
+                    x, y, err_msg=f"{routine} head_steps={head_steps} segments={segments}")
+
+
+@pytest.mark.parametrize("routine", ["lu", "cholesky", "qr"])
+def test_host_factors_identical_with_recorded_stretches_run_early(routine, rng):
+    """scheduler.record_segments on the host backend: the factors are bit for bit those of
+    the head-then-rest order."""
+    a = fortran_random(203, 203, np.float64, rng)
+    a = a @ a.T + 203 * np.eye(203) if routine == "cholesky" else a
+
+    def factor(segments):
+        with hybridla.config.set({"scheduler.record_segments": segments,
+                                  "scheduler.head_steps": 1}):
+            if routine == "lu":
+                return hybridla.lu_factor(a, backend="host", nb=16)
+            if routine == "cholesky":
+                return np.tril(hybridla.cho_factor(a, lower=True, backend="host", nb=16)[0]),
+            return hybridla.geqrf(a, backend="host", nb=16)
+    for x, y in zip(factor(False), factor(True)):
+        np.testing.assert_array_equal(x, y)
 
 
 @pytest.mark.cuda

@@ -95,7 +95,8 @@ def run_recording(graph, steps, A, plan, trace, name):
             pass
     with progress_bar(plan, len(graph), name) as progress:
         return run(graph, plan.backend, workers=plan.workers, trace=trace, progress=progress,
-                   recording=steps, head_steps=head_steps, settings=plan.device_settings)
+                   recording=steps, head_steps=head_steps,
+                   segments=plan.record_segments, settings=plan.device_settings)
 
 
 def first_failure(step_info, nb) -> int:

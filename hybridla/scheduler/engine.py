@@ -24,9 +24,10 @@ those in flight before re-raising, so the caller can free device memory safely.
 Recording a whole factorization's graph and letting Dask order it takes milliseconds of host
 time, in which the GPU would have nothing to do. Given the recording itself (an iterator that
 adds one step's tasks per item), `run` starts the first `head_steps` steps on the workers and
-records the rest meanwhile, then runs the rest: the tasks are recorded in order and depend only
-on earlier ones, so the head is complete once recorded, and the rest needs from it only what
-the head leaves behind (its events; its host side has returned).
+records the rest meanwhile, handing each stretch recorded to the workers once the one before
+it has been handed out: the tasks are recorded in order and depend only on earlier ones, so a
+segment is complete once recorded, and needs from the segments before it only what they leave
+behind (their events; their host side has returned).
 """
 from __future__ import annotations
 
@@ -128,13 +129,15 @@ class _Run:
 
 
 def run(graph, backend, *, workers: int = 4, trace: Trace | None = None, progress=None,
-        recording=None, head_steps: int = 0, settings=None) -> Trace:
+        recording=None, head_steps: int = 0, segments: bool = False, settings=None) -> Trace:
     """Execute every task of `graph`; return the trace. Raises the first task failure after all
     running tasks have returned and the device is idle. `progress(task)`, if given, is called
     once per task when its work has finished, not when it is queued: a CPU task when it
     returns, a device task when the event recorded after its work completes (the progress
     bars; progress.py). `recording`, if given, is the iterator that records `graph` step by
-    step: its first `head_steps` steps run while it records the rest.
+    step: its first `head_steps` steps run while it records the rest; with `segments`, each
+    stretch recorded meanwhile runs too, once the one before it has been handed out
+    (_execute_while_recording).
     `settings`: the plan's DeviceSettings, for the backend's run (None: its defaults)."""
     trace = trace if trace is not None else Trace()
     state = _Run(graph, backend, trace)
@@ -147,7 +150,7 @@ def run(graph, backend, *, workers: int = 4, trace: Trace | None = None, progres
         recording = None
     backend.begin_run(workers, settings)
     try:
-        return _run(state, graph, backend, workers, trace, recording, head_steps)
+        return _run(state, graph, backend, workers, trace, recording, head_steps, segments)
     finally:
         if state.progress is not None:
             state.progress.close()
@@ -230,11 +233,19 @@ def _execute_head(state, tasks, dispatch):
         state.started.set()
 
 
-def _execute_while_recording(state, graph, recording, head_steps, dispatch):
+def _execute_while_recording(state, graph, recording, head_steps, dispatch, segments):
+    """Run the graph as it is recorded: the first `head_steps` steps, then (with `segments`),
+    each time the segment running has been handed out, every step recorded meanwhile; the
+    rest once the whole graph is recorded. A segment starts only once the one before it has
+    returned on the host (its tasks enqueued or done): its tasks' dependencies on earlier
+    segments are then met (their events recorded). With the head only, the GPUs waited for the
+    recording: 210-280 ms of the distributed Cholesky's 1.38-1.46 s engine span at n = 65536
+    on 2 GPUs (perf/RESULTS.md, issue 32, stop 48). Segments are off by default
+    (scheduler.record_segments) until measured on a GPU."""
     for _ in itertools.islice(recording, head_steps):
         pass
-    head = len(graph.tasks)
-    head_run = _workers.runner().submit(_execute_head, state, graph.tasks[:head], dispatch)
+    done = len(graph.tasks)
+    running = _workers.runner().submit(_execute_head, state, graph.tasks[:done], dispatch)
     try:
         # The head starts before recording goes on, and each recorded step yields the GIL
         # (sleep(0)) so that the workers enqueue what is ready. The switch interval is left alone:
@@ -243,16 +254,21 @@ def _execute_while_recording(state, graph, recording, head_steps, dispatch):
         state.started.wait()
         for _ in recording:
             time.sleep(0)
+            if segments and running.done() and len(graph.tasks) > done:
+                running.result()  # a failed segment raises here
+                running = _workers.runner().submit(_execute, state,
+                                                   graph.tasks[done:], dispatch)
+                done = len(graph.tasks)
     except BaseException as exc:
-        state.failure = state.failure or exc  # the head's tasks not yet started skip
+        state.failure = state.failure or exc  # the running segment's tasks not yet started skip
         raise
     finally:
-        wait([head_run])  # the head's tasks have returned before we go on, or raise
-    head_run.result()
-    _execute(state, graph.tasks[head:], dispatch)
+        wait([running])  # the segment's tasks have returned before we go on, or raise
+    running.result()
+    _execute(state, graph.tasks[done:], dispatch)
 
 
-def _run(state, graph, backend, workers, trace, recording, head_steps):
+def _run(state, graph, backend, workers, trace, recording, head_steps, segments):
     if backend.has_device:
         backend.synchronize()  # a clean origin for the device clock (not inside the run)
         origin_lane = backend.lane("gpu:update")
@@ -266,7 +282,7 @@ def _run(state, graph, backend, workers, trace, recording, head_steps):
         if recording is None:
             _execute(state, graph.tasks, dispatch)
         else:
-            _execute_while_recording(state, graph, recording, head_steps, dispatch)
+            _execute_while_recording(state, graph, recording, head_steps, dispatch, segments)
     except BaseException:
         state.wait_for_in_flight()
         backend.synchronize()  # nothing may still write to memory the caller is about to free
