@@ -141,9 +141,9 @@ def _run(client, backend, addresses, layout, lookahead, parts, work, job, trace,
     on_worker) (client_phases, worker_phases)."""
     job = dict(job, shape=(layout.m, layout.n), nb=layout.nb, lookahead=lookahead, layout=layout)
     submitted = time.time()
-    futures = _cluster.run_job(client, addresses, work, parts, job, backend)
+    futures, small = _cluster.run_job(client, addresses, work, parts, job, backend)
     ended = time.time()
-    results = _cluster.small_results(client, futures)
+    results = _cluster.small_results(client, small)
     if trace is not None:
         offsets = _cluster.clock_offsets(client, addresses)
         metadata = {"routine": job["routine"], "shape": [layout.m, layout.n],

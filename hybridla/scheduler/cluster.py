@@ -120,9 +120,11 @@ def _stack_columns(blocks, m, dtype):
 
 def run_job(client, addresses, work, parts, job, backend="host"):
     """Start `work(ops, transport, rank, part, job)` once on each worker, on its own part;
-    wait for all. Returns one Future per rank of what it returned (left on its worker). A
+    wait for all. Returns (one Future per rank of what it returned, left on its worker; one
+    Future per rank of what it returned besides its part, `small`, for small_results). A
     failure on any raises here, the first worker's own exception rather than the others'
-    TransportAborted, after every task has ended."""
+    TransportAborted, after every task has ended. The small results' tasks are submitted with
+    the jobs, so that they run as each job ends instead of a round trip after the last."""
     from distributed import wait
 
     key = uuid.uuid4().hex
@@ -137,13 +139,15 @@ def run_job(client, addresses, work, parts, job, backend="host"):
                              key=f"hybridla-{job['routine']}-{key}-{rank}",
                              workers=[address], allow_other_workers=False, pure=False)
                for rank, (address, part) in enumerate(zip(addresses, parts))]
+    small = [client.submit(_without_local, f, pure=False) for f in futures]
+    wait(small)  # each ends once its job has (an error included)
     wait(futures)
     failures = [f.exception() for f in futures if f.status == "error"]
     if failures:
-        client.cancel(futures)
+        client.cancel(futures + small)
         own = [e for e in failures if not isinstance(e, TransportAborted)]
         raise (own or failures)[0]
-    return futures
+    return futures, small
 
 
 def _long_lived(work, rank, size, key, authkey, nccl_id, group, backend, part, job):
@@ -196,9 +200,10 @@ def local_parts(client, futures):
     return [client.submit(operator.getitem, f, "local", pure=False) for f in futures]
 
 
-def small_results(client, futures):
-    """What each rank returned besides its factors (results, trace), on the client."""
-    return client.gather([client.submit(_without_local, f, pure=False) for f in futures])
+def small_results(client, small):
+    """What each rank returned besides its factors (results, trace), on the client, from
+    run_job's `small` Futures."""
+    return client.gather(small)
 
 
 def _without_local(result):
