@@ -38,8 +38,9 @@ from ..update.qr import apply_block_reflector
 
 def solve_on_worker(solve, ops, transport, rank, local, job):
     """One worker's share of a solve (the long-lived task's body, like _dist.on_worker): the
-    factor's local columns `local` into a store, X := job["b"] (host, n x nrhs) where the
-    backend computes, `solve(run, X)`, X back. Returns {"x" (on rank 0), "trace",
+    factor's local columns `local` into a store (a device copy where they are on the
+    worker's GPU, job["device"]: _dist_parts.device_part), X := job["b"] (host, n x nrhs)
+    where the backend computes, `solve(run, X)`, X back. Returns {"x" (on rank 0), "trace",
     "wall_origin"}."""
     from ..scheduler.plan import make_plan
 
