@@ -11,7 +11,7 @@ from ..backend.device_arrays import column_major
 from ..backend.host.transfers import ColumnBlocks
 
 
-def device_part(ops, plan, job, local, rank, transport):
+def device_part(ops, plan, job, local, rank, transport, phases=None):
     """A device part's store (job["device"]: Dask holds `local`, a list of block columns or
     one array, on this worker's GPU: a dask array of CuPy chunks): (a device store over the
     rank's columns of the layout, that array, of the chunks' kind). The factors go to it
@@ -35,8 +35,10 @@ def device_part(ops, plan, job, local, rank, transport):
         return A, home
     held = ops.stack_columns(blocks, m, dtype) if blocks else \
         ops.empty((m, 0), dtype, like=like)
+    _mark(phases, "copy_s")
     if job["check_finite"] and ops.has_nonfinite(held):
         raise ValueError(f"{job['name']} must not contain infs or NaNs (check_finite=True)")
+    _mark(phases, "finite_check_s")
     holders = job.get("holders")
     if holders is None or all(h == layout.owner(j) for j, h in enumerate(holders)):
         A, home, _ = ops.device_matrix(held, plan.nb, True, settings=plan.device_settings)
@@ -111,3 +113,8 @@ def host_part(ops, plan, job, rank, local, finite, phases):
     A = ops.host_matrix(source, home, plan.nb, settings=plan.device_settings) \
         if ops.has_device else ops.host_matrix(home, home, plan.nb)
     return A, home, source, checking
+
+
+def _mark(phases, name):
+    if phases is not None:
+        phases.mark(name)

@@ -246,16 +246,22 @@ def geam_transpose(lane, src_ptr, src_ld, dst_ptr, dst_ld, rows, cols, dtype):
 
 
 def copy_device(backend, src_ptr, src_ld, dst_ptr, dst_ld, rows, cols, itemsize):
-    """A device-to-device 2-D copy, finished when this returns (used before a run starts)."""
-    copy = drv.Memcpy2D()
-    copy.set_src_device(src_ptr)
-    copy.src_pitch = src_ld * itemsize
-    copy.set_dst_device(dst_ptr)
-    copy.dst_pitch = dst_ld * itemsize
-    copy.width_in_bytes = rows * itemsize
-    copy.height = cols
+    """A device-to-device 2-D copy, finished when this returns (used before a run starts).
+    Both sides contiguous (leading dimension = rows): one linear copy; otherwise PyCUDA's
+    unaligned 2-D copy (user arrays may be laid out oddly: slower, never wrong)."""
     backend.context.push()
     try:
-        copy(aligned=False)  # user arrays may be laid out oddly: slower, never wrong
+        if (src_ld == rows and dst_ld == rows) or cols == 1:
+            drv.memcpy_dtod(dst_ptr, src_ptr, rows * cols * itemsize)
+            backend.context.synchronize()  # a device-to-device copy returns before it ends
+            return
+        copy = drv.Memcpy2D()
+        copy.set_src_device(src_ptr)
+        copy.src_pitch = src_ld * itemsize
+        copy.set_dst_device(dst_ptr)
+        copy.dst_pitch = dst_ld * itemsize
+        copy.width_in_bytes = rows * itemsize
+        copy.height = cols
+        copy(aligned=False)
     finally:
         drv.Context.pop()
