@@ -502,7 +502,7 @@ def test_two_gpus_device_chunks():
 
 class _DeviceLikeHost:
     """The host backend claiming a device, its "device arrays" NumPy arrays: what
-    _dist_parts.device_part asks of a device backend (stack_columns, empty,
+    _dist_parts.device_part asks of a device backend (stack_columns, copy_columns, empty,
     has_nonfinite, device_matrix), so that its block moves run here, over the host transport."""
 
     def __init__(self):
@@ -515,6 +515,10 @@ class _DeviceLikeHost:
 
     def empty(self, shape, dtype, like=None):
         return np.zeros(shape, dtype=dtype, order="F")
+
+    def copy_columns(self, blocks, out, starts):
+        for block, c0 in zip(blocks, starts):
+            out[:, c0:c0 + block.shape[1]] = block
 
     def has_nonfinite(self, array):
         return not np.isfinite(array).all()

@@ -455,6 +455,9 @@ class DeviceBackend(Backend, Protocol):
     def stack_columns(self, blocks: Any, m: int, dtype: Any) -> Any:
         """The device arrays `blocks` (m rows each) side by side in a new column-major
         array of the first one's kind (a distributed call's part, from Dask's chunks)."""
+    def copy_columns(self, blocks: Any, out: Any, starts: Any) -> None:
+        """The device arrays `blocks` into the column-major device array `out`, block i at
+        column starts[i]."""
     # a user's device array as it comes in (backend/device_arrays.admit): the device it must be
     # on, the device owning a pointer (None: unknown), a stream of ours for DLPack producers to
     # order their work before, a host wait for a stream

@@ -426,7 +426,6 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
     source, checking = None, False
     if job.get("device"):
         A, home = device_part(ops, plan, job, local, rank, transport, phases)
-        phases.mark("moves_s")
     else:
         A, home, source, checking = host_part(ops, plan, job, rank, local, finite, phases)
     if checking:  # streamed from Dask's blocks (so on a device)

@@ -33,36 +33,40 @@ def device_part(ops, plan, job, local, rank, transport, phases=None):
         # only read (orgqr_dist's factors, this call's own): worked on where it lies
         A, home, _ = ops.device_matrix(blocks[0], plan.nb, True, settings=plan.device_settings)
         return A, home
-    held = ops.stack_columns(blocks, m, dtype) if blocks else \
-        ops.empty((m, 0), dtype, like=like)
-    _mark(phases, "copy_s")
-    if job["check_finite"] and ops.has_nonfinite(held):
-        raise ValueError(f"{job['name']} must not contain infs or NaNs (check_finite=True)")
-    _mark(phases, "finite_check_s")
     holders = job.get("holders")
     if holders is None or all(h == layout.owner(j) for j, h in enumerate(holders)):
-        A, home, _ = ops.device_matrix(held, plan.nb, True, settings=plan.device_settings)
+        home = ops.stack_columns(blocks, m, dtype) if blocks else \
+            ops.empty((m, 0), dtype, like=like)
+        _mark(phases, "copy_s")
+        _check_finite(ops, job, home, phases)
+        A, home, _ = ops.device_matrix(home, plan.nb, True, settings=plan.device_settings)
         return A, home
-    home = ops.empty((m, layout.width(rank)), dtype, like=like)
-    A, home, _ = ops.device_matrix(home, plan.nb, True, settings=plan.device_settings)
-    H, _, _ = ops.device_matrix(held, plan.nb, True, settings=plan.device_settings)
-    # rank's held blocks lie side by side in `held`, in block order
+    # The blocks this rank holds and owns go straight into its part; those it holds for
+    # another rank are stacked into a buffer to send from (one copy of each block).
     mine = [j for j, h in enumerate(holders) if h == rank]
-    held_at = dict(zip(mine, (int(c) for c in np.cumsum(
-        [0] + [layout.block_width(j) for j in mine]))))
+    owned = [(block, j) for block, j in zip(blocks, mine) if layout.owner(j) == rank]
+    sent = [(block, j) for block, j in zip(blocks, mine) if layout.owner(j) != rank]
+    home = ops.empty((m, layout.width(rank)), dtype, like=like)
+    ops.copy_columns([block for block, _ in owned], home,
+                     [layout.local_start(rank, j) for _, j in owned])
+    outgoing = ops.stack_columns([block for block, _ in sent], m, dtype) if sent else None
+    _mark(phases, "copy_s")
+    A, home, _ = ops.device_matrix(home, plan.nb, True, settings=plan.device_settings)
+    S = None if outgoing is None else \
+        ops.device_matrix(outgoing, plan.nb, True, settings=plan.device_settings)[0]
+    sent_at = dict(zip((j for _, j in sent), (int(c) for c in np.cumsum(
+        [0] + [layout.block_width(j) for _, j in sent]))))
     scratch = None
     lane = ops.lane("comm:bcast")
     try:
         for j, holder in enumerate(holders):
             owner, width = layout.owner(j), int(layout.block_width(j))
+            if holder == owner:
+                continue  # copied above, on its owner
             start = int(layout.local_start(rank, j))
             target = A.block(0, m, start, start + width) if owner == rank else None
-            source = H.block(0, m, held_at[j], held_at[j] + width) if holder == rank else None
-            if holder == owner:
-                if owner == rank:
-                    with lane:
-                        ops.lacpy(lane, "A", source, target)
-                continue
+            source = S.block(0, m, sent_at[j], sent_at[j] + width) if holder == rank \
+                else None
             if target is None and source is None:  # neither: a rank of three or more
                 if scratch is None:
                     scratch = ops.matrix(m, plan.nb, dtype, plan.nb, plan.device_settings)
@@ -72,10 +76,19 @@ def device_part(ops, plan, job, local, rank, transport, phases=None):
                                     [target if target is not None else source], holder)
         ops.synchronize()
     finally:
-        H.close()
+        if S is not None:
+            S.close()
         if scratch is not None:
             scratch.close()
+    _mark(phases, "moves_s")
+    _check_finite(ops, job, home, phases)  # the whole part, once it is all here
     return A, home
+
+
+def _check_finite(ops, job, array, phases):
+    if job["check_finite"] and ops.has_nonfinite(array):
+        raise ValueError(f"{job['name']} must not contain infs or NaNs (check_finite=True)")
+    _mark(phases, "finite_check_s")
 
 
 def host_part(ops, plan, job, rank, local, finite, phases):

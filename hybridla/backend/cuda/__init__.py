@@ -111,6 +111,7 @@ class CudaBackend(BackendDefaults):
     empty = interop.empty
     has_nonfinite = interop.has_nonfinite
     stack_columns = interop.stack_columns
+    copy_columns = interop.copy_columns
     pointer_device = staticmethod(interop.pointer_device)
     consumer_stream = interop.consumer_stream
     stream_synchronize = interop.stream_synchronize

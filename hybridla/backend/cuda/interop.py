@@ -102,17 +102,26 @@ def _copy_column_major(backend, lane, obj, dst_ptr, dst_ld):
 def stack_columns(backend, blocks, m, dtype):
     """The device arrays `blocks` (m rows each: the block columns of a dask array's chunks as
     a worker holds them) side by side in one new column-major m x (their columns) array of
-    `dtype`, of the first block's kind (CuPy), finished on return: the working copy of a
-    distributed call's part, the user's chunks left as they are. A block of another dtype is
-    converted by its own astype first; a block neither column- nor row-major raises
-    ValueError."""
-    dtype = np.dtype(dtype)
-    # the blocks' producers (CuPy, on its streams of this context) have finished
-    backend.synchronize()
+    `dtype`, of the first block's kind (CuPy), finished on return (copy_columns)."""
     width = sum(int(block.shape[1]) for block in blocks)
     out = DeviceArray(backend, (m, width), dtype)
-    lane, c0 = backend.lane("gpu:update"), 0
-    for block in blocks:
+    copy_columns(backend, blocks, out,
+                 np.cumsum([0] + [int(block.shape[1]) for block in blocks])[:-1])
+    return _like(blocks[0], out) if blocks else out
+
+
+def copy_columns(backend, blocks, out, starts):
+    """Copy the device arrays `blocks` (as many rows as `out`) into the column-major device
+    array `out`, block i at column starts[i], finished on return: a distributed call's part
+    made of Dask's chunks, the user's chunks left as they are. A block of another dtype is
+    converted by its own astype first; a block neither column- nor row-major raises
+    ValueError."""
+    out_ptr, (m, _), dtype, out_strides = device_array_layout(out)
+    out_ld = max(out_strides[1] // dtype.itemsize, m, 1)
+    # the blocks' producers (CuPy, on its streams of this context) have finished
+    backend.synchronize()
+    lane = backend.lane("gpu:update")
+    for block, c0 in zip(blocks, starts):
         if np.dtype(block.dtype) != dtype:
             block = block.astype(dtype)
             backend.synchronize()
@@ -122,11 +131,9 @@ def stack_columns(backend, blocks, m, dtype):
         if not (column_major(block) or strides[1] == dtype.itemsize):
             raise ValueError(f"a device block must have unit stride along one axis; got "
                              f"shape {(rows, cols)} with strides {strides} (bytes)")
-        _copy_column_major(backend, lane, block, out.ptr + c0 * out.ld * dtype.itemsize,
-                           out.ld)
-        c0 += cols
+        _copy_column_major(backend, lane, block, out_ptr + int(c0) * out_ld * dtype.itemsize,
+                           out_ld)
     backend.synchronize()
-    return _like(blocks[0], out) if blocks else out
 
 
 def wrap(backend, obj, pivots=None, tau=None):
