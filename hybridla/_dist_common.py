@@ -72,10 +72,18 @@ def _options(client, backend, nb, lookahead):
     return client, name, nb, lookahead
 
 
+# a worker process's backends, by its address: what is installed does not change while it
+# runs, and asking costs a round trip to it (milliseconds) in every call
+_worker_backends: dict = {}
+
+
 def _cuda_workers(client) -> bool:
     """Whether the workers run the cuda backend ("auto": where the first worker has it)."""
     address = _cluster.workers(client)[0]
-    return "cuda" in client.run(_backends.available_backends, workers=[address])[address]
+    if address not in _worker_backends:
+        _worker_backends[address] = tuple(
+            client.run(_backends.available_backends, workers=[address])[address])
+    return "cuda" in _worker_backends[address]
 
 
 def _resolve_plan(backend, m, n, dtype, routine, nb, lookahead):
@@ -87,7 +95,8 @@ def _resolve_plan(backend, m, n, dtype, routine, nb, lookahead):
     return plan.nb, plan.lookahead
 
 
-def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None, stack=True):
+def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None, stack=True,
+            timings=None):
     """The workers, the layout of the m x n matrix `operand` over them (nb resolved on the
     first) and each rank's part placed on its worker: (addresses, layout, lookahead, parts
     as Futures, the placement: the job's entries "private", whether each worker may write
@@ -96,7 +105,9 @@ def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None, s
     them, as far as the trailing updates' balance allows (BlockColumns.near: moving a block
     between worker processes costs more than an uneven share of the updates unless the
     share is far off); a NumPy array is cut cyclically and scattered. `stack`: see
-    scheduler/cluster.place.
+    scheduler/cluster.place. `timings`: a dict that gets the seconds of its stretches
+    ("resolve_s": nb and look-ahead from the first worker; "columns_s": a dask array's block
+    columns and their holders; "place_s": the parts' submission).
     A dask array of device chunks is laid out cyclically, and each worker's part is the
     block columns it holds ("holders": the rank holding each block column): the workers
     move the blocks to their owners themselves, GPU to GPU over NCCL
@@ -104,18 +115,22 @@ def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None, s
     Dask moves them through host memory and TCP: a worker of the LU at n = 65536 on 2 GPUs
     waited 1.1 s for its share of such moves (perf/RESULTS.md, issue 32, stop 48)."""
     operand.check_backend(backend)
+    mark = _Stopwatch(timings)
     addresses = _cluster.workers(client)
     nb, lookahead = client.submit(_resolve_plan, backend, m, n, operand.dtype, routine, nb,
                                   lookahead, workers=[addresses[0]], pure=False).result()
+    mark("resolve_s")
     data = operand.data if data is None else data
     if operand.device:
         data, holders = _cluster.block_columns(client, addresses, data, nb)
+        mark("columns_s")
         layout = _dist.BlockColumns(m, n, nb, len(addresses))
         holders = [h if h >= 0 else layout.owner(j) for j, h in enumerate(holders)]
         held = [[j * nb + c for j, h in enumerate(holders) if h == rank
                  for c in range(min(nb, n - j * nb))] for rank in range(layout.size)]
         parts, _ = _cluster.place(client, addresses, data, held, operand.dtype, nb,
                                   stack=False)
+        mark("place_s")
         return addresses, layout, lookahead, parts, {"private": [False] * layout.size,
                                                      "holders": holders}
     if _cluster.is_dask_array(data):
@@ -123,20 +138,37 @@ def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None, s
         layout = _dist.BlockColumns.near(m, n, nb, len(addresses), holders, min(m, n))
     else:
         layout = _dist.BlockColumns(m, n, nb, len(addresses))
+    mark("columns_s")
     parts, private = _cluster.place(client, addresses, data,
                                     [layout.columns(rank) for rank in range(layout.size)],
                                     operand.dtype, layout.nb, stack=stack)
+    mark("place_s")
     return addresses, layout, lookahead, parts, {"private": private}
 
 
+class _Stopwatch:
+    """mark(name): the seconds since the last mark (or its making) into `into[name]`; `into`
+    None: nothing kept."""
+
+    def __init__(self, into):
+        self.into, self.last = into, time.time()
+
+    def __call__(self, name):
+        now = time.time()
+        if self.into is not None:
+            self.into[name] = round(now - self.last, 6)
+        self.last = now
+
+
 def _run(client, backend, addresses, layout, lookahead, parts, work, job, trace,
-         layout_s=None):
+         layout_phases=None):
     """Run `work` on every worker over its part; returns (Futures of what each returned, the
     small results on the client); a `trace` path gets the merged Chrome trace, its metadata
-    the call's phases: on the client "layout_s" (`layout_s`: the layout and the placement's
-    submission), "jobs_s" (until every worker's task ended: the parts' placement included)
+    the call's phases: on the client "layout_s" and its stretches (`layout_phases`: the
+    layout and the placement's submission, _layout's `timings`), "jobs_s" (until every worker's task ended: the parts' placement included)
     and "results_s"; per worker, the seconds its task waited to start after the submission
-    (its part being placed), connecting, and working, and the work's own stretches ("work":
+    (its part being placed), connecting (of which "rendezvous_s": the host transport's),
+    and working, and the work's own stretches ("work":
     the finiteness check, the store, the driver's run, its output and close; lapack/_dist's
     on_worker) (client_phases, worker_phases)."""
     job = dict(job, shape=(layout.m, layout.n), nb=layout.nb, lookahead=lookahead, layout=layout)
@@ -149,11 +181,13 @@ def _run(client, backend, addresses, layout, lookahead, parts, work, job, trace,
         metadata = {"routine": job["routine"], "shape": [layout.m, layout.n],
                     "dtype": str(np.dtype(job["dtype"])), "nb": layout.nb,
                     "lookahead": lookahead, "backend": backend, "workers": layout.size,
-                    "client_phases": {"layout_s": layout_s, "jobs_s": ended - submitted,
+                    "client_phases": {**(layout_phases or {}), "jobs_s": ended - submitted,
                                       "results_s": time.time() - ended},
                     "worker_phases": [
                         {"waited_s": r["phases"]["started"] - offset - submitted,
-                         "connect_s": r["phases"]["connect_s"], "work_s": r["phases"]["work_s"],
+                         "connect_s": r["phases"]["connect_s"],
+                         "rendezvous_s": r["phases"].get("rendezvous_s"),
+                         "work_s": r["phases"]["work_s"],
                          "work": r.get("work_phases", {})}
                         for r, offset in zip(results, offsets)]}
         _cluster.merged_trace(results, offsets, metadata).to_chrome(trace)
@@ -165,19 +199,20 @@ def _factor(client, backend, routine, driver, operand, nb, lookahead, trace, arg
     Futures on their workers, the layout, the ranks' small results, the run's context for a
     solve that follows)."""
     m, n = operand.shape
-    began = time.time()
+    began, timings = time.time(), {}
     # a device worker streams a dask array's block columns up from where they lie; the host
     # backend factors its part in place, so it gets them stacked
     addresses, layout, lookahead, parts, placement = _layout(client, backend, routine, operand,
                                                              m, n, nb, lookahead,
-                                                             stack=backend != "cuda")
-    layout_s = time.time() - began
+                                                             stack=backend != "cuda",
+                                                             timings=timings)
+    timings["layout_s"] = time.time() - began
     job = dict(name=operand.name, routine=routine, dtype=operand.dtype,
                check_finite=operand.check_finite, arguments=arguments or {},
                device=operand.device, device_meta=operand.meta, **placement)
     futures, results = _run(client, backend, addresses, layout, lookahead, parts,
                             functools.partial(_dist.on_worker, driver, all_finite=_all_finite),
-                            job, trace, layout_s)
+                            job, trace, timings)
     return _cluster.local_parts(client, futures), layout, results, (addresses, lookahead)
 
 

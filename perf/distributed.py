@@ -88,6 +88,23 @@ def matrix(n, routine, nb, seed=1, device=False):
     return a
 
 
+def placed_cyclically(client, a):
+    """`a` computed and persisted with its block column j on worker j mod p (the p workers in
+    hybridla's rank order, their sorted addresses): the layout hybridla.distributed factors a
+    dask array of device chunks in, so that the call moves no block (--input-layout cyclic).
+    The same keys and values as client.persist(a); only where the chunks lie differs."""
+    import dask.array as da
+    from dask.highlevelgraph import HighLevelGraph
+    addresses = sorted(client.nthreads())
+    blocks = a.to_delayed().ravel()  # one row of block columns
+    futures = [client.compute(block, workers=[addresses[j % len(addresses)]],
+                              allow_other_workers=False) for j, block in enumerate(blocks)]
+    wait(futures)
+    layer = {future.key: future for future in futures}
+    return da.Array(HighLevelGraph.from_collections(a.name, layer, dependencies=()), a.name,
+                    a.chunks, meta=a._meta)
+
+
 def _on_host(x):
     """A dask array of device chunks as one of NumPy chunks (the check's arithmetic)."""
     if isinstance(x, np.ndarray) or isinstance(x._meta, np.ndarray):
@@ -183,14 +200,21 @@ def phases(trace_path):
     if not client or not workers:
         return "phases: not in the trace"
     def work(w):  # the work's own stretches (lapack/_dist.on_worker), where recorded
-        inside = ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.2f}"
+        inside = ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.3f}"
                            for k, v in w.get("work", {}).items())
         return f"work {w['work_s']:.2f}" + (f" [{inside}]" if inside else "")
 
-    ranks = "; ".join(f"w{r}: waited {w['waited_s']:.2f}, connect {w['connect_s']:.2f}, "
-                      f"{work(w)}" for r, w in enumerate(workers))
-    return (f"phases (s): layout {client['layout_s']:.2f}, jobs {client['jobs_s']:.2f} "
-            f"({ranks}), results {client['results_s']:.2f}")
+    def connect(w):  # of which the host transport's rendezvous, where recorded
+        inner = w.get("rendezvous_s")
+        return f"connect {w['connect_s']:.3f}" + ("" if inner is None else
+                                                  f" [rendezvous {inner:.3f}]")
+
+    layout = ", ".join(f"{k.removesuffix('_s')} {client[k]:.3f}"
+                       for k in ("resolve_s", "columns_s", "place_s") if k in client)
+    ranks = "; ".join(f"w{r}: waited {w['waited_s']:.3f}, {connect(w)}, {work(w)}"
+                      for r, w in enumerate(workers))
+    return (f"phases (s): layout {client['layout_s']:.3f}" + (f" [{layout}]" if layout else "")
+            + f", jobs {client['jobs_s']:.3f} ({ranks}), results {client['results_s']:.3f}")
 
 
 def _spd(b, xp):
@@ -307,6 +331,10 @@ def main(argv=None):
                         help="the n = --sizes inputs as CuPy chunks on the workers' GPUs, the "
                         "factors left there: data where the one-GPU GPU interface has it "
                         "(the large LU stays host-resident: it does not fit twice)")
+    parser.add_argument("--input-layout", choices=("dask", "cyclic"), default="dask",
+                        help="where the persisted n = --sizes inputs' block columns lie: where "
+                        "Dask's scheduler put them (default), or block column j on worker j "
+                        "mod p, the layout of a call on device chunks (no moves in the call)")
     parser.add_argument("--trace-dir", default=None)
     parser.add_argument("--scheduler", default=None,
                         help="address of a running Dask scheduler (else a local cluster)")
@@ -350,7 +378,8 @@ def main(argv=None):
         for routine, n in runs:
             a = matrix(n, routine, nb, device=opts.device_input and n != large)
             if n != large:  # the large one is generated as it is placed: held once, not twice
-                a = client.persist(a)
+                a = placed_cyclically(client, a) if opts.input_layout == "cyclic" else \
+                    client.persist(a)
                 wait(a)
             for lookahead in opts.lookaheads:
                 name = routine if lookahead is None else f"{routine} la{lookahead}"

@@ -346,8 +346,10 @@ def test_perf_script_smoke(client, tmp_path):
     assert re.search(r"\| lu la1 \| 300 \|", out.stdout), out.stdout
     assert re.search(r"\| qr la2 \| 300 \|", out.stdout), out.stdout
     # each row's phases, every worker's among them, from the trace's metadata
-    assert re.search(r"lu la1 300 traced run [0-9.]+ s, phases \(s\): layout [0-9.]+, "
-                     r"jobs [0-9.]+ \(w0: waited -?[0-9.]+, connect [0-9.]+, work [0-9.]+ "
+    assert re.search(r"lu la1 300 traced run [0-9.]+ s, phases \(s\): layout [0-9.]+ "
+                     r"\[resolve [0-9.]+, columns [0-9.]+, place [0-9.]+\], "
+                     r"jobs [0-9.]+ \(w0: waited -?[0-9.]+, connect [0-9.]+ "
+                     r"\[rendezvous [0-9.]+\], work [0-9.]+ "
                      r"\[check [0-9.]+, store [0-9.]+, run [0-9.]+, before engine [0-9.]+, "
                      r"after engine -?[0-9.]+, output and close [0-9.]+\]; w1: .*\), "
                      r"results [0-9.]+",

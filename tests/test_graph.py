@@ -334,15 +334,17 @@ def test_a_device_tasks_slow_call_leaves_a_record_on_its_call_lane():
 
 
 def test_record_segments_from_the_configuration():
-    """scheduler.record_segments reaches the plan (off by default; an environment variable's
-    "true" read as true) and anything else is refused by name."""
+    """scheduler.record_segments reaches the plan (on by default; an environment variable's
+    "true" and "false" read as booleans) and anything else is refused by name."""
     import hybridla
     from hybridla.scheduler.plan import make_plan
     host = get_backend("host")
-    assert make_plan(host, 10, 10, np.float64, routine="lu").record_segments is False
-    for value in (True, 1, "true", "True"):
+    assert make_plan(host, 10, 10, np.float64, routine="lu").record_segments is True
+    for value, expected in [(True, True), (1, True), ("true", True), ("True", True),
+                            (False, False), (0, False), ("false", False), ("FALSE", False)]:
         with hybridla.config.set({"scheduler.record_segments": value}):
-            assert make_plan(host, 10, 10, np.float64, routine="lu").record_segments is True
+            assert make_plan(host, 10, 10, np.float64,
+                             routine="lu").record_segments is expected
     with hybridla.config.set({"scheduler.record_segments": "sometimes"}):
         with pytest.raises(ValueError, match="scheduler.record_segments"):
             make_plan(host, 10, 10, np.float64, routine="lu")

@@ -129,12 +129,8 @@ def run_job(client, addresses, work, parts, job, backend="host"):
 
     key = uuid.uuid4().hex
     authkey = secrets.token_bytes(16)
-    nccl_id = None
-    if backend == "cuda":
-        from .transport_nccl import unique_id_bytes
-        nccl_id = unique_id_bytes()
     group = tuple(addresses)  # the worker set: what a kept NCCL communicator is kept for
-    futures = [client.submit(_long_lived, work, rank, len(addresses), key, authkey, nccl_id,
+    futures = [client.submit(_long_lived, work, rank, len(addresses), key, authkey,
                              group, backend, part, job,
                              key=f"hybridla-{job['routine']}-{key}-{rank}",
                              workers=[address], allow_other_workers=False, pure=False)
@@ -150,10 +146,11 @@ def run_job(client, addresses, work, parts, job, backend="host"):
     return futures, small
 
 
-def _long_lived(work, rank, size, key, authkey, nccl_id, group, backend, part, job):
+def _long_lived(work, rank, size, key, authkey, group, backend, part, job):
     """The one task of a worker: connect, work, close. What `work` returns (a dict) gets the
     task's "phases": its start (this worker's wall clock), the seconds connecting the
-    transport and the seconds of `work`."""
+    transport ("rendezvous_s" of them: the host transport's, its peers' addresses exchanged
+    through the scheduler) and the seconds of `work`."""
     from distributed import Variable
 
     started = time.time()
@@ -165,13 +162,15 @@ def _long_lived(work, rank, size, key, authkey, nccl_id, group, backend, part, j
         return [v.get(timeout=TIMEOUT_S) for v in variables]
 
     transport = HostTransport.connect(rank, size, exchange, authkey, TIMEOUT_S)
-    if nccl_id is not None:
-        from .transport_nccl import NcclTransport
-        transport = NcclTransport.connect(ops, rank, size, nccl_id, transport, group)
-    connected = time.time()
+    rendezvous = time.time()
     try:
+        if backend == "cuda":  # over the host transport, which then carries its aborts
+            from .transport_nccl import NcclTransport
+            transport = NcclTransport.connect(ops, rank, size, transport, group)
+        connected = time.time()
         result = work(ops, transport, rank, part, job)
         result["phases"] = {"started": started, "connect_s": connected - started,
+                            "rendezvous_s": rendezvous - started,
                             "work_s": time.time() - connected}
         return result
     except BaseException as exc:

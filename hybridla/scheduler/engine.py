@@ -240,8 +240,9 @@ def _execute_while_recording(state, graph, recording, head_steps, dispatch, segm
     returned on the host (its tasks enqueued or done): its tasks' dependencies on earlier
     segments are then met (their events recorded). With the head only, the GPUs waited for the
     recording: 210-280 ms of the distributed Cholesky's 1.38-1.46 s engine span at n = 65536
-    on 2 GPUs (perf/RESULTS.md, issue 32, stop 48). Segments are off by default
-    (scheduler.record_segments) until measured on a GPU."""
+    on 2 GPUs (perf/RESULTS.md, issue 32, stop 48); with segments its engine ran 1.19 s against
+    1.23 s (stop 49), the one-GPU Cholesky and LU unchanged (scheduler.record_segments, on by
+    default)."""
     for _ in itertools.islice(recording, head_steps):
         pass
     done = len(graph.tasks)

@@ -206,7 +206,7 @@ class Plan:
     ooc_buffers: int = 2  # out of core: wide column buffers, 1 or 2 (config device.ooc_buffers)
     ooc_transfer: str = "staged"  # out of core: the host matrix pinned in place or staged
     #                                 (config device.ooc_transfer; lapack/_ooc.py)
-    record_segments: bool = False  # after the head, each stretch recorded runs while the rest
+    record_segments: bool = True  # after the head, each stretch recorded runs while the rest
     #                                is recorded (config scheduler.record_segments; engine.py)
     arriving: bool = False  # the matrix's block columns are still coming up, in order, by
     #                         copies recorded elsewhere (an out-of-core run's first wide column,
@@ -299,7 +299,7 @@ def make_plan(backend, m, n, dtype, *, routine="lu", nb=None, lookahead=None, pa
     panel_leaf = _positive_int(f"{routine}.panel_leaf", cfg.get(f"{routine}.panel_leaf", 0), 0)
     upload_group = _positive_int("device.upload_group", cfg.get("device.upload_group"), 1)
     head_steps = _positive_int("scheduler.head_steps", cfg.get("scheduler.head_steps", 2), 0)
-    record_segments = cfg.get("scheduler.record_segments", False)
+    record_segments = cfg.get("scheduler.record_segments", True)
     if isinstance(record_segments, str):  # an environment variable's "true"
         record_segments = {"true": True, "false": False}.get(record_segments.lower(),
                                                              record_segments)

@@ -38,8 +38,13 @@ from .transport import Transport, TransportAborted
 
 
 def unique_id_bytes() -> bytes:
-    """A new NCCL unique id, as bytes to send to the workers (made on the client)."""
+    """A new NCCL unique id, as bytes to send to the other ranks (made by rank 0 when a
+    communicator must be made: making one starts NCCL's bootstrap in the process)."""
     return nc.get_unique_id().as_bytes
+
+
+# an id's length, known without asking NCCL for one (an empty id is not made by NCCL)
+_ID_BYTES = len(nc.get_unique_id(empty=True).as_bytes)
 
 
 # the warm-up broadcast of a new communicator: NCCL picks its protocol by size, and a panel
@@ -84,14 +89,18 @@ class NcclTransport:
         self._watch.start()
 
     @classmethod
-    def connect(cls, ops, rank, size, nccl_id, control, group):
+    def connect(cls, ops, rank, size, control, group):
         """This rank's transport among the workers `group` (their addresses, in rank order):
         the communicator kept from the group's last call where every rank kept the same one,
-        else one made now from `nccl_id` (the call's, made on the client) and warmed up."""
+        else one made now and warmed up, from an id rank 0 makes and sends over `control`."""
         with _kept_lock:
             kept = _kept.pop((group, rank), None)
-        if _all_hold(control, size, None if kept is None else kept[1], len(nccl_id)):
+        if _all_hold(control, size, None if kept is None else kept[1], _ID_BYTES):
             return cls(ops, rank, size, kept[0], kept[1], control, group)
+        new_id = np.frombuffer(unique_id_bytes(), np.uint8).copy() if rank == 0 else \
+            np.zeros(_ID_BYTES, np.uint8)
+        control.broadcast(None, [new_id], [new_id], 0)
+        nccl_id = new_id.tobytes()
         with ops.active():
             if kept is not None:  # a peer has another one, or none: this one is done with
                 kept[0].abort()
