@@ -8,6 +8,7 @@ Usage (from the repository root):
     python3 perf/distributed.py --sizes 32768 --routines lu --repeat 2 --trace-dir perf/traces
     python3 perf/distributed.py --sizes 65536 --routines lu --large 0 --lookaheads 1,2
     python3 perf/distributed.py --sizes 65536 --large 0 --device-input --warm-at-size
+    python3 perf/distributed.py --sizes 65536 --large 0 --device-input --input-layout dask,cyclic
     python3 perf/distributed.py --backend host --sizes 600      # the CPU machine (a smoke test)
 
 What each row times (after an untimed call of each routine at n = WARMUP_N, on one GPU and
@@ -331,10 +332,11 @@ def main(argv=None):
                         help="the n = --sizes inputs as CuPy chunks on the workers' GPUs, the "
                         "factors left there: data where the one-GPU GPU interface has it "
                         "(the large LU stays host-resident: it does not fit twice)")
-    parser.add_argument("--input-layout", choices=("dask", "cyclic"), default="dask",
-                        help="where the persisted n = --sizes inputs' block columns lie: where "
-                        "Dask's scheduler put them (default), or block column j on worker j "
-                        "mod p, the layout of a call on device chunks (no moves in the call)")
+    parser.add_argument("--input-layout", default="dask",
+                        help="where the persisted n = --sizes inputs' block columns lie: "
+                        "'dask', where Dask's scheduler put them (default), 'cyclic', block "
+                        "column j on worker j mod p, the layout of a call on device chunks "
+                        "(no moves in the call), or 'dask,cyclic': a row each")
     parser.add_argument("--trace-dir", default=None)
     parser.add_argument("--scheduler", default=None,
                         help="address of a running Dask scheduler (else a local cluster)")
@@ -344,6 +346,9 @@ def main(argv=None):
     large = opts.large if opts.large is not None else (120000 if cuda else 0)
     nb = opts.nb or (512 if cuda else 64)
     routines = [r for r in opts.routines.split(",") if r]
+    layouts = [x for x in opts.input_layout.split(",") if x]
+    if not layouts or set(layouts) - {"dask", "cyclic"}:
+        parser.error(f"--input-layout takes dask, cyclic or both; got {opts.input_layout!r}")
     unknown = set(routines) - set(FLOPS)
     if unknown:
         parser.error(f"unknown routines {sorted(unknown)}: lu, cho, qr")
@@ -363,26 +368,28 @@ def main(argv=None):
               f"{time.strftime('%Y-%m-%d')}")
         print("| routine | n | workers s | TFLOP/s | one GPU s | speedup | overhead | check |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-        runs = [(r, n) for r in routines for n in sizes] + ([("lu", large)] if large else [])
+        runs = [(r, n, where) for r in routines for n in sizes for where in layouts] + \
+            ([("lu", large, "dask")] if large else [])
         # untimed first: each worker's kernels, handles and communicator; with --warm-at-size
         # also its memory at the timed order (on a fresh GPU machine the first touch of a
         # worker's new 17 GB home took 7.0 s at n = 65536: perf/RESULTS.md, issue 32, stop 43)
-        warm_sizes = sorted({n for _, n in runs}) if opts.warm_at_size else [WARMUP_N]
-        for routine in {r for r, _ in runs}:
+        warm_sizes = sorted({n for _, n, _ in runs}) if opts.warm_at_size else [WARMUP_N]
+        for routine in {r for r, _, _ in runs}:
             for size in warm_sizes:
                 warm = client.persist(matrix(size, routine, nb,
                                              device=opts.device_input and size != large))
                 wait(warm)
                 run_distributed(client, routine, warm, opts.backend, nb, None)
                 del warm
-        for routine, n in runs:
+        for routine, n, where in runs:
             a = matrix(n, routine, nb, device=opts.device_input and n != large)
             if n != large:  # the large one is generated as it is placed: held once, not twice
-                a = placed_cyclically(client, a) if opts.input_layout == "cyclic" else \
-                    client.persist(a)
+                a = placed_cyclically(client, a) if where == "cyclic" else client.persist(a)
                 wait(a)
             for lookahead in opts.lookaheads:
                 name = routine if lookahead is None else f"{routine} la{lookahead}"
+                if len(layouts) > 1 and n != large:
+                    name += f" {where}"
                 best, factors = np.inf, None
                 for i in range(opts.repeat):  # as a user calls it: no trace
                     factors = None

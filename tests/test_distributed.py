@@ -122,6 +122,28 @@ def test_block_columns_given_as_they_lie_are_stacked_by_a_host_worker(client, rn
         hd.lu_factor(da.from_array(x, chunks=(101, NB)), **_run_options(client))
 
 
+def test_unstacked_parts_are_the_persisted_blocks_futures(client, rng):
+    """cluster.place with stack=False on an array persisted in block columns: each rank's part
+    is the list of its blocks' own Futures (no task to make it), in block order, and a
+    worker's task handed it gets the blocks themselves."""
+    from distributed import Future
+
+    from hybridla.scheduler import cluster
+    x = random_matrix(40, 50, np.float64, rng)
+    addresses = cluster.workers(client)
+    blocks, _ = cluster.block_columns(client, addresses, da.from_array(x, chunks=(40, 7)), 8)
+    columns = [[c for c in range(50) if (c // 8) % 2 == rank] for rank in range(2)]
+    parts, private = cluster.place(client, addresses, blocks, columns, np.float64, 8,
+                                   stack=False)
+    assert private == [False, False]
+    keys = blocks.__dask_keys__()[0]
+    for rank, part in enumerate(parts):
+        assert all(isinstance(f, Future) for f in part)
+        assert [f.key for f in part] == [keys[j] for j in range(rank, len(keys), 2)]
+        got = client.submit(np.hstack, part, workers=[addresses[rank]]).result()
+        np.testing.assert_array_equal(got, x[:, columns[rank]])
+
+
 def test_lu_singular_warns_with_lapacks_info(client, rng):
     a = random_matrix(90, 90, np.float64, rng)
     a[:, 37] = 0  # U(38, 38) is exactly zero (scipy: info 38)

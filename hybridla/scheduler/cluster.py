@@ -71,17 +71,31 @@ def place(client, addresses, a, columns, dtype, nb, stack=True):
     call's alone, which the worker may write the factors over (lapack/_dist.on_worker): a
     scattered piece is, and so is a stacked one. With `stack` False a dask array's part is
     the list of its block columns as they lie, not copied (a device worker streams them up
-    from there: lapack/_dist.on_worker), and not the worker's to write over."""
+    from there: lapack/_dist.on_worker), and not the worker's to write over: for an array
+    persisted in block columns (block_columns), the list of their Futures, which Dask brings
+    to the worker's task as it starts (a task that makes the list cost 31 ms of the client's
+    time at 128 block columns on the 2-GPU machine, perf/RESULTS.md, issue 32, stop 49)."""
     parts, private = [], []
-    blocks = None
+    blocks = held = None
     if is_dask_array(a):
         import dask
-        blocks = a.rechunk((a.shape[0], nb)).to_delayed().ravel()
+        from distributed import futures_of
+        a = a.rechunk((a.shape[0], nb))
+        futures = {f.key: f for f in futures_of(a)}
+        keys = a.__dask_keys__()[0] if a.__dask_keys__() else []
+        if not stack and all(key in futures for key in keys):
+            held = [futures[key] for key in keys]
+        else:
+            blocks = a.to_delayed().ravel()
     for address, cols in zip(addresses, columns):
-        if blocks is not None:
-            owned = [blocks[j] for j in sorted({int(c) // nb for c in cols})]
-            part = dask.delayed(_stack_columns)(owned, a.shape[0], dtype) if stack else \
-                dask.delayed(list)(owned)
+        owned = sorted({int(c) // nb for c in cols})
+        if held is not None:
+            parts.append([held[j] for j in owned])
+            private.append(False)
+        elif blocks is not None:
+            part = dask.delayed(_stack_columns)([blocks[j] for j in owned], a.shape[0],
+                                                dtype) if stack else \
+                dask.delayed(list)([blocks[j] for j in owned])
             parts.append(client.compute(part, workers=[address], allow_other_workers=False))
             private.append(stack)
         else:
