@@ -92,10 +92,12 @@ class HostTransport:
             # names the dialling rank
             for peer in range(rank):
                 conn = Client(addresses[peer], authkey=authkey)
+                _no_delay(conn)
                 conn.send(rank)
                 connections[peer] = conn
             for _ in range(rank + 1, size):
                 conn = listener.accept()
+                _no_delay(conn)
                 connections[conn.recv()] = conn
         finally:
             listener.close()
@@ -213,6 +215,15 @@ class HostTransport:
             if self._aborted is None:
                 self._aborted = reason
             self._arrived.notify_all()
+
+
+def _no_delay(conn) -> None:
+    """Send small messages at once (TCP_NODELAY). With Nagle's algorithm a rank's message
+    sent right after its last one waited for the peer's delayed acknowledgement: the rank
+    sent after the connection's handshake arrived 40-45 ms late on the CPU machine and on the
+    2-GPU machine, in every call (perf/RESULTS.md, issue 32, stop 49)."""
+    with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def _host_address() -> str:
