@@ -95,8 +95,47 @@ def _resolve_plan(backend, m, n, dtype, routine, nb, lookahead):
     return plan.nb, plan.lookahead
 
 
+# nb and look-ahead as a worker set's first worker resolved them, by the call's arguments:
+# asking costs a task's round trip, 0.026-0.103 s on the 2-GPU machine (perf/RESULTS.md,
+# issue 32, stop 49), in every call alike. The worker's configuration may have changed since,
+# so a job laid out from a cached resolution is checked by its rank 0
+# (lapack/_dist.check_resolution), and the call made again without the cache where it
+# differs (_resolving).
+_resolutions: dict = {}
+_RESOLUTIONS_KEPT = 256
+
+
+def _resolution(client, address, backend, m, n, dtype, routine, nb, lookahead, cached):
+    """(nb, lookahead) resolved on the worker `address` (from the cache where `cached`), and
+    the job's entries that have rank 0 check a cached one."""
+    key = (address, backend, m, n, np.dtype(dtype).str, routine, nb, lookahead)
+    try:
+        hash(key)
+    except TypeError:  # an unhashable option: the worker refuses it, by name
+        key = None
+    if cached and key is not None and key in _resolutions:
+        return _resolutions[key], {"resolved_from": (nb, lookahead)}
+    resolved = client.submit(_resolve_plan, backend, m, n, dtype, routine, nb, lookahead,
+                             workers=[address], pure=False).result()
+    if key is not None:
+        if len(_resolutions) >= _RESOLUTIONS_KEPT:
+            _resolutions.clear()
+        _resolutions[key] = resolved
+    return resolved, {}
+
+
+def _resolving(call):
+    """call(cached): with the cached resolutions, then once more without them where the first
+    worker resolves otherwise now (lapack/_dist.StaleResolution: nothing of the first
+    attempt is kept)."""
+    try:
+        return call(True)
+    except _dist.StaleResolution:
+        return call(False)
+
+
 def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None, stack=True,
-            timings=None):
+            timings=None, cached=False):
     """The workers, the layout of the m x n matrix `operand` over them (nb resolved on the
     first) and each rank's part placed on its worker: (addresses, layout, lookahead, parts
     as Futures, the placement: the job's entries "private", whether each worker may write
@@ -107,7 +146,9 @@ def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None, s
     share is far off); a NumPy array is cut cyclically and scattered. `stack`: see
     scheduler/cluster.place. `timings`: a dict that gets the seconds of its stretches
     ("resolve_s": nb and look-ahead from the first worker; "columns_s": a dask array's block
-    columns and their holders; "place_s": the parts' submission).
+    columns and their holders; "place_s": the parts' submission). `cached`: nb and
+    look-ahead from an earlier call's resolution where there is one (_resolution; the
+    placement then has the entries that have the job check it).
     A dask array of device chunks is laid out cyclically, and each worker's part is the
     block columns it holds ("holders": the rank holding each block column): the workers
     move the blocks to their owners themselves, GPU to GPU over NCCL
@@ -117,8 +158,8 @@ def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None, s
     operand.check_backend(backend)
     mark = _Stopwatch(timings)
     addresses = _cluster.workers(client)
-    nb, lookahead = client.submit(_resolve_plan, backend, m, n, operand.dtype, routine, nb,
-                                  lookahead, workers=[addresses[0]], pure=False).result()
+    (nb, lookahead), check = _resolution(client, addresses[0], backend, m, n, operand.dtype,
+                                         routine, nb, lookahead, cached)
     mark("resolve_s")
     data = operand.data if data is None else data
     if operand.device:
@@ -132,7 +173,7 @@ def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None, s
                                   stack=False)
         mark("place_s")
         return addresses, layout, lookahead, parts, {"private": [False] * layout.size,
-                                                     "holders": holders}
+                                                     "holders": holders, **check}
     if _cluster.is_dask_array(data):
         data, holders = _cluster.block_columns(client, addresses, data, nb)
         layout = _dist.BlockColumns.near(m, n, nb, len(addresses), holders, min(m, n))
@@ -143,7 +184,7 @@ def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None, s
                                     [layout.columns(rank) for rank in range(layout.size)],
                                     operand.dtype, layout.nb, stack=stack)
     mark("place_s")
-    return addresses, layout, lookahead, parts, {"private": private}
+    return addresses, layout, lookahead, parts, {"private": private, **check}
 
 
 class _Stopwatch:
@@ -199,21 +240,26 @@ def _factor(client, backend, routine, driver, operand, nb, lookahead, trace, arg
     Futures on their workers, the layout, the ranks' small results, the run's context for a
     solve that follows)."""
     m, n = operand.shape
-    began, timings = time.time(), {}
-    # a device worker streams a dask array's block columns up from where they lie; the host
-    # backend factors its part in place, so it gets them stacked
-    addresses, layout, lookahead, parts, placement = _layout(client, backend, routine, operand,
+
+    def attempt(cached):
+        began, timings = time.time(), {}
+        # a device worker streams a dask array's block columns up from where they lie; the
+        # host backend factors its part in place, so it gets them stacked
+        addresses, layout, depth, parts, placement = _layout(client, backend, routine, operand,
                                                              m, n, nb, lookahead,
                                                              stack=backend != "cuda",
-                                                             timings=timings)
-    timings["layout_s"] = time.time() - began
-    job = dict(name=operand.name, routine=routine, dtype=operand.dtype,
-               check_finite=operand.check_finite, arguments=arguments or {},
-               device=operand.device, device_meta=operand.meta, **placement)
-    futures, results = _run(client, backend, addresses, layout, lookahead, parts,
-                            functools.partial(_dist.on_worker, driver, all_finite=_all_finite),
-                            job, trace, timings)
-    return _cluster.local_parts(client, futures), layout, results, (addresses, lookahead)
+                                                             timings=timings, cached=cached)
+        timings["layout_s"] = time.time() - began
+        job = dict(name=operand.name, routine=routine, dtype=operand.dtype,
+                   check_finite=operand.check_finite, arguments=arguments or {},
+                   device=operand.device, device_meta=operand.meta, **placement)
+        futures, results = _run(client, backend, addresses, layout, depth, parts,
+                                functools.partial(_dist.on_worker, driver,
+                                                  all_finite=_all_finite),
+                                job, trace, timings)
+        return _cluster.local_parts(client, futures), layout, results, (addresses, depth)
+
+    return _resolving(attempt)
 
 
 def _solve(client, backend, routine, solver, parts, layout, context, b, name, dtype,

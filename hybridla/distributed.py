@@ -23,7 +23,7 @@ from scipy.linalg import LinAlgError
 
 from ._common import _TRANS, _flag, _warn_singular
 from ._dist_common import (_assemble, _factor, _factors_operand, _info, _layout, _merged,
-                           _Operand, _options, _out, _rhs, _solve, _x_out)
+                           _Operand, _options, _out, _resolving, _rhs, _solve, _x_out)
 from ._dist_qr import geqrf, lstsq, qr
 from .lapack.getrf_dist import getrf_dist
 from .lapack.potrf_dist import potrf_dist
@@ -181,13 +181,16 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True, *, cl
     client, backend, nb, _ = _options(client, backend, nb, None)
     if n == 0 or rhs.size == 0:
         return _x_out(rhs, shape, lazy)
-    addresses, layout, lookahead, parts, placement = _layout(client, backend, "lu", operand, n,
-                                                             n, nb, None)
-    x = _solve(client, backend, "lu", solves_dist.getrs_dist, parts, layout,
-               (addresses, lookahead), rhs, "lu", operand.dtype, operand.check_finite,
-               extra={"pivots": piv, **placement}, arguments={"trans": _TRANS[trans]},
-               device=operand.device_kind)
-    return _x_out(x, shape, lazy)
+
+    def attempt(cached):
+        addresses, layout, lookahead, parts, placement = _layout(client, backend, "lu", operand,
+                                                                 n, n, nb, None, cached=cached)
+        return _solve(client, backend, "lu", solves_dist.getrs_dist, parts, layout,
+                      (addresses, lookahead), rhs, "lu", operand.dtype, operand.check_finite,
+                      extra={"pivots": piv, **placement}, arguments={"trans": _TRANS[trans]},
+                      device=operand.device_kind)
+
+    return _x_out(_resolving(attempt), shape, lazy)
 
 
 def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=True,
@@ -392,9 +395,14 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True, *, client=No
     if n == 0 or rhs.size == 0:
         return _x_out(rhs, shape, lazy)
     factor = _as_lower(operand, lower)
-    addresses, layout, lookahead, parts, placement = _layout(client, backend, "cho", operand, n,
-                                                             n, nb, None, data=factor.data)
-    x = _solve(client, backend, "cho", solves_dist.potrs_dist, parts, layout,
-               (addresses, lookahead), rhs, "c", operand.dtype, operand.check_finite,
-               extra=placement, device=operand.device_kind)
-    return _x_out(x, shape, lazy)
+
+    def attempt(cached):
+        addresses, layout, lookahead, parts, placement = _layout(client, backend, "cho",
+                                                                 operand, n, n, nb, None,
+                                                                 data=factor.data,
+                                                                 cached=cached)
+        return _solve(client, backend, "cho", solves_dist.potrs_dist, parts, layout,
+                      (addresses, lookahead), rhs, "c", operand.dtype, operand.check_finite,
+                      extra=placement, device=operand.device_kind)
+
+    return _x_out(_resolving(attempt), shape, lazy)

@@ -144,6 +144,55 @@ def test_unstacked_parts_are_the_persisted_blocks_futures(client, rng):
         np.testing.assert_array_equal(got, x[:, columns[rank]])
 
 
+def test_a_resolution_is_asked_once_then_taken_from_the_cache():
+    """nb and look-ahead are asked of the first worker once per set of arguments; a later
+    call takes them from the cache, with the entries that have its rank 0 check them."""
+    from hybridla import _dist_common
+
+    class Asked:
+        def __init__(self):
+            self.calls = 0
+
+        def submit(self, fn, *args, **kw):
+            self.calls += 1
+            return type("Done", (), {"result": lambda self: (32, 1)})()
+
+    client = Asked()
+    arguments = ("tcp://w0", "host", 100, 100, np.float64, "lu", 32, None)
+    _dist_common._resolutions.clear()
+    assert _dist_common._resolution(client, *arguments, cached=True) == ((32, 1), {})
+    assert _dist_common._resolution(client, *arguments, cached=True) == \
+        ((32, 1), {"resolved_from": (32, None)})
+    assert client.calls == 1
+    assert _dist_common._resolution(client, *arguments, cached=False) == ((32, 1), {})
+    assert client.calls == 2
+    unhashable = arguments[:6] + ([32], None)
+    _dist_common._resolution(client, *unhashable, cached=True)
+    _dist_common._resolution(client, *unhashable, cached=True)
+    assert client.calls == 4
+
+
+@pytest.mark.parametrize("routine", ["lu_factor", "lu_solve"])
+def test_a_stale_cached_resolution_is_resolved_again(client, routine, rng):
+    """A cached resolution that the first worker's configuration no longer gives (here the
+    cache altered: a look-ahead the worker would not choose) fails the first attempt on
+    rank 0; the call runs again, resolving anew, and the cache holds the new answer."""
+    from hybridla import _dist_common
+    x = random_matrix(96, 96, np.float64, rng)
+    lu, piv = hd.lu_factor(x, **_run_options(client))
+    b = rng.standard_normal(96)
+    key = next(k for k in _dist_common._resolutions if k[2:4] == (96, 96) and k[5] == "lu")
+    right = _dist_common._resolutions[key]
+    _dist_common._resolutions[key] = (right[0], right[1] + 1)
+    if routine == "lu_factor":
+        lu, piv = hd.lu_factor(x, **_run_options(client))
+        assert getrf_ratio(x, lu, piv) < THRESH
+    else:
+        xs = hd.lu_solve((lu, piv), b, **_run_options(client))
+        np.testing.assert_allclose(x @ xs, b, rtol=1e-8, atol=1e-8)
+    assert _dist_common._resolutions[key] == right
+
+
 def test_lu_singular_warns_with_lapacks_info(client, rng):
     a = random_matrix(90, 90, np.float64, rng)
     a[:, 37] = 0  # U(38, 38) is exactly zero (scipy: info 38)

@@ -393,6 +393,28 @@ def _engine_margins(phases, trace, began, ended):
     phases.seconds["after_engine_s"] = round(ended - trace.wall_origin - last_end, 6)
 
 
+class StaleResolution(RuntimeError):
+    """The first worker resolves the call's nb and look-ahead otherwise than the client's
+    cached resolution (its configuration changed since): the client calls again, resolving
+    anew (_dist_common._resolving)."""
+
+
+def check_resolution(ops, job, rank):
+    """On rank 0, where the client used a cached resolution (job["resolved_from"]: the
+    call's own nb and look-ahead): resolve them here as _dist_common._resolve_plan does,
+    and raise StaleResolution where that is not what the job was laid out with."""
+    given = job.get("resolved_from")
+    if given is None or rank != 0:
+        return
+    from ..scheduler.plan import make_plan
+    m, n = job["shape"]
+    plan = make_plan(ops, m, n, np.dtype(job["dtype"]), routine=job["routine"], nb=given[0],
+                     lookahead=given[1])
+    if (plan.nb, plan.lookahead) != (job["nb"], job["lookahead"]):
+        raise StaleResolution(f"nb and look-ahead resolve to {(plan.nb, plan.lookahead)} on "
+                              f"the first worker, not {(job['nb'], job['lookahead'])}")
+
+
 def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
     """One worker's whole share of a distributed call (the long-lived task's body,
     scheduler/cluster.py): its local matrix `local` (host, m x its columns; or the list of its
@@ -419,6 +441,7 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
     m, n = job["shape"]
     dtype = np.dtype(job["dtype"])
     layout = job["layout"]
+    check_resolution(ops, job, rank)
     plan = make_plan(ops, m, n, dtype, routine=job["routine"], nb=job["nb"],
                      lookahead=job["lookahead"], panel=job.get("panel"))
     plan = dataclasses.replace(plan, trace_path=None, progress=False)

@@ -30,7 +30,7 @@ import functools
 import numpy as np
 
 from ..scheduler import Region
-from ._dist import AbortingGraph, WorkerRun, run_graph_of
+from ._dist import AbortingGraph, WorkerRun, check_resolution, run_graph_of
 from ._dist_parts import device_part
 from ._householder import QR, reserve_reflector_slots
 from ..update.qr import apply_block_reflector
@@ -46,6 +46,7 @@ def solve_on_worker(solve, ops, transport, rank, local, job):
 
     m, n = job["shape"]
     b = np.array(job["b"], dtype=job["dtype"], order="F", copy=True)
+    check_resolution(ops, job, rank)
     plan = make_plan(ops, m, n, job["dtype"], routine=job["routine"], nb=job["nb"],
                      lookahead=job["lookahead"])
     layout = job["layout"]

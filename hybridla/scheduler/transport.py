@@ -218,10 +218,10 @@ class HostTransport:
 
 
 def _no_delay(conn) -> None:
-    """Send small messages at once (TCP_NODELAY). With Nagle's algorithm a rank's message
-    sent right after its last one waited for the peer's delayed acknowledgement: the rank
-    sent after the connection's handshake arrived 40-45 ms late on the CPU machine and on the
-    2-GPU machine, in every call (perf/RESULTS.md, issue 32, stop 49)."""
+    """Send small messages at once (TCP_NODELAY). With Nagle's algorithm a small message sent
+    right after the last one may wait for the peer's delayed acknowledgement: on the CPU
+    machine the accepting rank connected 5-8 ms after the dialling one, 37-45 ms in some
+    calls, and within 2 ms with this (perf/RESULTS.md, issue 32, stop 49)."""
     with socket.socket(fileno=os.dup(conn.fileno())) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
