@@ -212,7 +212,8 @@ def _run(client, backend, addresses, layout, lookahead, parts, work, job, trace,
     and working, and the work's own stretches ("work":
     the finiteness check, the store, the driver's run, its output and close; lapack/_dist's
     on_worker) (client_phases, worker_phases)."""
-    job = dict(job, shape=(layout.m, layout.n), nb=layout.nb, lookahead=lookahead, layout=layout)
+    job = dict(job, shape=(layout.m, layout.n), nb=layout.nb, lookahead=lookahead, layout=layout,
+               traced=trace is not None)
     submitted = time.time()
     futures, small = _cluster.run_job(client, addresses, work, parts, job, backend)
     ended = time.time()

@@ -405,6 +405,24 @@ def test_merged_trace_has_every_worker_and_the_collectives(client, rng, tmp_path
     assert len(panels) == -(-90 // NB)  # each step's panel once, by its owner
 
 
+def test_an_untraced_call_brings_back_no_records(client, rng, monkeypatch):
+    """The workers' trace records come back only where the call writes a trace."""
+    from hybridla import _dist_common
+    brought = []
+    small_results = _dist_common._cluster.small_results
+
+    def keep(*args):
+        brought.append(small_results(*args))
+        return brought[-1]
+
+    monkeypatch.setattr(_dist_common._cluster, "small_results", keep)
+    a = random_matrix(90, 90, np.float64, rng)
+    lu, piv = hd.lu_factor(a, **_run_options(client))
+    hd.lu_solve((lu, piv), np.ones(90), **_run_options(client))
+    assert len(brought) == 2 and all(r["trace"] == [] for results in brought for r in results)
+    assert getrf_ratio(a, lu, piv) < THRESH
+
+
 def test_perf_script_smoke(client, tmp_path):
     """perf/distributed.py runs on the host backend (its GPU runs are for the 2-GPU machine)."""
     out = subprocess.run(
