@@ -5,7 +5,8 @@ A Dask distributed task costs milliseconds (2.3 ms batched, 10.8 ms a round trip
 on the 2-GPU machine), our engine's task 50-150 us: so Dask only places the data, starts ONE
 task per worker (`run_job`) and brings back what it returns or raised. Inside it the worker
 connects to its peers (HostTransport: sockets, their addresses exchanged through distributed
-Variables; on GPUs NCCL, its unique id made here on the client), runs the driver on its
+Variables; on GPUs NCCL over it, a new communicator's unique id made by rank 0 and sent over
+the sockets), runs the driver on its
 engine, and closes the transport whatever happens; a failing worker aborts the transport so
 that the others' collectives raise instead of waiting (scheduler/transport.py).
 """

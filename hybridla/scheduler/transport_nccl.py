@@ -12,7 +12,8 @@ aborts its communicator instead of keeping it.
 Imported only where the cuda backend runs (scheduler/cluster.py, for backend "cuda"); nccl4py,
 PyCUDA and the cuda backend's blocks are needed only here. The nccl4py calls are those of the
 sketch verified on the 2-GPU machine (shared/device/example_nccl_dask.py): the unique id made
-on the client (`nc.get_unique_id()`, its `.as_bytes` passed to the workers),
+by one rank (`nc.get_unique_id()`, its `.as_bytes` sent to the others; here rank 0, over the
+host transport, so the client needs no NCCL),
 `nc.UniqueId.from_bytes`, `nc.Communicator.init(nranks, rank, uid)`,
 `comm.broadcast(send, recv, root, stream=<raw stream>)`, `comm.destroy()`; and, from
 nccl4py's Communicator, `comm.reduce(send, recv, nc.SUM, root, stream=...)` and
