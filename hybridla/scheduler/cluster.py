@@ -113,8 +113,10 @@ def block_columns(client, addresses, a, nb):
     array, the ranks)."""
     from distributed import wait
 
-    blocks = client.persist(a.rechunk((a.shape[0], nb)))
-    wait(blocks)
+    blocks = a.rechunk((a.shape[0], nb))
+    if not _computed(blocks):  # persisting what is already computed costs a round trip
+        blocks = client.persist(blocks)
+        wait(blocks)
     who = client.who_has(blocks)
     rank = {address: r for r, address in enumerate(addresses)}
     keys = blocks.__dask_keys__()  # one row of chunks: [[key of column block 0, 1, ...]]
@@ -123,6 +125,13 @@ def block_columns(client, addresses, a, nb):
         held = [rank[w] for w in who.get(key, ()) if w in rank]
         holders.append(held[0] if held else -1)
     return blocks, holders
+
+
+def _computed(a) -> bool:
+    """Whether every chunk of the dask array `a` is a finished Future (a persisted array)."""
+    from distributed import futures_of
+    finished = {f.key for f in futures_of(a) if f.status == "finished"}
+    return all(key in finished for row in a.__dask_keys__() for key in row)
 
 
 def _stack_columns(blocks, m, dtype):
