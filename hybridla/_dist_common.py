@@ -15,6 +15,7 @@ from ._common import _all_finite, _common_dtype, _host_matrix, _lapack_dtype, is
 from .lapack import _dist
 from .lapack import solves_dist
 from .scheduler import cluster as _cluster
+from .scheduler.trace import Phases
 
 
 class _Operand:
@@ -144,9 +145,9 @@ def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None, s
     them, as far as the trailing updates' balance allows (BlockColumns.near: moving a block
     between worker processes costs more than an uneven share of the updates unless the
     share is far off); a NumPy array is cut cyclically and scattered. `stack`: see
-    scheduler/cluster.place. `timings`: a dict that gets the seconds of its stretches
-    ("resolve_s": nb and look-ahead from the first worker; "columns_s": a dask array's block
-    columns and their holders; "place_s": the parts' submission). `cached`: nb and
+    scheduler/cluster.place. `timings`: a scheduler.trace.Phases that gets the seconds of
+    its stretches ("resolve_s": nb and look-ahead from the first worker; "columns_s": a dask
+    array's block columns and their holders; "place_s": the parts' submission). `cached`: nb and
     look-ahead from an earlier call's resolution where there is one (_resolution; the
     placement then has the entries that have the job check it).
     A dask array of device chunks is laid out cyclically, and each worker's part is the
@@ -156,7 +157,7 @@ def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None, s
     Dask moves them through host memory and TCP: a worker of the LU at n = 65536 on 2 GPUs
     waited 1.1 s for its share of such moves (perf/RESULTS.md, issue 32, stop 48)."""
     operand.check_backend(backend)
-    mark = _Stopwatch(timings)
+    mark = timings.mark if timings is not None else (lambda name: None)
     addresses = _cluster.workers(client)
     (nb, lookahead), check = _resolution(client, addresses[0], backend, m, n, operand.dtype,
                                          routine, nb, lookahead, cached)
@@ -187,30 +188,16 @@ def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None, s
     return addresses, layout, lookahead, parts, {"private": private, **check}
 
 
-class _Stopwatch:
-    """mark(name): the seconds since the last mark (or its making) into `into[name]`; `into`
-    None: nothing kept."""
-
-    def __init__(self, into):
-        self.into, self.last = into, time.time()
-
-    def __call__(self, name):
-        now = time.time()
-        if self.into is not None:
-            self.into[name] = round(now - self.last, 6)
-        self.last = now
-
-
 def _run(client, backend, addresses, layout, lookahead, parts, work, job, trace,
          layout_phases=None):
     """Run `work` on every worker over its part; returns (Futures of what each returned, the
     small results on the client); a `trace` path gets the merged Chrome trace, its metadata
     the call's phases: on the client "layout_s" and its stretches (`layout_phases`: the
-    layout and the placement's submission, _layout's `timings`), "jobs_s" (until every worker's task ended: the parts' placement included)
-    and "results_s"; per worker, the seconds its task waited to start after the submission
-    (its part being placed), connecting (of which "rendezvous_s": the host transport's),
-    and working, and the work's own stretches ("work":
-    the finiteness check, the store, the driver's run, its output and close; lapack/_dist's
+    layout and the placement's submission, _layout's `timings`), "jobs_s" (until every
+    worker's task ended: the parts' placement included) and "results_s"; per worker, the
+    seconds its task waited to start after the submission (its part being placed),
+    connecting (of which "rendezvous_s": the host transport's), and working, and the work's
+    own stretches ("work": the finiteness check, the store, the driver's run, its output and close; lapack/_dist's
     on_worker) (client_phases, worker_phases)."""
     job = dict(job, shape=(layout.m, layout.n), nb=layout.nb, lookahead=lookahead, layout=layout,
                traced=trace is not None)
@@ -243,21 +230,21 @@ def _factor(client, backend, routine, driver, operand, nb, lookahead, trace, arg
     m, n = operand.shape
 
     def attempt(cached):
-        began, timings = time.time(), {}
+        began, timings = time.time(), Phases()
         # a device worker streams a dask array's block columns up from where they lie; the
         # host backend factors its part in place, so it gets them stacked
         addresses, layout, depth, parts, placement = _layout(client, backend, routine, operand,
                                                              m, n, nb, lookahead,
                                                              stack=backend != "cuda",
                                                              timings=timings, cached=cached)
-        timings["layout_s"] = time.time() - began
+        timings.seconds["layout_s"] = time.time() - began
         job = dict(name=operand.name, routine=routine, dtype=operand.dtype,
                    check_finite=operand.check_finite, arguments=arguments or {},
                    device=operand.device, device_meta=operand.meta, **placement)
         futures, results = _run(client, backend, addresses, layout, depth, parts,
                                 functools.partial(_dist.on_worker, driver,
                                                   all_finite=_all_finite),
-                                job, trace, timings)
+                                job, trace, timings.seconds)
         return _cluster.local_parts(client, futures), layout, results, (addresses, depth)
 
     return _resolving(attempt)
