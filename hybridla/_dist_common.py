@@ -197,8 +197,8 @@ def _run(client, backend, addresses, layout, lookahead, parts, work, job, trace,
     worker's task ended: the parts' placement included) and "results_s"; per worker, the
     seconds its task waited to start after the submission (its part being placed),
     connecting (of which "rendezvous_s": the host transport's), and working, and the work's
-    own stretches ("work": the finiteness check, the store, the driver's run, its output and close; lapack/_dist's
-    on_worker) (client_phases, worker_phases)."""
+    own stretches ("work": the finiteness check, the store, the driver's run, its output,
+    closing the store; lapack/_dist's on_worker) (client_phases, worker_phases)."""
     job = dict(job, shape=(layout.m, layout.n), nb=layout.nb, lookahead=lookahead, layout=layout,
                traced=trace is not None)
     submitted = time.time()

@@ -485,11 +485,12 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
         if run.output is not None:  # another output (orgqr's Q) gets an array of its own
             result = run.output_array if run.output_array is not None else \
                 _output(ops, run.output, dtype)
+        phases.mark("output_s")
     finally:
         if run.output is not None:
             run.output.close()
         A.close()
-    phases.mark("output_and_close_s")
+    phases.mark("close_s")
     # the records only where the client writes a trace: 1,600 of them per worker at n = 65536
     return {"local": result, "results": run.results,
             "trace": trace.records if job.get("traced", True) else [],
