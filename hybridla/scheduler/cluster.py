@@ -6,9 +6,9 @@ on the 2-GPU machine), our engine's task 50-150 us: so Dask only places the data
 task per worker (`run_job`) and brings back what it returns or raised. Inside it the worker
 connects to its peers (HostTransport: sockets, their addresses exchanged through distributed
 Variables; on GPUs NCCL over it, a new communicator's unique id made by rank 0 and sent over
-the sockets), runs the driver on its
-engine, and closes the transport whatever happens; a failing worker aborts the transport so
-that the others' collectives raise instead of waiting (scheduler/transport.py).
+the sockets), runs the driver on its engine, and closes the transport whatever happens; a
+failing worker aborts the transport so that the others' collectives raise instead of waiting
+(scheduler/transport.py).
 """
 from __future__ import annotations
 
@@ -82,10 +82,9 @@ def place(client, addresses, a, columns, dtype, nb, stack=True):
         import dask
         from distributed import futures_of
         a = a.rechunk((a.shape[0], nb))
-        futures = {f.key: f for f in futures_of(a)}
-        keys = a.__dask_keys__()[0] if a.__dask_keys__() else []
-        if not stack and all(key in futures for key in keys):
-            held = [futures[key] for key in keys]
+        if not stack and _computed(a):
+            futures = {f.key: f for f in futures_of(a)}
+            held = [futures[key] for row in a.__dask_keys__() for key in row]
         else:
             blocks = a.to_delayed().ravel()
     for address, cols in zip(addresses, columns):
