@@ -14,7 +14,7 @@ Usage (from the repository root):
 What each row times (after an untimed call of each routine at n = WARMUP_N, on one GPU and
 on the workers: kernels compiled, handles and communicators made; with --warm-at-size the
 workers' untimed call is at the timed order instead, so their memory is grown too; best of
---repeat):
+--repeat, each side's median, range and every run printed above the row):
 - "workers": the wall time of the hybridla.distributed call on the client, the input already a
   dask array persisted on the workers (generated there, seeded: it never passes through the
   client), the factors left on the workers as a dask array (not computed); so it includes the
@@ -281,13 +281,18 @@ def one_gpu_in_own_process(routine, n, backend, nb, repeat):
     first one's memory not all given back), 2026-11-26."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
-    seconds = np.inf
+    runs = []
     for _ in range(repeat):
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            seconds = min(seconds, pool.submit(one_gpu_seconds, routine, n, backend, nb,
-                                               1).result())
-    print(f"one GPU: {routine} {n} {seconds:.3f} s", flush=True)
-    return seconds
+            runs.append(pool.submit(one_gpu_seconds, routine, n, backend, nb, 1).result())
+    print(f"one GPU: {routine} {n} {min(runs):.3f} s ({spread(runs)})", flush=True)
+    return min(runs)
+
+
+def spread(runs):
+    """Every run's seconds, their median and range: what a best-of row is one of."""
+    return (f"median {np.median(runs):.3f}, range {min(runs):.3f}-{max(runs):.3f}, runs "
+            + ", ".join(f"{s:.3f}" for s in runs))
 
 
 def start_cluster(backend, scheduler):
@@ -390,15 +395,16 @@ def main(argv=None):
                 name = routine if lookahead is None else f"{routine} la{lookahead}"
                 if len(layouts) > 1 and n != large:
                     name += f" {where}"
-                best, factors = np.inf, None
+                runs, factors = [], None
                 for i in range(opts.repeat):  # as a user calls it: no trace
                     factors = None
                     start = time.perf_counter()
                     factors = run_distributed(client, routine, a, opts.backend, nb, None,
                                               lookahead)
-                    seconds = time.perf_counter() - start
-                    best = min(best, seconds)
-                    print(f"  {name} {n} run {i}: {seconds:.3f} s", flush=True)
+                    runs.append(time.perf_counter() - start)
+                    print(f"  {name} {n} run {i}: {runs[-1]:.3f} s", flush=True)
+                best = min(runs)
+                print(f"  {name} {n} workers: best {best:.3f} s ({spread(runs)})", flush=True)
                 # then once more with the trace, for the engine span and the phases
                 factors = None
                 path = os.path.join(trace_dir, f"distributed_{name.replace(' ', '_')}_{n}.json")
