@@ -261,20 +261,24 @@ def test_plan_takes_the_tuning_entrys_panel_place_and_tail():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("starts", [[0, 8, 16, 24], [0, 4, 12, 16, 28], [0, 12]],
-                         ids=["spaced", "uneven", "two"])
-def test_the_staircase_update_is_the_lower_staircase_of_c_minus_p_p_h(dtype, starts):
+@pytest.mark.parametrize("starts, below", [([0, 8, 16, 24], 5), ([0, 4, 12, 16, 28], 5),
+                                           ([0, 12], 5), (list(range(0, 72, 8)), 0),
+                                           (list(range(0, 56, 8)), 9)],
+                         ids=["spaced", "uneven", "two", "nine-spaced", "seven-spaced"])
+def test_the_staircase_update_is_the_lower_staircase_of_c_minus_p_p_h(backend, dtype, starts,
+                                                                      below):
     """update/chol.staircase_update (the distributed Cholesky's trailing update of a worker's
     block columns): block column i from row starts[i] down gets C - P P^H, the strict upper
     triangle of its diagonal block and everything above it untouched; the last block column
-    narrower than nb; equally spaced runs of diagonal blocks batched (row_step), any other
-    spacing block by block."""
+    narrower than nb (with `below` rows under it); equally spaced blocks in batched calls
+    (the rectangles of staircase_rectangles, the diagonal runs' row_step), any other spacing
+    block by block."""
     from hybridla.backend import get_backend
     from hybridla.update.chol import staircase_update
 
-    ops, nb, rng = get_backend("host"), 4, np.random.default_rng(7)
+    ops, nb, rng = get_backend(backend), 4, np.random.default_rng(7)
     width = nb * (len(starts) - 1) + 3
-    rows = starts[-1] + 3 + 5
+    rows = starts[-1] + 3 + below
     p = random_matrix(rows, 3, dtype, rng)
     c = random_matrix(rows, width, dtype, rng)
     for i, top in enumerate(starts):  # a Hermitian matrix's diagonal is real (herk keeps it so)
@@ -287,8 +291,43 @@ def test_the_staircase_update_is_the_lower_staircase_of_c_minus_p_p_h(dtype, sta
         for j in range(c0, c1):
             r0 = top + j - c0  # from the diagonal of its block down
             expected[r0:, j] -= product[r0:, top + j - c0]
-    got = np.asfortranarray(c.copy())
-    staircase_update(ops, ops.lane("gpu:update"), np.asfortranarray(p), got, starts, nb,
-                     lambda lane, r, k: np.empty((r, k), dtype, order="F"))
+    lane = ops.lane("gpu:update")
+    if backend == "host":
+        got = np.asfortranarray(c.copy())
+        staircase_update(ops, lane, np.asfortranarray(p), got, starts, nb,
+                         lambda lane, r, k: np.empty((r, k), dtype, order="F"))
+    else:  # the blocks of device stores
+        P, C = ops.matrix(rows, 3, dtype, nb), ops.matrix(rows, width, dtype, nb)
+        try:
+            with lane:
+                ops.from_host(lane, np.asfortranarray(p), P.block(0, rows, 0, 3))
+                ops.from_host(lane, np.asfortranarray(c), C.block(0, rows, 0, width))
+                staircase_update(ops, lane, P.block(0, rows, 0, 3), C.block(0, rows, 0, width),
+                                 starts, nb, C.scratch)
+                got = ops.to_host(lane, C.block(0, rows, 0, width))
+            ops.synchronize()
+        finally:
+            P.close()
+            C.close()
     tol = 50 * eps_of(dtype) * max(1.0, np.abs(product).max())
     assert np.abs(got - expected).max() <= tol
+
+
+@pytest.mark.parametrize("count, rows", [(9, 70), (16, 130), (1, 20)])
+def test_the_staircase_rectangles_cover_each_blocks_rows_below_its_diagonal_once(count, rows):
+    """staircase_rectangles: every (row, block) below a block's diagonal block in exactly one
+    rectangle, nothing above it, the largest rectangle first."""
+    from hybridla.update.chol import staircase_rectangles
+    nb, spacing = 4, 8
+    tops = [i * spacing for i in range(count)]
+    rows = max(rows, tops[-1] + nb)
+    covered = np.zeros((rows, count), dtype=int)
+    rectangles = staircase_rectangles(tops, nb, rows)
+    for i0, i1, r0, r1 in rectangles:
+        covered[r0:r1, i0:i1] += 1
+    needed = np.zeros_like(covered)
+    for i, top in enumerate(tops):
+        needed[top + nb:, i] = 1
+    np.testing.assert_array_equal(covered, needed)
+    areas = [(i1 - i0) * (r1 - r0) for i0, i1, r0, r1 in rectangles]
+    assert areas == sorted(areas, reverse=True)

@@ -299,6 +299,10 @@ class BlasOps(Protocol):
                              nb: int, scratch: Any, row_step: int | None = None) -> None:
         """The `uplo` triangles of C's diagonal blocks of order nb += alpha op(A) op(A)^H;
         with `row_step` (lower, "N"): block i at rows i row_step, columns i nb, all full."""
+    def gemm_spaced_blocks(self, lane: Any, alpha: Any, A: Any, B: Any, beta: Any, C: Any,
+                           nb: int, row_step: int) -> None:
+        """C's block columns i of order nb (all full) := alpha A B_i^H + beta C_i, B_i the
+        nb rows of B from row i row_step."""
     def invert_triangular_blocks(self, lane: Any, uplo: str, diag: str, T: Any, b: int, W: Any,
                                  scratch: Any) -> None:
         """The inverses of T's diagonal blocks of order b, block c at columns c (b + 1) of W

@@ -134,18 +134,32 @@ def staircase_update(ops, lane, P, C, starts, nb, scratch) -> None:
     block (lower triangle only). `starts` ascend by nb or more (a worker's block columns of
     a matrix dealt out by columns: lapack/potrf_dist.py); P's rows match C's.
 
-    Each block column's rows below its diagonal block are one gemm (tall: most of the
-    flops), and the diagonal blocks go in runs of equal spacing, one batched call a run
-    (herk_diagonal_blocks' row_step). One trapezoid update per block column made seven
-    launches a block; this way the update lanes of the distributed Cholesky at n = 65536 on
-    2 GPUs were busy 1.12-1.32 s instead of 1.50-1.56 s (perf/RESULTS.md, issue 32, stop
-    44)."""
+    The rows below the diagonal blocks are cut by recursive halving into rectangles that
+    span several block columns (`staircase_rectangles`); where the block columns are equally
+    spaced (a cyclic layout's), a rectangle is one strided-batched gemm over its blocks
+    (gemm_spaced_blocks: P's rows of each block's diagonal are the other operand), as the
+    one-GPU update's halving keeps its flops in large gemms. One gemm per block column, of
+    nb columns each, ran at 31-37 TFLOP/s on an H100 in the distributed Cholesky at n =
+    65536 (perf/RESULTS.md, issue 32, stop 50). The diagonal blocks go in runs of equal
+    spacing, one batched call a run (herk_diagonal_blocks' row_step): one trapezoid update
+    per block column made seven launches a block (stop 44)."""
     rows, width = C.shape
     sub, kb = ops.sub_block, P.shape[1]
     blocks = [(i * nb, min(i * nb + nb, width), starts[i]) for i in range(-(-width // nb))]
     if not blocks:
         return
-    for c0, c1, top in blocks:  # below each diagonal block; the tallest first
+    tops = [top for c0, c1, top in blocks if c1 - c0 == nb]  # the full blocks'
+    spacings = {b - a for a, b in zip(tops, tops[1:])}
+    if len(spacings) <= 1:  # equally spaced: a rectangle's blocks in one batched call
+        step = spacings.pop() if spacings else nb
+        for i0, i1, r0, r1 in staircase_rectangles(tops, nb, rows):
+            ops.gemm_spaced_blocks(lane, -1, sub(P, r0, r1, 0, kb),
+                                   sub(P, tops[i0], tops[i1 - 1] + nb, 0, kb), 1,
+                                   sub(C, r0, r1, i0 * nb, i1 * nb), nb, step)
+        below_each = blocks[len(tops):]  # a narrower last block column
+    else:
+        below_each = blocks
+    for c0, c1, top in below_each:
         below = top + c1 - c0
         if below < rows:
             ops.gemm(lane, -1, sub(P, below, rows, 0, kb), sub(P, top, below, 0, kb), 1,
@@ -167,6 +181,28 @@ def staircase_update(ops, lane, P, C, starts, nb, scratch) -> None:
             diagonal_blocks(run)
             run = [block]
     diagonal_blocks(run)
+
+
+def staircase_rectangles(tops, nb, rows) -> list:
+    """The rows below a staircase's diagonal blocks (block i of nb columns: rows tops[i] +
+    nb : rows; `tops` ascending) as rectangles (i0, i1, r0, r1), each rows r0:r1 of blocks
+    i0:i1, covering every block's rows once, the largest first: the rows all blocks of a
+    range need (below its last block's diagonal), then each half of the range the rows left
+    above those, recursively (the triangle's halving of `_triangle_update`, its blocks spaced)."""
+    found = []
+
+    def halve(i0, i1, r1):  # blocks i0:i1 need rows tops[i] + nb : r1
+        r0 = tops[i1 - 1] + nb
+        if r0 < r1:
+            found.append((i0, i1, r0, r1))
+        if i1 - i0 > 1:
+            mid = (i0 + i1) // 2
+            halve(i0, mid, r0)
+            halve(mid, i1, r0)
+
+    if tops:
+        halve(0, len(tops), rows)
+    return sorted(found, key=lambda r: -(r[1] - r[0]) * (r[3] - r[2]))
 
 
 def _triangle_update(ops, lane, uplo, P, C, width, nb, scratch):

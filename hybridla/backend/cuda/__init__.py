@@ -164,6 +164,7 @@ class CudaBackend(BackendDefaults):
     # -- Cholesky (chol.py) --------------------------------------------------------------------
     potrf_panel = staticmethod(chol.potrf_panel)
     herk_diagonal_blocks = staticmethod(chol.herk_diagonal_blocks)
+    gemm_spaced_blocks = staticmethod(chol.gemm_spaced_blocks)
     zero_triangle = chol.zero_triangle
 
     # -- mixed precision (mixed.py; lapack/_mixed.py, backend/reduced.py) ----------------------

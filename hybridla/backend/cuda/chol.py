@@ -1,6 +1,6 @@
 """What the Cholesky asks of the cuda backend: the diagonal block's potrf (cuSOLVER), the update
-of the diagonal blocks of a trailing matrix (herk_diagonal_blocks: strided-batched gemms), and
-the zeroed triangle of a user's device array.
+of the diagonal blocks of a trailing matrix (herk_diagonal_blocks: strided-batched gemms), the
+products of a worker's spaced block columns (gemm_spaced_blocks), and the zeroed triangle of a user's device array.
 
 Module-level functions over (lane, blocks, ...) as blas.py's; zero_triangle takes the backend
 (no lane: it is complete on return).
@@ -110,6 +110,19 @@ def _spaced_blocks(lane, uplo, trans, alpha, A, C, nb, scratch, row_step):
                                 ctypes.c_void_p(C.ptr), ctypes.c_longlong(C.ld),
                                 ctypes.c_longlong(row_step + nb * C.ld), ctypes.c_int(nb),
                                 ctypes.c_int(_LASET_PART[uplo]))
+
+
+def gemm_spaced_blocks(lane, alpha, A, B, beta, C, nb, row_step):
+    """C's block columns i of nb (columns i nb : i nb + nb, all full) := alpha A B_i^H +
+    beta C_i, B_i the nb rows of B from row i row_step: one strided-batched gemm, A shared by
+    every block (its stride 0). The batch's tiles fill the device where one gemm per block
+    (its few column tiles) leaves part of it idle."""
+    blocks, dtype, k = C.cols // nb, C.dtype, A.cols
+    if not blocks or not C.rows:
+        return
+    _GEMM_STRIDED[dtype](lane.blas, _OP["N"], _OP["C"], C.rows, nb, k, _scalar(dtype, alpha),
+                         A.ptr, A.ld, 0, B.ptr, B.ld, row_step, _scalar(dtype, beta),
+                         C.ptr, C.ld, nb * C.ld, blocks)
 
 
 def zero_triangle(backend, obj, upper: bool):

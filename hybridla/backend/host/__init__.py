@@ -94,6 +94,7 @@ class HostBackend(BackendDefaults):
 
     # -- Cholesky (chol.py) --------------------------------------------------------------------
     herk_diagonal_blocks = staticmethod(chol.herk_diagonal_blocks)
+    gemm_spaced_blocks = staticmethod(chol.gemm_spaced_blocks)
 
     # -- mixed precision (mixed.py; lapack/_mixed.py, backend/reduced.py) ----------------------
     keep_on_device = staticmethod(mixed.keep_on_device)

@@ -1,8 +1,9 @@
-"""The Cholesky family on the host: the diagonal blocks of the trailing update (the cuda
-backend batches them; here one BLAS herk per block)."""
+"""The Cholesky family on the host: the diagonal blocks of the trailing update and the products
+of a worker's spaced block columns (the cuda backend batches them; here one BLAS call per
+block)."""
 from __future__ import annotations
 
-from .blas import herk
+from .blas import gemm, herk
 
 
 def herk_diagonal_blocks(lane, uplo, trans, alpha, A, C, nb, scratch=None, row_step=None):
@@ -21,3 +22,11 @@ def herk_diagonal_blocks(lane, uplo, trans, alpha, A, C, nb, scratch=None, row_s
         end = min(start + nb, C.shape[0])
         part = A[start:end] if trans == "N" else A[:, start:end]
         herk(lane, uplo, trans, alpha, part, 1, C[start:end, start:end])
+
+
+def gemm_spaced_blocks(lane, alpha, A, B, beta, C, nb, row_step):
+    """C's block columns i of nb (all full) := alpha A B_i^H + beta C_i, B_i the nb rows of B
+    from row i row_step (the cuda backend's one batched call; here one gemm per block)."""
+    for i in range(C.shape[1] // nb):
+        r = i * row_step
+        gemm(lane, alpha, A, B[r:r + nb], beta, C[:, i * nb:(i + 1) * nb], trans_b="C")
