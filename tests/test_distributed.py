@@ -456,6 +456,11 @@ def _gpu_count():
         return 0
 
 
+def _set_nccl_max_ctas(value):
+    import hybridla.config
+    hybridla.config.set({"distributed.nccl_max_ctas": value})  # the worker's, from now on
+
+
 def _kept_communicators():
     from hybridla.scheduler import transport_nccl
     return [comm_id for comm, comm_id in transport_nccl._kept.values()]
@@ -509,6 +514,15 @@ def test_two_gpus_lu_cholesky_qr(monkeypatch):
         assert [len(ids) for ids in gpu_client.run(_kept_communicators).values()] == [0, 0]
         lu, piv = hd.lu_factor(da.from_array(large, chunks=(1500, 256)), **options)
         assert np.isfinite(lu.compute()).all()  # a new communicator, made again
+        # collectives on at most 2 thread blocks (distributed.nccl_max_ctas): a communicator
+        # of its own, kept beside the other
+        gpu_client.run(_set_nccl_max_ctas, 2)
+        try:
+            lu, piv = hd.lu_factor(da.from_array(large, chunks=(1500, 256)), **options)
+            assert getrf_ratio(large, lu.compute(), piv) < THRESH
+            assert [len(ids) for ids in gpu_client.run(_kept_communicators).values()] == [2, 2]
+        finally:
+            gpu_client.run(_set_nccl_max_ctas, None)
 
 
 def _device_chunks(client, a, cupy, chunks=(None, 256), workers=None):

@@ -34,6 +34,7 @@ import threading
 import numpy as np
 import nccl.core as nc
 
+from .. import config as _config
 from ..backend.cuda import DeviceBlock
 from .transport import Transport, TransportAborted
 
@@ -51,8 +52,9 @@ _ID_BYTES = len(nc.get_unique_id(empty=True).as_bytes)
 # the warm-up broadcast of a new communicator: NCCL picks its protocol by size, and a panel
 # (m x nb float64) is hundreds of MB; 64 MiB takes the same (simple) protocol as those
 WARM_UP_BYTES = 64 << 20
-# the communicators kept between calls: (the workers' addresses, rank) -> (communicator, the
-# unique id it was made from); a call takes its rank's out while it runs
+# the communicators kept between calls: ((the workers' addresses, distributed.nccl_max_ctas),
+# rank) -> (communicator, the unique id it was made from); a call takes its rank's out while
+# it runs
 _kept: dict = {}
 _kept_lock = threading.Lock()
 
@@ -94,6 +96,8 @@ class NcclTransport:
         """This rank's transport among the workers `group` (their addresses, in rank order):
         the communicator kept from the group's last call where every rank kept the same one,
         else one made now and warmed up, from an id rank 0 makes and sends over `control`."""
+        max_ctas = _config.get("distributed.nccl_max_ctas")
+        group = (tuple(group), max_ctas)  # one made with other CTAs is not taken again
         with _kept_lock:
             kept = _kept.pop((group, rank), None)
         if _all_hold(control, size, None if kept is None else kept[1], _ID_BYTES):
@@ -105,7 +109,9 @@ class NcclTransport:
         with ops.active():
             if kept is not None:  # a peer has another one, or none: this one is done with
                 kept[0].abort()
-            comm = nc.Communicator.init(size, rank, nc.UniqueId.from_bytes(nccl_id))
+            comm = nc.Communicator.init(
+                size, rank, nc.UniqueId.from_bytes(nccl_id),
+                config=None if max_ctas is None else nc.NCCLConfig(max_ctas=int(max_ctas)))
             transport = cls(ops, rank, size, comm, nccl_id, control, group)
             try:
                 transport._warm_up()

@@ -3,12 +3,14 @@
 distributed factorizations on 2 GPUs, where each GPU's update is half the one-GPU update but
 the panel chain (panel, broadcast, larft, the look-ahead column, the next owner's panel) is
 not: the QR's traced panels at n = 65536 took 59 ms beside the update and 17 ms alone.
+Also whether fewer thread blocks for NCCL's collectives (distributed.nccl_max_ctas) do: a
+rank's broadcast holds its blocks from when it is queued until the owner sends.
 
 Each setting is set on every worker (hybridla.config.set through Client.run) and the call
 timed `--repeat` times on the same input (device chunks, laid out cyclically), after an
 untimed call at the order; the best is printed with every run.
 
-    python3 perf/probes/probe_dist_panel_sms.py --routines qr,lu,cho --settings 0,8,16,g16
+    python3 perf/probes/probe_dist_panel_sms.py --routines qr,lu,cho --settings 0,8,16,g16,c4
 """
 from __future__ import annotations
 
@@ -35,10 +37,16 @@ def _configure(settings):
 
 
 def setting(text):
-    """"16": 16 SMs by cuBLAS's SM count target; "g16": 16 SMs on a green context."""
+    """"16": 16 SMs by cuBLAS's SM count target; "g16": 16 SMs on a green context; "c4": no
+    SMs kept, the NCCL communicator's collectives on at most 4 thread blocks
+    (distributed.nccl_max_ctas; "c0": NCCL's choice)."""
+    if text.startswith("c"):
+        return {"device.panel_sms": 0, "device.sm_split": "cublas",
+                "distributed.nccl_max_ctas": int(text[1:]) or None}
     green = text.startswith("g")
     sms = int(text[1:] if green else text)
-    return {"device.panel_sms": sms, "device.sm_split": "green" if green else "cublas"}
+    return {"device.panel_sms": sms, "device.sm_split": "green" if green else "cublas",
+            "distributed.nccl_max_ctas": None}
 
 
 def main(argv=None):
@@ -59,6 +67,7 @@ def main(argv=None):
             factors = bench.run_distributed(client, routine, a, "cuda", opts.nb, None)
             for text in opts.settings.split(","):
                 client.run(_configure, setting(text))
+                bench.hd.release(client)  # communicators made anew, with the setting's CTAs
                 runs = []
                 for _ in range(opts.repeat):
                     factors = None
