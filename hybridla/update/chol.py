@@ -138,11 +138,12 @@ def staircase_update(ops, lane, P, C, starts, nb, scratch) -> None:
     span several block columns (`staircase_rectangles`); where the block columns are equally
     spaced (a cyclic layout's), a rectangle is one strided-batched gemm over its blocks
     (gemm_spaced_blocks: P's rows of each block's diagonal are the other operand), as the
-    one-GPU update's halving keeps its flops in large gemms. One gemm per block column, of
-    nb columns each, ran at 31-37 TFLOP/s on an H100 in the distributed Cholesky at n =
-    65536 (perf/RESULTS.md, issue 32, stop 50). The diagonal blocks go in runs of equal
-    spacing, one batched call a run (herk_diagonal_blocks' row_step): one trapezoid update
-    per block column made seven launches a block (stop 44)."""
+    one-GPU update's halving keeps its flops in large gemms. In the distributed Cholesky at
+    n = 65536 on 2 H100s the update lanes ran at 37.3 TFLOP/s with one gemm per block column
+    of nb columns (31-35 in the middle steps) and 38.2-38.8 with the rectangles, busy 1.14-
+    1.16 s instead of 1.19 s (perf/RESULTS.md, issue 32, stop 50). The diagonal blocks go in
+    runs of equal spacing, one batched call a run (herk_diagonal_blocks' row_step): one
+    trapezoid update per block column made seven launches a block (stop 44)."""
     rows, width = C.shape
     sub, kb = ops.sub_block, P.shape[1]
     blocks = [(i * nb, min(i * nb + nb, width), starts[i]) for i in range(-(-width // nb))]
