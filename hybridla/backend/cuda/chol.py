@@ -1,6 +1,7 @@
 """What the Cholesky asks of the cuda backend: the diagonal block's potrf (cuSOLVER), the update
 of the diagonal blocks of a trailing matrix (herk_diagonal_blocks: strided-batched gemms), the
-products of a worker's spaced block columns (gemm_spaced_blocks), and the zeroed triangle of a user's device array.
+products of a worker's spaced block columns (gemm_spaced_blocks), and the zeroed triangle of a
+user's device array.
 
 Module-level functions over (lane, blocks, ...) as blas.py's; zero_triangle takes the backend
 (no lane: it is complete on return).
