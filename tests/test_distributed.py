@@ -732,6 +732,39 @@ def test_a_host_resident_part_goes_home_once_after_its_last_write(routine, shape
     assert_downloads_cover_once(graph, m, layout.width(rank), A)
 
 
+@pytest.mark.parametrize("rank", [0, 1])
+def test_lu_swaps_left_of_the_panel_follow_the_steps_update(rank):
+    """getrf_dist's interchanges of a rank's finished columns (swap_left) follow the step's
+    last update on the update lane: recorded before it, they were ready once the broadcast was
+    enqueued and went ahead of the updates of columns still arriving in the stream."""
+    from hybridla.backend import get_backend
+    from hybridla.lapack.getrf_dist import record_getrf_dist
+    from hybridla.scheduler import TaskGraph
+    from hybridla.scheduler.plan import make_plan
+    m = n = 45
+    nb = 8
+    layout = _dist.BlockColumns(m, n, nb, 2)
+    ops = get_backend("host")
+    A = ops.matrix(m, layout.width(rank), np.float64, nb)
+    plan = make_plan(ops, m, n, np.float64, routine="lu", nb=nb, lookahead=1)
+    run = _dist.WorkerRun(ops, plan, HostTransport.__new__(HostTransport), layout, rank, A)
+    slots = _dist.PanelSlots(ops, m, nb, np.float64, 3)
+    graph = TaskGraph()
+    try:
+        for _ in record_getrf_dist(graph, run, slots):
+            pass
+    finally:
+        slots.close()
+        A.close()
+    swaps = [t for t in graph.tasks if t.name == "swap_left"]
+    assert swaps
+    for swap in swaps:
+        updates = [t.index for t in graph.tasks
+                   if t.name == "update" and t.step == swap.step and t.lane == "gpu:update"]
+        if updates:
+            assert max(updates) < swap.index and max(updates) in swap.deps, swap
+
+
 # -- where the block columns live: the layout follows the data ------------------------------------
 
 def test_block_columns_owned_anywhere_index_alike():

@@ -348,3 +348,35 @@ def test_record_segments_from_the_configuration():
     with hybridla.config.set({"scheduler.record_segments": "sometimes"}):
         with pytest.raises(ValueError, match="scheduler.record_segments"):
             make_plan(host, 10, 10, np.float64, routine="lu")
+
+
+def test_follows_orders_a_task_after_given_tasks_without_a_region():
+    """`follows=`: a dependency on named tasks though the regions are apart."""
+    g = TaskGraph()
+    first = g.add("update", 0, "gpu:update", noop, writes=[A(0, 4, 4, 8)])
+    g.add("other", 0, "gpu:update", noop, writes=[A(0, 4, 8, 12)])
+    left = g.add("swap_left", 0, "gpu:update", noop, writes=[A(0, 4, 0, 4)])
+    after = g.add("swap_left", 0, "gpu:update", noop, writes=[A(0, 4, 12, 16)],
+                  follows=[first])
+    assert left.deps == [] and after.deps == [first.index]
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_an_ordered_lane_enqueues_in_recorded_order(ordered):
+    """graph.ordered_lanes on a device backend: a lane's task ready on the host early (its
+    inputs enqueued) is handed to the lane's thread only after the task recorded before it
+    there, which here waits for a slow CPU task. A lane not ordered takes them as they become
+    ready, the later one first (what let the distributed QR's larft of the next step go ahead
+    of its look-ahead column)."""
+    backend = _PretendDevice()
+    enqueued = []
+    g = TaskGraph()
+    if ordered:
+        g.ordered_lanes = ("gpu:panel",)
+    g.add("slow cpu", 0, "cpu", lambda lane: time.sleep(0.3), writes=[A(0, 1, 0, 1)])
+    g.add("look-ahead column", 0, "gpu:panel", lambda lane: enqueued.append("column"),
+          reads=[A(0, 1, 0, 1)], writes=[A(0, 1, 1, 2)])
+    g.add("larft of the next step", 1, "gpu:panel", lambda lane: enqueued.append("larft"),
+          writes=[A(0, 1, 2, 3)])
+    run(g, backend, workers=2)
+    assert enqueued == (["column", "larft"] if ordered else ["larft", "column"])

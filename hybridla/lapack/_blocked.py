@@ -44,16 +44,20 @@ class BlockedSteps:
         """The trailing block columns k1:n of this step: the next plan.lookahead block
         columns one task each on the panel lane (so the next panel can start as soon as its
         own column is updated), then the rest on the update lane, cut by trailing_chunks.
-        `record_update(c0, c1, lane)` records one and returns its task."""
+        `record_update(c0, c1, lane)` records one and returns its task. Returns the tasks of
+        the rest, on the update lane."""
         nb, ops = self.plan.nb, self.plan.backend
         right = list(range(k1, n, nb))
         lookahead_columns, rest = right[:self.plan.lookahead], right[self.plan.lookahead:]
         for c0 in lookahead_columns:
             record_update(c0, min(c0 + nb, n), "gpu:panel")
         self.previous_update_flops = 0.0
+        tasks = []
         for c0, c1 in trailing_chunks(rest, n, nb, ops, self.plan, self.upload_group,
                                       uploading=step < self.split_steps):
-            self.previous_update_flops += record_update(c0, c1, "gpu:update").flops
+            tasks.append(record_update(c0, c1, "gpu:update"))
+            self.previous_update_flops += tasks[-1].flops
+        return tasks
 
     def send_home(self, step, r0, r1, c0, c1):
         """Block (r0:r1, c0:c1) is final after this step: a streamed store sends it home."""

@@ -9,9 +9,9 @@ For each step k (panel columns k0:k1, kb = k1 - k0 <= nb), on every rank:
                        at once (replayed column by column, the interchanges of the columns
                        left of the panels alone took 0.16-0.19 s of each worker's run at
                        n = 65536 on 2 GPUs, perf/RESULTS.md, issue 32)
-    all:               [A10; A20] := P_k^T [A10; A20]          its finished columns on the left
     all, its columns right of the panel, the next one first (look-ahead) then the rest:
                        [A12; A22] := P_k^T [A12; A22];  A12 := L11^-1 A12;  A22 -= L21 A12
+    all:               [A10; A20] := P_k^T [A10; A20]          its finished columns on the left
     all:               rows k0:k1 of its columns are final: they go home (a host-resident part)
 
 Every worker holds whole columns, so the interchanges never leave it. Look-ahead across
@@ -63,21 +63,26 @@ def record_getrf_dist(graph, run, slots):
                          then=lambda lane, S=S, kb=kb: ops.prepare_interchanges(lane, S, 0, 0,
                                                                                 kb))
 
-        # [A10; A20] := P^T [A10; A20]
+        # [A12; A22] := P^T [A12; A22];  A12 := L11^-1 A12;  A22 := A22 - L21 A12
+        updates = steps.update_trailing(
+            step, lk + kb if mine else lk, run.width,
+            lambda c0, c1, lane: graph.add(
+                "update", step, lane,
+                functools.partial(_update, ops=ops, rows=rows, A=A, S=S, k0=k0, kb=kb, c0=c0,
+                                  c1=c1),
+                reads=[slot], writes=[Region("A", k0, m, c0, c1)],
+                flops=lu_update.update_flops(m, k0, k1, c0, c1)))
+
+        # [A10; A20] := P^T [A10; A20], on the update lane after this step's update: ready as
+        # soon as the broadcast is enqueued, it went ahead of the updates of columns still
+        # arriving, and the stream waited for the other rank's panel with them behind it (1.05
+        # s of one worker's update lane at n = 120000 on 2 GPUs: perf/RESULTS.md, issue 32,
+        # stop 51)
         if lk > 0:
             graph.add("swap_left", step, "gpu:update",
                       functools.partial(ops.laswp, A=rows, c0=0, c1=lk, k0=0, k1=kb,
                                         pivots_of=S),
-                      reads=[slot], writes=[Region("A", k0, m, 0, lk)])
-
-        # [A12; A22] := P^T [A12; A22];  A12 := L11^-1 A12;  A22 := A22 - L21 A12
-        steps.update_trailing(step, lk + kb if mine else lk, run.width,
-                              lambda c0, c1, lane: graph.add(
-                                  "update", step, lane,
-                                  functools.partial(_update, ops=ops, rows=rows, A=A, S=S,
-                                                    k0=k0, kb=kb, c0=c0, c1=c1),
-                                  reads=[slot], writes=[Region("A", k0, m, c0, c1)],
-                                  flops=lu_update.update_flops(m, k0, k1, c0, c1)))
+                      reads=[slot], writes=[Region("A", k0, m, 0, lk)], follows=updates[-1:])
 
         # rows k0:k1 of this rank's columns are final now (all rows that remain, after the
         # last step): a host-resident part sends them home

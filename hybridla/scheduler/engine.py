@@ -8,7 +8,8 @@ host waits inside a factorization, and each one is for data the CPU is about to 
 
 Who runs the tasks: on the host backend, the `workers` threads, in Dask's priority order. On a
 device backend the CPU tasks get the `workers` threads and each device lane a thread of its own,
-which enqueues the lane's tasks in the order they become ready. An enqueue can block: CUDA's
+which enqueues the lane's tasks in the order they become ready, or, for the graph's
+`ordered_lanes`, in the order they were recorded (graph.py says why). An enqueue can block: CUDA's
 queue of a stream is finite, and the host runs far ahead of a stream that waits (for a panel
 from another GPU, say), as can an NCCL call. With one pool for both, blocked enqueues could hold
 every thread, and the CPU's copies stopped with them: for 0.23-0.51 s in the distributed LU at
@@ -220,10 +221,26 @@ def _execute(state, tasks, dispatch):
     if not tasks:
         return
     first = tasks[0].index
+    on_lane = _lane_predecessors(state.graph, tasks) if dispatch.backend.has_device else {}
     dsk = {("task", t.index): DaskTask(("task", t.index), state.execute, t.index,
-                                       *[TaskRef(("task", d)) for d in t.deps if d >= first])
+                                       *[TaskRef(("task", d))
+                                         for d in sorted({*t.deps, *on_lane.get(t.index, ())})
+                                         if d >= first])
            for t in tasks}
     dispatch.get(dsk)
+
+
+def _lane_predecessors(graph, tasks) -> dict:
+    """task index -> (the task recorded before it on its lane,), for the lanes of
+    graph.ordered_lanes: a task of such a lane is handed to the lane's thread only once that
+    one has been, so the lane's stream gets them in the order they were recorded."""
+    previous, predecessors = {}, {}
+    for task in tasks:
+        if task.lane in graph.ordered_lanes:
+            if task.lane in previous:
+                predecessors[task.index] = (previous[task.lane],)
+            previous[task.lane] = task.index
+    return predecessors
 
 
 def _execute_head(state, tasks, dispatch):

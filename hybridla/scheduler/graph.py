@@ -7,8 +7,13 @@ write). Rectangles rather than whole block columns keep a download of finished r
 for, or holding up, the updates of the rows below them.
 
 Ordering that is not about memory is declared as such: a task may be the next link of a named
-chain (`chain=`: the copies of one stream, one after the other) or follow a chain's latest link
-(`after=`), without pretending to read or write a region.
+chain (`chain=`: the copies of one stream, one after the other), follow a chain's latest link
+(`after=`) or given tasks (`follows=`), without pretending to read or write a region.
+
+`ordered_lanes`: the lanes whose tasks a device run enqueues in the order they were recorded
+(scheduler/engine.py), not in the order they become ready on the host. A stream runs its work in
+the order it was enqueued, so a task ready early (its inputs enqueued, not yet computed) that
+goes ahead of one recorded before it holds that one up behind the wait for its inputs.
 """
 from __future__ import annotations
 
@@ -93,18 +98,20 @@ class TaskGraph:
         self._counters: dict[str, int] = {}
         self._chains: dict[str, int] = {}  # chain name -> index of its latest link
         self._write_observers: dict[str, list[Callable]] = {}
+        self.ordered_lanes: tuple[str, ...] = ()  # module docstring
 
     def add(self, name, step, lane, fn, *, reads=(), writes=(), flops=0.0, bytes=0.0,
-            chain=None, after=(), enqueues_on=None) -> Task:
+            chain=None, after=(), follows=(), enqueues_on=None) -> Task:
         """Record a task; its dependencies are every earlier task it conflicts with, the
-        previous link of `chain` (it becomes the chain's latest) and the latest link of each
-        chain named in `after`. `enqueues_on`: see Task."""
+        previous link of `chain` (it becomes the chain's latest), the latest link of each
+        chain named in `after` and the tasks `follows`. `enqueues_on`: see Task."""
         reads = tuple(r for r in reads if not r.empty)
         writes = tuple(w for w in writes if not w.empty)
         task = Task(len(self.tasks), name, step, lane, fn, reads, writes, flops, bytes,
                     enqueues_on=enqueues_on)
         accesses = [(r, False) for r in reads] + [(w, True) for w in writes]
         deps = {self._chains[c] for c in (*after, *([chain] if chain else [])) if c in self._chains}
+        deps.update(t.index for t in follows)
         for region, is_write in accesses:
             r0, r1, c0, c1 = region.r0, region.r1, region.c0, region.c1
             buckets = self._live.get(region.resource)
