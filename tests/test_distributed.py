@@ -765,6 +765,43 @@ def test_lu_swaps_left_of_the_panel_follow_the_steps_update(rank):
             assert max(updates) < swap.index and max(updates) in swap.deps, swap
 
 
+@pytest.mark.parametrize("rank", [0, 1])
+def test_qr_next_owner_updates_its_next_panel_column_alone_first(rank):
+    """geqrf_dist on the next panel's owner: the rest of the step's update follows its
+    look-ahead column (the next panel's), which so runs alone; the other rank's does not
+    wait for its look-ahead column."""
+    from hybridla.backend import get_backend
+    from hybridla.lapack.geqrf_dist import record_geqrf_dist
+    from hybridla.scheduler import TaskGraph
+    from hybridla.scheduler.plan import make_plan
+    m, n, nb = 45, 45, 8
+    layout = _dist.BlockColumns(m, n, nb, 2)
+    ops = get_backend("host")
+    A = ops.matrix(m, layout.width(rank), np.float64, nb)
+    plan = make_plan(ops, m, n, np.float64, routine="qr", nb=nb, lookahead=1)
+    run = _dist.WorkerRun(ops, plan, HostTransport.__new__(HostTransport), layout, rank, A)
+    slots = _dist.PanelSlots(ops, m, nb, np.float64, 3)
+    graph = TaskGraph()
+    try:
+        for _ in record_geqrf_dist(graph, run, slots):
+            pass
+    finally:
+        slots.close()
+        A.close()
+    checked = 0
+    for step in range(layout.blocks - 1):
+        column = [t.index for t in graph.tasks
+                  if t.name == "update" and t.step == step and t.lane == "gpu:panel"]
+        rest = [t for t in graph.tasks
+                if t.name == "update" and t.step == step and t.lane == "gpu:update"]
+        if not column or not rest:
+            continue
+        follows = [column[0] in t.deps for t in rest]
+        assert follows == [layout.owner(step + 1) == rank] * len(rest), step
+        checked += 1
+    assert checked
+
+
 # -- where the block columns live: the layout follows the data ------------------------------------
 
 def test_block_columns_owned_anywhere_index_alike():

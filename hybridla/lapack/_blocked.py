@@ -40,22 +40,24 @@ class BlockedSteps:
         for step, k0 in enumerate(range(0, self.k_end, self.plan.nb)):
             yield step, k0, min(k0 + self.plan.nb, self.k_end)
 
-    def update_trailing(self, step, k1, n, record_update):
+    def update_trailing(self, step, k1, n, record_update, rest_after_lookahead=False):
         """The trailing block columns k1:n of this step: the next plan.lookahead block
         columns one task each on the panel lane (so the next panel can start as soon as its
         own column is updated), then the rest on the update lane, cut by trailing_chunks.
         `record_update(c0, c1, lane)` records one and returns its task. Returns the tasks of
-        the rest, on the update lane."""
+        the rest, on the update lane. `rest_after_lookahead`: the rest starts once the
+        look-ahead columns are done, which then run alone (record_update is called with
+        follows=, the look-ahead columns' tasks, for the rest)."""
         nb, ops = self.plan.nb, self.plan.backend
         right = list(range(k1, n, nb))
         lookahead_columns, rest = right[:self.plan.lookahead], right[self.plan.lookahead:]
-        for c0 in lookahead_columns:
-            record_update(c0, min(c0 + nb, n), "gpu:panel")
+        lookahead = [record_update(c0, min(c0 + nb, n), "gpu:panel") for c0 in lookahead_columns]
+        after = {"follows": lookahead} if rest_after_lookahead and lookahead else {}
         self.previous_update_flops = 0.0
         tasks = []
         for c0, c1 in trailing_chunks(rest, n, nb, ops, self.plan, self.upload_group,
                                       uploading=step < self.split_steps):
-            tasks.append(record_update(c0, c1, "gpu:update"))
+            tasks.append(record_update(c0, c1, "gpu:update", **after))
             self.previous_update_flops += tasks[-1].flops
         return tasks
 

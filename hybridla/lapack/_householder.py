@@ -93,15 +93,16 @@ def record_reflectors(graph, ops, F, resource, form, step, slot, panel, rows, kb
 
 
 def record_block_update(graph, ops, F, reflectors, side, trans, direction, C, resource, rect,
-                        lane, step, flops):
+                        lane, step, flops, **order):
     """Task: the rectangle `rect` of C (the graph's `resource`) := op(G) C or C op(G), G the block
-    reflector (V, T, slot regions) that `record_reflectors` made from F."""
+    reflector (V, T, slot regions) that `record_reflectors` made from F. `order`: the graph's
+    ordering arguments (follows=)."""
     V, T, slot_regions = reflectors
     return graph.add(
         "update", step, lane,
         functools.partial(_apply, ops=ops, F=F, side=side, trans=trans, V=V, T=T,
                           C=C.block(*rect), direction=direction),
-        reads=slot_regions, writes=[Region(resource, *rect)], flops=flops)
+        reads=slot_regions, writes=[Region(resource, *rect)], flops=flops, **order)
 
 
 def _apply(lane, ops, F, side, trans, V, T, C, direction):

@@ -65,11 +65,16 @@ def record_geqrf_dist(graph, run, slots):
         reflectors = record_reflectors(on_slot, ops, S, "A", QR, step, slot,
                                        (0, m - k0, 0, kb), m - k0, kb, (0, kb))
 
-        # [A12; A22] := Q1^H [A12; A22]
+        # [A12; A22] := Q1^H [A12; A22]; on the next panel's owner its column first, alone:
+        # beside the rest of the update it ran 3-20 ms against about 1 ms, on the path from one
+        # panel to the next that bounds the run (perf/RESULTS.md, issue 32, stop 51)
+        next_owner = step + 1 < run.layout.blocks and run.layout.owner(step + 1) == run.rank
         steps.update_trailing(step, lk + kb if mine else lk, run.width,
-                              lambda c0, c1, lane: record_block_update(
+                              lambda c0, c1, lane, **order: record_block_update(
                                   graph, ops, S, reflectors, "L", "C", QR.direction, A, "A",
-                                  (k0, m, c0, c1), lane, step, larfb_flops(m - k0, kb, c1 - c0)))
+                                  (k0, m, c0, c1), lane, step, larfb_flops(m - k0, kb, c1 - c0),
+                                  **order),
+                              rest_after_lookahead=next_owner)
 
         # final now, sent home where the part is host-resident: the owner's panel (R11 and
         # the reflectors) and rows k0:k1 (R12) of every rank's columns right of it
