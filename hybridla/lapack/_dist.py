@@ -94,6 +94,15 @@ def fault_point(rank: int, step: int) -> None:
         raise fault
 
 
+# The panel lane's tasks wait for panels from other processes, which the host cannot see
+# coming: left to the order in which they became ready, the QR's next owner enqueued the larft
+# of step k + 1 (waiting for its broadcast) before its look-ahead column of step k, which then
+# waited for the other rank's panel too: 55-60 of 128 steps out of order in the trace at
+# n = 65536 on 2 GPUs (perf/RESULTS.md, issue 32, stop 51). (A module constant: a probe may
+# set it on the workers.)
+ORDERED_LANES = ("gpu:panel",)
+
+
 class AbortingGraph(TaskGraph):
     """A TaskGraph whose tasks abort the transport when they fail, at once, before the engine
     has waited for the tasks in flight: a peer (or this rank's own comm task) blocked in a
@@ -102,13 +111,7 @@ class AbortingGraph(TaskGraph):
     def __init__(self, transport):
         super().__init__()
         self.transport = transport
-        # The panel lane's tasks wait for panels from other processes, which the host cannot
-        # see coming: left to the order in which they became ready, the QR's next owner
-        # enqueued the larft of step k + 1 (waiting for its broadcast) before its look-ahead
-        # column of step k, which then waited for the other rank's panel too: 55-60 of 128
-        # steps out of order in the trace at n = 65536 on 2 GPUs (perf/RESULTS.md, issue 32,
-        # stop 51).
-        self.ordered_lanes = ("gpu:panel",)
+        self.ordered_lanes = ORDERED_LANES
 
     def add(self, name, step, lane, fn, **kwargs):
         return super().add(name, step, lane,

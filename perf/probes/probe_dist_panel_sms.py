@@ -4,7 +4,8 @@ distributed factorizations on 2 GPUs, where each GPU's update is half the one-GP
 the panel chain (panel, broadcast, larft, the look-ahead column, the next owner's panel) is
 not: the QR's traced panels at n = 65536 took 59 ms beside the update and 17 ms alone.
 Also whether fewer thread blocks for NCCL's collectives (distributed.nccl_max_ctas) do: a
-rank's broadcast holds its blocks from when it is queued until the owner sends.
+rank's broadcast holds its blocks from when it is queued until the owner sends; and what the
+panel lane enqueued in recorded order costs or gives each routine (settings "o" and "u").
 
 Each setting is set on every worker (hybridla.config.set through Client.run) and the call
 timed `--repeat` times on the same input (device chunks, laid out cyclically), after an
@@ -32,6 +33,9 @@ _SPEC.loader.exec_module(bench)
 
 def _configure(settings):
     import hybridla.config
+    from hybridla.lapack import _dist
+    settings = dict(settings)
+    _dist.ORDERED_LANES = settings.pop("ordered lanes", ("gpu:panel",))
     hybridla.config.set(settings)  # not as a context: it stays for the worker's later calls
     return True
 
@@ -39,7 +43,13 @@ def _configure(settings):
 def setting(text):
     """"16": 16 SMs by cuBLAS's SM count target; "g16": 16 SMs on a green context; "c4": no
     SMs kept, the NCCL communicator's collectives on at most 4 thread blocks
-    (distributed.nccl_max_ctas; "c0": NCCL's choice)."""
+    (distributed.nccl_max_ctas; "c0": NCCL's choice); "o": the defaults, "u": the defaults
+    but the panel lane enqueued as its tasks become ready, not in their recorded order
+    (lapack/_dist.ORDERED_LANES)."""
+    if text in ("o", "u"):
+        return {"device.panel_sms": 0, "device.sm_split": "cublas",
+                "distributed.nccl_max_ctas": None,
+                "ordered lanes": ("gpu:panel",) if text == "o" else ()}
     if text.startswith("c"):
         return {"device.panel_sms": 0, "device.sm_split": "cublas",
                 "distributed.nccl_max_ctas": int(text[1:]) or None}
