@@ -705,31 +705,51 @@ def test_a_host_resident_part_goes_home_once_after_its_last_write(routine, shape
     from hybridla.lapack.geqrf_dist import record_geqrf_dist
     from hybridla.lapack.getrf_dist import record_getrf_dist
     from hybridla.lapack.potrf_dist import record_potrf_dist
-    from hybridla.scheduler import TaskGraph
-    from hybridla.scheduler.plan import make_plan
     from _lapack_checks import StreamedStoreStub, assert_downloads_cover_once
     m, n = shape if routine != "potrf" else (shape[0], shape[0])
-    nb = 8
-    layout = _dist.BlockColumns(m, n, nb, 2)
+    layout = _dist.BlockColumns(m, n, 8, 2)
     A = StreamedStoreStub(m, layout.width(rank))
     ops = _WindowsOfTheStub(A)
-    plan = make_plan(ops._host, m, n, np.float64, routine={"getrf": "lu", "potrf": "cho",
-                                                            "geqrf": "qr"}[routine],
-                     nb=nb, lookahead=1)
-    run = _dist.WorkerRun(ops, plan, HostTransport.__new__(HostTransport), layout, rank, A)
-    slots = _dist.PanelSlots(ops._host, m, nb, np.float64, 3)
     record = {"getrf": record_getrf_dist, "potrf": record_potrf_dist,
               "geqrf": record_geqrf_dist}[routine]
+    graph = _recorded(record, {"getrf": "lu", "potrf": "cho", "geqrf": "qr"}[routine], layout,
+                      rank, ops, ops._host, A)
+    if routine == "potrf":  # the strict upper triangle is never written: it stays home
+        assert A.residency.home_is_current(), A.residency
+        return
+    assert_downloads_cover_once(graph, m, layout.width(rank), A)
+
+
+def _recorded(record, routine, layout, rank, ops, host, A):
+    """The graph that the distributed driver `record` records for `rank` of `layout`, its
+    part A seen through `ops` (nothing runs), the plan and the panel slots the host backend
+    `host`'s."""
+    from hybridla.scheduler import TaskGraph
+    from hybridla.scheduler.plan import make_plan
+    plan = make_plan(host, layout.m, layout.n, np.float64, routine=routine, nb=layout.nb,
+                     lookahead=1)
+    run = _dist.WorkerRun(ops, plan, HostTransport.__new__(HostTransport), layout, rank, A)
+    slots = _dist.PanelSlots(host, layout.m, layout.nb, np.float64, 3)
     graph = TaskGraph()
     try:
         for _ in record(graph, run, slots):
             pass
     finally:
         slots.close()
-    if routine == "potrf":  # the strict upper triangle is never written: it stays home
-        assert A.residency.home_is_current(), A.residency
-        return
-    assert_downloads_cover_once(graph, m, layout.width(rank), A)
+    return graph
+
+
+def _recorded_on_host(record, routine, rank, m=45, n=45, nb=8):
+    """_recorded on the host backend, a 45 x 45 matrix in blocks of 8 over 2 ranks; and the
+    layout."""
+    from hybridla.backend import get_backend
+    host = get_backend("host")
+    layout = _dist.BlockColumns(m, n, nb, 2)
+    A = host.matrix(m, layout.width(rank), np.float64, nb)
+    try:
+        return _recorded(record, routine, layout, rank, host, host, A), layout
+    finally:
+        A.close()
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -737,25 +757,8 @@ def test_lu_swaps_left_of_the_panel_follow_the_steps_update(rank):
     """getrf_dist's interchanges of a rank's finished columns (swap_left) follow the step's
     last update on the update lane: recorded before it, they were ready once the broadcast was
     enqueued and went ahead of the updates of columns still arriving in the stream."""
-    from hybridla.backend import get_backend
     from hybridla.lapack.getrf_dist import record_getrf_dist
-    from hybridla.scheduler import TaskGraph
-    from hybridla.scheduler.plan import make_plan
-    m = n = 45
-    nb = 8
-    layout = _dist.BlockColumns(m, n, nb, 2)
-    ops = get_backend("host")
-    A = ops.matrix(m, layout.width(rank), np.float64, nb)
-    plan = make_plan(ops, m, n, np.float64, routine="lu", nb=nb, lookahead=1)
-    run = _dist.WorkerRun(ops, plan, HostTransport.__new__(HostTransport), layout, rank, A)
-    slots = _dist.PanelSlots(ops, m, nb, np.float64, 3)
-    graph = TaskGraph()
-    try:
-        for _ in record_getrf_dist(graph, run, slots):
-            pass
-    finally:
-        slots.close()
-        A.close()
+    graph, _ = _recorded_on_host(record_getrf_dist, "lu", rank)
     swaps = [t for t in graph.tasks if t.name == "swap_left"]
     assert swaps
     for swap in swaps:
@@ -770,24 +773,8 @@ def test_qr_next_owner_updates_its_next_panel_column_alone_first(rank):
     """geqrf_dist on the next panel's owner: the rest of the step's update follows its
     look-ahead column (the next panel's), which so runs alone; the other rank's does not
     wait for its look-ahead column."""
-    from hybridla.backend import get_backend
     from hybridla.lapack.geqrf_dist import record_geqrf_dist
-    from hybridla.scheduler import TaskGraph
-    from hybridla.scheduler.plan import make_plan
-    m, n, nb = 45, 45, 8
-    layout = _dist.BlockColumns(m, n, nb, 2)
-    ops = get_backend("host")
-    A = ops.matrix(m, layout.width(rank), np.float64, nb)
-    plan = make_plan(ops, m, n, np.float64, routine="qr", nb=nb, lookahead=1)
-    run = _dist.WorkerRun(ops, plan, HostTransport.__new__(HostTransport), layout, rank, A)
-    slots = _dist.PanelSlots(ops, m, nb, np.float64, 3)
-    graph = TaskGraph()
-    try:
-        for _ in record_geqrf_dist(graph, run, slots):
-            pass
-    finally:
-        slots.close()
-        A.close()
+    graph, layout = _recorded_on_host(record_geqrf_dist, "qr", rank)
     checked = 0
     for step in range(layout.blocks - 1):
         column = [t.index for t in graph.tasks
