@@ -66,8 +66,9 @@ def record_geqrf_dist(graph, run, slots):
                                        (0, m - k0, 0, kb), m - k0, kb, (0, kb))
 
         # [A12; A22] := Q1^H [A12; A22]; on the next panel's owner its column first, alone:
-        # beside the rest of the update it ran 3-20 ms against about 1 ms, on the path from one
-        # panel to the next that bounds the run (perf/RESULTS.md, issue 32, stop 51)
+        # beside the rest of the update it took 3.9-16.8 ms against 0.5-1.2 ms, on the path
+        # from one panel to the next that bounds the run (the panel after it then starts beside
+        # the update: the run gained too little to measure; perf/RESULTS.md, issue 32, stop 51)
         next_owner = step + 1 < run.layout.blocks and run.layout.owner(step + 1) == run.rank
         steps.update_trailing(step, lk + kb if mine else lk, run.width,
                               lambda c0, c1, lane, **order: record_block_update(
