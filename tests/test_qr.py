@@ -205,6 +205,95 @@ def test_zero_first_column_matches_lapack(backend, dtype, rng):
     assert product < THRESH and orthogonality < THRESH
 
 
+# -- Householder leaves on a thread-block cluster (cuda/geqrf_leaf_cluster.cu) ------------------
+# On an sm_90 device a GPU panel is factored by recursive halves down to leaves of at most 16
+# columns, each one launch on a cluster of 16 blocks; elsewhere by cuSOLVER's geqrf. The heights
+# put the rows in one block, in several and in all 16, and above 65536; the widths make leaves
+# narrower than 16.
+
+def _qr_leaves_only_on_the_cluster(monkeypatch):
+    """On a device with the cluster kernel, make cuSOLVER's geqrf fail, so that a test of the
+    recursive panel cannot pass through it."""
+    import hybridla.backend.cuda.qr as device_qr
+    if not hybridla.backend.get_backend("cuda").leaf_cluster:
+        return
+
+    class NoGeqrf:
+        def __getattr__(self, name):
+            raise AssertionError(f"a QR panel left the cluster leaves for cuSOLVER ({name})")
+    monkeypatch.setattr(device_qr, "cusolverDn", NoGeqrf())
+
+
+def _gpu_panels_raw(a, nb):
+    (factors, tau), _ = hybridla.qr(a, mode="raw", backend="cuda", nb=nb, panel="gpu",
+                                    lookahead=1)
+    return factors, tau
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape, nb", [((37, 37), 37), ((1500, 40), 40), ((20000, 96), 96),
+                                       ((70000, 48), 48), ((181, 97), 64)], ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_cluster_qr_leaves_match_lapack(cuda_backend, dtype, shape, nb, monkeypatch, rng):
+    """LAPACK's factorization ratios for Q (dorgqr of our reflectors) and R, and LAPACK's signs:
+    R's diagonal and tau as geqrf's (the same larfg)."""
+    _qr_leaves_only_on_the_cluster(monkeypatch)
+    m, n = shape
+    a = np.asfortranarray(random_matrix(m, n, dtype, rng))
+    factors, tau = _gpu_panels_raw(a, nb)
+    q, r = q_by_lapack(factors, tau, "QR")
+    assert factorization_ratio(a, q, r, dtype) < THRESH
+    assert orthogonality_ratio(q) < THRESH
+    factors_ref, tau_ref, _, _ = scipy.linalg.lapack.get_lapack_funcs("geqrf", dtype=a.dtype)(a)
+    np.testing.assert_array_equal(np.sign(np.diag(r).real), np.sign(np.diag(factors_ref).real))
+    assert np.abs(wide(tau) - tau_ref).max() <= 1e3 * eps_of(dtype)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_cluster_qr_leaves_scale_with_the_columns(cuda_backend, dtype, monkeypatch, rng):
+    """Householder QR commutes with a positive column scaling D: the factors of A D are R D and
+    A's reflectors. The scales take the sums of squares past what they hold (double: squares
+    below 1e-250, over 1e308; the kernel's scaled path) and to the edges of float's range."""
+    _qr_leaves_only_on_the_cluster(monkeypatch)
+    m, n = 3000, 40
+    a = np.asfortranarray(random_matrix(m, n, dtype, rng))
+    single = np.dtype(dtype) in (np.dtype(np.float32), np.dtype(np.complex64))
+    extremes = [1e-30, 1e30, 1e-20, 1e25] if single else [1e-160, 1e160, 1e-300, 1e200]
+    scales = np.ones(n)
+    scales[[1, 17, 18, 35]] = extremes
+    factors, tau = _gpu_panels_raw(a, 40)
+    scaled, tau_scaled = _gpu_panels_raw(np.asfortranarray(a * scales.astype(dtype)), 40)
+    tolerance = 1e3 * eps_of(dtype)
+    assert np.abs(wide(tau_scaled) - wide(tau)).max() <= tolerance
+    below = np.tril(np.ones((m, n), bool), -1)
+    assert np.abs(wide(scaled)[below] - wide(factors)[below]).max() <= tolerance
+    r, r_scaled = np.triu(wide(factors[:n])), np.triu(wide(scaled[:n])) / scales
+    assert np.all(np.abs(r_scaled - r) <= tolerance * np.abs(r).max(axis=0))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64], ids=["float64", "complex64"])
+def test_cluster_qr_leaves_zero_and_triangular_columns(cuda_backend, dtype, monkeypatch, rng):
+    """A zero column and a column already zero below the diagonal with a real diagonal inside a
+    leaf: tau 0 there and the column left as it is (LAPACK's larfg), the rest LAPACK's."""
+    _qr_leaves_only_on_the_cluster(monkeypatch)
+    a = np.asfortranarray(random_matrix(5000, 48, dtype, rng))
+    a[:, 21] = 0
+    factors_ref, tau_ref, _, _ = scipy.linalg.lapack.get_lapack_funcs("geqrf", dtype=a.dtype)(a)
+    factors, tau = _gpu_panels_raw(a, 48)
+    assert tau[21] == tau_ref[21] == 0
+    np.testing.assert_array_equal(factors[22:, 21], 0)
+    assert np.abs(wide(factors) - factors_ref).max() <= 1e3 * eps_of(dtype) * \
+        np.abs(factors_ref).max()
+    b = np.asfortranarray(random_matrix(5000, 48, dtype, rng))
+    b[1:, 0] = 0
+    b[0, 0] = 3
+    factors, tau = _gpu_panels_raw(b, 48)
+    assert tau[0] == 0 and factors[0, 0] == 3
+    np.testing.assert_array_equal(factors[1:, 0], 0)
+
+
 # -- memory layouts and overwrite_a -----------------------------------------------------------
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -5,9 +5,16 @@ larft and larfb, BLAS-3). The question: is the distributed QR's panel (17 ms alo
 beside the update at n = 65536 on 2 GPUs, 512 columns) bound by cuSOLVER's cost per column,
 and would a recursive panel shorten it?
 
-    python3 perf/probes/probe_qr_panel.py --rows 65536,24576 --leaves 0,256,128,64
+    python3 perf/probes/probe_qr_panel.py --rows 65536,24576 --leaves cusolver,0,256,128
 
-leaf 0 is geqrf on the whole panel. Each time is the median of --repeat runs, by CUDA events
+leaf "cusolver" is cuSOLVER's geqrf on the whole panel; 0 is the backend's panel (on an sm_90
+device: recursive halves on thread-block cluster leaves, cuda/geqrf_leaf_cluster.cu); a number
+is this probe's recursion down to leaves of that width, each leaf the backend's panel; "w8"
+is the backend's panel with cluster leaves of 8 columns (16 by default); "leaves" the cluster
+leaves alone, one launch per 16 columns down the diagonal without the updates between them
+(the time of the leaves within the backend's panel, not a factorization).
+
+Each time is the median of --repeat runs, by CUDA events
 on the panel lane; "beside" runs the panel while a loop of DGEMMs (16384 x 16384 x 512) runs
 on the update lane. The check: R of each variant against geqrf's (relative difference).
 """
@@ -18,6 +25,7 @@ import statistics
 
 import numpy as np
 
+import hybridla.backend.cuda.qr as device_qr
 from hybridla.backend import get_backend
 from hybridla.update.qr import apply_block_reflector
 
@@ -43,7 +51,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", default="65536,24576")
     parser.add_argument("--cols", type=int, default=512)
-    parser.add_argument("--leaves", default="0,256,128,64")
+    parser.add_argument("--leaves", default="cusolver,0")
     parser.add_argument("--repeat", type=int, default=5)
     opts = parser.parse_args()
     ops = get_backend("cuda")
@@ -57,7 +65,11 @@ def main():
         A = ops.matrix(m, nb, np.float64, nb)
         lane = ops.lane("gpu:panel")
         reference = None
-        for leaf in [int(v) for v in opts.leaves.split(",")]:
+        for spec in opts.leaves.split(","):
+            # cuSOLVER: no lane launches a cluster as large as asked
+            device_qr._QR_LEAF["blocks"] = 10 ** 9 if spec == "cusolver" else 16
+            device_qr._QR_LEAF["width"] = int(spec[1:]) if spec.startswith("w") else 16
+            leaf = int(spec) if spec.isdigit() else -1 if spec == "leaves" else 0
             for beside in (False, True):
                 times = []
                 for _ in range(opts.repeat):
@@ -70,7 +82,13 @@ def main():
                                          G.block(0, nb, 0, big), 1, G.block(0, big, 0, big))
                     with lane:
                         start = lane.record()
-                        recursive_panel(ops, lane, A, 0, m, 0, nb, leaf)
+                        if leaf < 0:
+                            step = device_qr._QR_LEAF["width"]
+                            for c0 in range(0, nb, step):
+                                ops.householder_panel(lane, A, 0, "QR", (c0, m),
+                                                      (c0, c0 + step), (c0, c0 + step))
+                        else:
+                            recursive_panel(ops, lane, A, 0, m, 0, nb, leaf)
                         end = lane.record()
                     ops.synchronize()
                     times.append(end.time_since(start))
@@ -78,9 +96,9 @@ def main():
                 if reference is None:
                     reference = R
                 diff = np.abs(np.abs(R) - np.abs(reference)).max() / np.abs(reference).max()
-                print(f"m {m} cols {nb} leaf {leaf or 'geqrf'} {'beside' if beside else 'alone'}:"
+                print(f"m {m} cols {nb} leaf {spec} {'beside' if beside else 'alone'}:"
                       f" median {statistics.median(times):.2f} ms (runs "
-                      f"{', '.join(f'{t:.2f}' for t in times)}); R against geqrf's {diff:.1e}",
+                      f"{', '.join(f'{t:.2f}' for t in times)}); R against the first's {diff:.1e}",
                       flush=True)
         A.close()
     G.close()

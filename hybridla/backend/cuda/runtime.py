@@ -50,6 +50,7 @@ _KERNEL_FILES = {
     "getrf_panel.cu": (),
     "tslu.cu": ("getrf_panel.cu",),
     "getrf_leaf_cluster.cu": ("getrf_panel.cu", "tslu.cu"),
+    "geqrf_leaf_cluster.cu": (),
     "convert.cu": ("lapack_aux.cu",),
     "geqp3.cu": ("lapack_aux.cu",),
     "hemv.cu": ("lapack_aux.cu", "convert.cu"),
@@ -243,6 +244,9 @@ def compile_kernels(device, context, ordinal: int):
                 module.allow_shared(f"tslu_finish_{prefix}", tslu_shared)
         elif file == "getrf_leaf_cluster.cu" and leaf_cluster:
             module.allow_nonportable_cluster("getrf_leaf_cluster_s")
+        elif file == "geqrf_leaf_cluster.cu" and leaf_cluster:
+            for prefix in _PREFIX.values():
+                module.allow_nonportable_cluster(f"geqrf_leaf_cluster_{prefix}")
 
     major, minor = device.compute_capability()
     arch = f"sm_{major}{minor}"
