@@ -1,6 +1,6 @@
-// The Householder QR of a recursive panel's leaf (m x w, w <= 16, m >= w) in one launch on one
-// thread-block cluster of 16 blocks (sm_90): LAPACK's geqr2 column by column, for the four
-// element types (s, d, c, z), the arithmetic in double.
+// The Householder QR of a recursive panel's leaf (m x w, m >= w; w <= 16, or w <= 32 for the
+// real types) in one launch on one thread-block cluster of 16 blocks (sm_90): LAPACK's geqr2
+// column by column, for the four element types (s, d, c, z), the arithmetic in double.
 //
 // Why: cuSOLVER's geqrf on a tall panel costs about 30 us a column alone and 110 us beside the
 // trailing update's GEMMs (perf/probes/probe_qr_panel.py): several launches a column, each
@@ -10,7 +10,8 @@
 // panel 17.7 ms alone and 29.1 ms beside DGEMMs (cuSOLVER 15.3 / 55.5); 24576 x 512 9.6 / 17.8
 // (11.4 / 45.0). A column of a 65536-row leaf costs about 25 us, the pass moving about 14 bytes
 // a cycle per SM: far below L2's bandwidth, and not from too few loads in flight (three rows a
-// thread at once took as long as one). Leaves of 32 columns cost 1.55x as much a column.
+// thread at once took as long as one). Leaves of 32 columns cost 1.55x as much a column on the
+// device, but halve the launches between leaves, which the host makes (device.qr_panel_leaf).
 //
 // Layout: block b holds rows [b S, min((b + 1) S, m)), S = ceil(m / 16); thread t of it rows
 // b S + t + r THREADS. Each row is read and written by its one thread, in global memory (a leaf
@@ -374,3 +375,5 @@ GEQRF_LEAF(geqrf_leaf_cluster_s, float, 16, 3)
 GEQRF_LEAF(geqrf_leaf_cluster_d, double, 16, 3)
 GEQRF_LEAF(geqrf_leaf_cluster_c, cuFloatComplex, 16, 1)
 GEQRF_LEAF(geqrf_leaf_cluster_z, cuDoubleComplex, 16, 1)
+GEQRF_LEAF(geqrf_leaf_cluster_32_s, float, 32, 1)
+GEQRF_LEAF(geqrf_leaf_cluster_32_d, double, 32, 1)

@@ -206,10 +206,11 @@ def test_zero_first_column_matches_lapack(backend, dtype, rng):
 
 
 # -- Householder leaves on a thread-block cluster (cuda/geqrf_leaf_cluster.cu) ------------------
-# On an sm_90 device a GPU panel is factored by recursive halves down to leaves of at most 16
-# columns, each one launch on a cluster of 16 blocks; elsewhere by cuSOLVER's geqrf. The heights
-# put the rows in one block, in several and in all 16, and above 65536; the widths make leaves
-# narrower than 16.
+# On an sm_90 device a GPU panel is factored by recursive halves down to leaves of at most
+# device.qr_panel_leaf columns (32, 16 for complex types), each one launch on a cluster of 16
+# blocks; elsewhere, or with the setting 0, by cuSOLVER's geqrf. The heights put the rows in one
+# block, in several and in all 16, and above 65536; the widths make leaves of both kernels and
+# narrower ones.
 
 def _qr_leaves_only_on_the_cluster(monkeypatch):
     """On a device with the cluster kernel, make cuSOLVER's geqrf fail, so that a test of the
@@ -224,23 +225,27 @@ def _qr_leaves_only_on_the_cluster(monkeypatch):
     monkeypatch.setattr(device_qr, "cusolverDn", NoGeqrf())
 
 
-def _gpu_panels_raw(a, nb):
-    (factors, tau), _ = hybridla.qr(a, mode="raw", backend="cuda", nb=nb, panel="gpu",
-                                    lookahead=1)
+def _gpu_panels_raw(a, nb, leaf=32):
+    with hybridla.config.set({"device.qr_panel_leaf": leaf}):
+        (factors, tau), _ = hybridla.qr(a, mode="raw", backend="cuda", nb=nb, panel="gpu",
+                                        lookahead=1)
     return factors, tau
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("leaf", [32, 16, 0])
 @pytest.mark.parametrize("shape, nb", [((37, 37), 37), ((1500, 40), 40), ((20000, 96), 96),
                                        ((70000, 48), 48), ((181, 97), 64)], ids=str)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-def test_cluster_qr_leaves_match_lapack(cuda_backend, dtype, shape, nb, monkeypatch, rng):
+def test_cluster_qr_leaves_match_lapack(cuda_backend, dtype, shape, nb, leaf, monkeypatch, rng):
     """LAPACK's factorization ratios for Q (dorgqr of our reflectors) and R, and LAPACK's signs:
-    R's diagonal and tau as geqrf's (the same larfg)."""
-    _qr_leaves_only_on_the_cluster(monkeypatch)
+    R's diagonal and tau as geqrf's (the same larfg); with device.qr_panel_leaf 0, cuSOLVER's
+    panels, to the same standard."""
+    if leaf:
+        _qr_leaves_only_on_the_cluster(monkeypatch)
     m, n = shape
     a = np.asfortranarray(random_matrix(m, n, dtype, rng))
-    factors, tau = _gpu_panels_raw(a, nb)
+    factors, tau = _gpu_panels_raw(a, nb, leaf)
     q, r = q_by_lapack(factors, tau, "QR")
     assert factorization_ratio(a, q, r, dtype) < THRESH
     assert orthogonality_ratio(q) < THRESH
@@ -292,6 +297,18 @@ def test_cluster_qr_leaves_zero_and_triangular_columns(cuda_backend, dtype, monk
     factors, tau = _gpu_panels_raw(b, 48)
     assert tau[0] == 0 and factors[0, 0] == 3
     np.testing.assert_array_equal(factors[1:, 0], 0)
+
+
+@pytest.mark.parametrize("leaf", [-1, 33, "16", 2.5, True])
+def test_qr_panel_leaf_setting_is_checked_before_any_work(backend, leaf, rng):
+    """A bad device.qr_panel_leaf is refused by name before the matrix is touched (it would
+    otherwise raise inside a panel task, the matrix half factored)."""
+    a = np.asfortranarray(random_matrix(30, 20, np.float64, rng))
+    saved = a.copy(order="F")
+    with hybridla.config.set({"device.qr_panel_leaf": leaf}):
+        with pytest.raises(ValueError, match="device.qr_panel_leaf"):
+            hybridla.qr(a, overwrite_a=True, backend=backend, nb=8)
+    np.testing.assert_array_equal(a, saved)
 
 
 # -- memory layouts and overwrite_a -----------------------------------------------------------

@@ -36,6 +36,8 @@ class DeviceSettings:
     host_transfer: how a host matrix moves (as config.py lists).
     pin_min_bytes: below this a host matrix is copied pageable, neither staged nor pinned.
     pool_max_bytes: what the pool may keep cached once a public call returns (None: all).
+    qr_panel_leaf: the widest leaf of a device's recursive Householder panel (0: the vendor's
+        whole-panel geqrf).
     """
 
     copy_threads: int = 0
@@ -45,6 +47,7 @@ class DeviceSettings:
     host_transfer: str = "staged"
     pin_min_bytes: int = 1 << 26
     pool_max_bytes: int | None = 1 << 30
+    qr_panel_leaf: int = 32
 
 
 class BackendDefaults:

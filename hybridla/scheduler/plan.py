@@ -248,15 +248,22 @@ def _positive_int(name, value, minimum):
 def device_settings() -> DeviceSettings:
     """The device.* configuration as the backend takes it (backend/ops.DeviceSettings): read
     once per plan by make_plan, or by a call that runs outside any plan. Values are checked
-    where the backend uses them (device.sm_split, device.host_transfer)."""
+    where the backend uses them (device.sm_split, device.host_transfer), or here, where a bad
+    one would only raise inside a run (device.qr_panel_leaf: in a panel task, the matrix half
+    factored)."""
     cfg = _config.config
+    leaf = cfg.get("device.qr_panel_leaf", 32)
+    if _positive_int("device.qr_panel_leaf", leaf, 0) > 32:
+        raise ValueError(f"device.qr_panel_leaf must be at most 32; got "
+                         f"device.qr_panel_leaf={leaf!r}")
     return DeviceSettings(copy_threads=cfg.get("device.copy_threads") or 0,
                           panel_sms=cfg.get("device.panel_sms") or 0,
                           sm_split=cfg.get("device.sm_split"),
                           memory_pool=bool(cfg.get("device.memory_pool")),
                           host_transfer=cfg.get("device.host_transfer"),
                           pin_min_bytes=cfg.get("device.pin_min_bytes"),
-                          pool_max_bytes=cfg.get("device.pool_max_bytes"))
+                          pool_max_bytes=cfg.get("device.pool_max_bytes"),
+                          qr_panel_leaf=int(leaf))
 
 
 def make_plan(backend, m, n, dtype, *, routine="lu", nb=None, lookahead=None, panel=None,

@@ -8,11 +8,12 @@ and would a recursive panel shorten it?
     python3 perf/probes/probe_qr_panel.py --rows 65536,24576 --leaves cusolver,0,256,128
 
 leaf "cusolver" is cuSOLVER's geqrf on the whole panel; 0 is the backend's panel (on an sm_90
-device: recursive halves on thread-block cluster leaves, cuda/geqrf_leaf_cluster.cu); a number
-is this probe's recursion down to leaves of that width, each leaf the backend's panel; "w8"
-is the backend's panel with cluster leaves of 8 columns (16 by default); "leaves" the cluster
-leaves alone, one launch per 16 columns down the diagonal without the updates between them
-(the time of the leaves within the backend's panel, not a factorization).
+device: recursive halves on thread-block cluster leaves, cuda/geqrf_leaf_cluster.cu, of
+device.qr_panel_leaf's default width); a number is this probe's recursion down to leaves of
+that width, each leaf the backend's panel; "w16" is the backend's panel with cluster leaves
+of at most 16 columns; "leaves" the default's cluster leaves alone, one launch per leaf down
+the diagonal without the updates between them (the leaves' share of the backend's panel,
+not a factorization).
 
 Each time is the median of --repeat runs, by CUDA events
 on the panel lane; "beside" runs the panel while a loop of DGEMMs (16384 x 16384 x 512) runs
@@ -21,12 +22,13 @@ on the update lane. The check: R of each variant against geqrf's (relative diffe
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 
 import numpy as np
 
-import hybridla.backend.cuda.qr as device_qr
 from hybridla.backend import get_backend
+from hybridla.backend.ops import DeviceSettings
 from hybridla.update.qr import apply_block_reflector
 
 
@@ -67,8 +69,9 @@ def main():
         reference = None
         for spec in opts.leaves.split(","):
             # cuSOLVER: no lane launches a cluster as large as asked
-            device_qr._QR_LEAF["blocks"] = 10 ** 9 if spec == "cusolver" else 16
-            device_qr._QR_LEAF["width"] = int(spec[1:]) if spec.startswith("w") else 16
+            width = 0 if spec == "cusolver" else int(spec[1:]) if spec.startswith("w") \
+                else DeviceSettings().qr_panel_leaf
+            A.settings = dataclasses.replace(A.settings, qr_panel_leaf=width)
             leaf = int(spec) if spec.isdigit() else -1 if spec == "leaves" else 0
             for beside in (False, True):
                 times = []
@@ -83,7 +86,7 @@ def main():
                     with lane:
                         start = lane.record()
                         if leaf < 0:
-                            step = device_qr._QR_LEAF["width"]
+                            step = width
                             for c0 in range(0, nb, step):
                                 ops.householder_panel(lane, A, 0, "QR", (c0, m),
                                                       (c0, c0 + step), (c0, c0 + step))

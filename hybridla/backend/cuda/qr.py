@@ -87,19 +87,21 @@ def householder_panel(lane, A, step, storage, rows, cols, taus):
     _flip(lane, reversed_tau, A.tau_block(t0, t1))
 
 
-# geqrf_leaf_cluster.cu's shape: one cluster of 16 blocks of 256 threads, leaves up to 16 wide
-# (leaves of 32 cost 1.55x as much a column: a 65536 x 512 panel 23.7 ms against 17.7, H100,
-# perf/probes/probe_qr_panel.py)
-_QR_LEAF = {"blocks": 16, "threads": 256, "width": 16}
+# geqrf_leaf_cluster.cu's shape: one cluster of 16 blocks of 256 threads; its leaves up to 16
+# columns wide for every type, up to 32 for the real types (their registers hold a row of 32)
+_QR_LEAF = {"blocks": 16, "threads": 256, "widest": {"s": 32, "d": 32, "c": 16, "z": 16}}
 
 
 def _geqrf(lane, A, step, block, tau_ptr):
-    """geqrf of `block` (rows >= cols) in place, its scalars at tau_ptr: by recursive halves
-    on thread-block cluster leaves (`_geqrf_recursive`) where the lane can launch a cluster of
-    16 (an sm_90 device, not a green context of fewer SMs than a GPU processing cluster), else
+    """geqrf of `block` in place, its scalars at tau_ptr: by recursive halves on thread-block
+    cluster leaves of at most A.settings.qr_panel_leaf columns (`_geqrf_recursive`) where the
+    block is tall and the lane can launch a cluster of 16 (an sm_90 device, not a green
+    context of fewer SMs than a GPU processing cluster); else, or with qr_panel_leaf 0,
     cuSOLVER's geqrf on the whole block."""
-    if getattr(lane, "cluster_blocks", 1) >= _QR_LEAF["blocks"] and block.rows >= block.cols:
-        _geqrf_recursive(lane, A, block, tau_ptr)
+    leaf = min(A.settings.qr_panel_leaf, _QR_LEAF["widest"][_PREFIX[A.dtype]])
+    if leaf > 0 and getattr(lane, "cluster_blocks", 1) >= _QR_LEAF["blocks"] and \
+            block.rows >= block.cols:
+        _geqrf_recursive(lane, A, block, tau_ptr, leaf)
         return
     prefix = _PREFIX[A.dtype]
     need = getattr(cusolverDn, prefix + "geqrf_buffer_size")(lane.solver, block.rows,
@@ -110,7 +112,7 @@ def _geqrf(lane, A, step, block, tau_ptr):
                                          int(A.info_dev) + step * 4)
 
 
-def _geqrf_recursive(lane, A, block, tau_ptr):
+def _geqrf_recursive(lane, A, block, tau_ptr, width):
     """The QR of a tall block by recursive halving (Elmroth and Gustavson 2000), on one lane:
 
         [A1 A2] with A1 the left h columns, A2 the rest
@@ -118,17 +120,16 @@ def _geqrf_recursive(lane, A, block, tau_ptr):
         A2 := Q1^H A2 = A2 - V1 T1^H V1^H A2     T1 = larft(V1, tau1): two GEMMs and a TRMM
         A2[h:, :] = Q2 [R2; 0]           the right half's rows below R1, recursively
 
-    and a leaf of at most 16 columns in one launch on a thread-block cluster
+    and a leaf of at most `width` columns in one launch on a thread-block cluster
     (cuda/geqrf_leaf_cluster.cu). cuSOLVER's geqrf costs about 30 us a column alone and 110 us
     beside the trailing update's GEMMs (perf/probes/probe_qr_panel.py), several launches a
     column each waiting for SMs; here a column is one exchange inside the leaf's launch, and
     the launches between leaves carry the flops as GEMMs. (The update is LAPACK's larfb, as
     update/qr.apply_block_reflector, which the backend cannot import.)"""
-    backend, rows, cols = lane.backend, block.rows, block.cols
-    width = _QR_LEAF["width"]
+    backend, rows, cols, prefix = lane.backend, block.rows, block.cols, _PREFIX[block.dtype]
     if cols <= width:
-        backend.kernels.launch(f"geqrf_leaf_cluster_{_PREFIX[block.dtype]}",
-                               (_QR_LEAF["blocks"],), (_QR_LEAF["threads"],),
+        kernel = f"geqrf_leaf_cluster_{prefix}" if cols <= 16 else f"geqrf_leaf_cluster_32_{prefix}"
+        backend.kernels.launch(kernel, (_QR_LEAF["blocks"],), (_QR_LEAF["threads"],),
                                lane.handle, ctypes.c_void_p(block.ptr),
                                ctypes.c_longlong(block.ld), ctypes.c_int(rows),
                                ctypes.c_int(cols), ctypes.c_void_p(tau_ptr))
@@ -137,7 +138,7 @@ def _geqrf_recursive(lane, A, block, tau_ptr):
     # the largest V and T first: the workspaces are kept for the store's lifetime
     V = A.workspace(f"panel V {lane.name}", rows, h)
     T = A.workspace(f"panel T {lane.name}", h, h)
-    _geqrf_recursive(lane, A, block.sub(0, rows, 0, h), tau_ptr)
+    _geqrf_recursive(lane, A, block.sub(0, rows, 0, h), tau_ptr, width)
     explicit_reflectors(lane, block.sub(0, rows, 0, h), V, "QR")
     triangular_factor(lane, V, DeviceBlock(tau_ptr, h, 1, h, block.dtype), T, "forward",
                       work=A.scratch(lane, h, h))
@@ -146,7 +147,8 @@ def _geqrf_recursive(lane, A, block, tau_ptr):
     backend.gemm(lane, 1, V, right, 0, W, trans_a="C")  # W = V1^H A2
     backend.trmm(lane, "L", "U", "C", "N", 1, T, W)      # W = T1^H W
     backend.gemm(lane, -1, V, W, 1, right)                # A2 -= V1 W
-    _geqrf_recursive(lane, A, block.sub(h, rows, h, cols), tau_ptr + h * block.dtype.itemsize)
+    _geqrf_recursive(lane, A, block.sub(h, rows, h, cols), tau_ptr + h * block.dtype.itemsize,
+                     width)
 
 
 def _conj_transpose(lane, src, dst):

@@ -247,6 +247,8 @@ def compile_kernels(device, context, ordinal: int):
         elif file == "geqrf_leaf_cluster.cu" and leaf_cluster:
             for prefix in _PREFIX.values():
                 module.allow_nonportable_cluster(f"geqrf_leaf_cluster_{prefix}")
+            for prefix in ("s", "d"):
+                module.allow_nonportable_cluster(f"geqrf_leaf_cluster_32_{prefix}")
 
     major, minor = device.compute_capability()
     arch = f"sm_{major}{minor}"
