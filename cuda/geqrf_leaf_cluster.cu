@@ -10,8 +10,8 @@
 // panel 17.7 ms alone and 29.1 ms beside DGEMMs (cuSOLVER 15.3 / 55.5); 24576 x 512 9.6 / 17.8
 // (11.4 / 45.0). A column of a 65536-row leaf costs about 25 us, the pass moving about 14 bytes
 // a cycle per SM: far below L2's bandwidth, and not from too few loads in flight (three rows a
-// thread at once took as long as one). Leaves of 32 columns cost 1.55x as much a column on the
-// device, but halve the launches between leaves, which the host makes (device.qr_panel_leaf).
+// thread at once took as long as one). Leaves of 32 columns (the real types' second kernel,
+// device.qr_panel_leaf 32) cost 1.55x as much a column, and halve the launches between leaves.
 //
 // Layout: block b holds rows [b S, min((b + 1) S, m)), S = ceil(m / 16); thread t of it rows
 // b S + t + r THREADS. Each row is read and written by its one thread, in global memory (a leaf

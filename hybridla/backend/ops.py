@@ -47,7 +47,7 @@ class DeviceSettings:
     host_transfer: str = "staged"
     pin_min_bytes: int = 1 << 26
     pool_max_bytes: int | None = 1 << 30
-    qr_panel_leaf: int = 32
+    qr_panel_leaf: int = 16
 
 
 class BackendDefaults:

@@ -10,13 +10,13 @@ and would a recursive panel shorten it?
 leaf "cusolver" is cuSOLVER's geqrf on the whole panel; 0 is the backend's panel (on an sm_90
 device: recursive halves on thread-block cluster leaves, cuda/geqrf_leaf_cluster.cu, of
 device.qr_panel_leaf's default width); a number is this probe's recursion down to leaves of
-that width, each leaf the backend's panel; "w16" is the backend's panel with cluster leaves
-of at most 16 columns; "leaves" the default's cluster leaves alone, one launch per leaf down
+that width, each leaf the backend's panel; "wN" (w32) is the backend's panel with cluster
+leaves of at most N columns; "leaves" the default's cluster leaves alone, one launch per leaf down
 the diagonal without the updates between them (the leaves' share of the backend's panel,
 not a factorization).
 
 Each time is the median of --repeat runs, by CUDA events
-on the panel lane; "beside" runs the panel while a loop of DGEMMs (16384 x 16384 x 512) runs
+on the panel lane (and the host's time to enqueue it); "beside" runs the panel while a loop of DGEMMs (16384 x 16384 x 512) runs
 on the update lane. The check: R of each variant against geqrf's (relative difference).
 """
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
+import time
 
 import numpy as np
 
@@ -74,7 +75,7 @@ def main():
             A.settings = dataclasses.replace(A.settings, qr_panel_leaf=width)
             leaf = int(spec) if spec.isdigit() else -1 if spec == "leaves" else 0
             for beside in (False, True):
-                times = []
+                times, calls = [], []
                 for _ in range(opts.repeat):
                     ops.from_host(None, x, A.block(0, m, 0, nb))  # its own wait
                     ops.synchronize()
@@ -84,6 +85,7 @@ def main():
                                 ops.gemm(update, -1, G.block(0, big, 0, nb),
                                          G.block(0, nb, 0, big), 1, G.block(0, big, 0, big))
                     with lane:
+                        called = time.perf_counter()
                         start = lane.record()
                         if leaf < 0:
                             step = width
@@ -93,6 +95,7 @@ def main():
                         else:
                             recursive_panel(ops, lane, A, 0, m, 0, nb, leaf)
                         end = lane.record()
+                        calls.append((time.perf_counter() - called) * 1e3)
                     ops.synchronize()
                     times.append(end.time_since(start))
                 R = np.triu(ops.to_host(None, A.block(0, nb, 0, nb)))
@@ -101,7 +104,8 @@ def main():
                 diff = np.abs(np.abs(R) - np.abs(reference)).max() / np.abs(reference).max()
                 print(f"m {m} cols {nb} leaf {spec} {'beside' if beside else 'alone'}:"
                       f" median {statistics.median(times):.2f} ms (runs "
-                      f"{', '.join(f'{t:.2f}' for t in times)}); R against the first's {diff:.1e}",
+                      f"{', '.join(f'{t:.2f}' for t in times)}); the host's calls "
+                      f"{statistics.median(calls):.2f} ms; R against the first's {diff:.1e}",
                       flush=True)
         A.close()
     G.close()
