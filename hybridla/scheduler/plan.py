@@ -252,7 +252,7 @@ def device_settings() -> DeviceSettings:
     one would only raise inside a run (device.qr_panel_leaf: in a panel task, the matrix half
     factored)."""
     cfg = _config.config
-    leaf = cfg.get("device.qr_panel_leaf", 16)
+    leaf = cfg.get("device.qr_panel_leaf")
     if _positive_int("device.qr_panel_leaf", leaf, 0) > 32:
         raise ValueError(f"device.qr_panel_leaf must be at most 32; got "
                          f"device.qr_panel_leaf={leaf!r}")
