@@ -1,6 +1,7 @@
 """The tile store's transfer plan and residency (scheduler/transfers.py, backend/residency.py),
 and ordering declared as chains (scheduler/graph.py): recorded graphs, nothing runs."""
 import dataclasses
+import threading
 
 import numpy as np
 import pytest
@@ -8,7 +9,7 @@ from _lapack_checks import StagedStoreStub, StreamedStoreStub, assert_downloads_
 
 import hybridla
 from hybridla.backend.residency import DEVICE, HOST, Residency
-from hybridla.scheduler import Region, TaskGraph
+from hybridla.scheduler import Region, TaskGraph, run
 from hybridla.scheduler.plan import make_plan
 
 SHAPES = [(37, 37), (45, 29), (29, 45)]
@@ -167,3 +168,104 @@ def test_column_blocks_slice_as_the_matrix_they_make_views_within_a_block():
         ColumnBlocks([blocks[0], np.zeros((6, 3))])
     with pytest.raises(ValueError, match="rows and dtype"):
         ColumnBlocks([blocks[0], np.zeros((7, 3), np.float32)])
+
+
+class _StagedCopies(StagedStoreStub):
+    """A streamed store whose staged copies move NumPy data (the host `source` into a slot,
+    the slot into `device`), each logged with the thread that made it; `hold` (an Event),
+    when given, holds the thread of UploadsAhead inside its stage of block `hold_at` until it
+    is set (`holding` is set once it is there), and `fail_at` makes that thread's stage of
+    that block raise."""
+
+    def __init__(self, source, nb, hold_at=None, fail_at=None):
+        super().__init__(*source.shape, nb)
+        self.slot_elements = nb * source.shape[0]  # a block column a slot
+        self.source, self.device = source, np.zeros_like(source)
+        self.slots, self.log, self.lock = {}, [], threading.Lock()
+        self.hold_at, self.fail_at = hold_at, fail_at
+        self.hold, self.holding = threading.Event(), threading.Event()
+
+    def stage_block(self, lane, slot, r0, r1, c0, c1):
+        ahead = threading.current_thread().name == "hybridla-uploads-ahead"
+        if ahead and c0 // self.nb == self.fail_at:
+            raise OSError("the host copy failed")
+        if ahead and c0 // self.nb == self.hold_at:
+            self.holding.set()
+            assert self.hold.wait(30)
+        self.slots[slot] = ((r0, r1, c0, c1), self.source[r0:r1, c0:c1].copy())
+        with self.lock:
+            self.log.append(("stage", c0 // self.nb, ahead))
+
+    def upload_staged(self, lane, slot, r0, r1, c0, c1):
+        held, block = self.slots[slot]
+        assert held == (r0, r1, c0, c1), "a slot filled again before its DMA read it"
+        self.device[r0:r1, c0:c1] = block
+        with self.lock:
+            self.log.append(("upload", c0 // self.nb, threading.current_thread().name ==
+                             "hybridla-uploads-ahead"))
+
+    @property
+    def nb(self):
+        return self.slot_elements // self.m
+
+
+def _bring_up(A, nb):
+    from hybridla.scheduler.transfers import TransferPlan
+    m, n = A.m, A.n
+    graph = TaskGraph()
+    TransferPlan(graph, A, _plan(m, n, "lu")).bring_up()
+    return graph
+
+
+@pytest.mark.parametrize("ahead", [0, 3, None], ids=["never-started", "3-ahead", "all-ahead"])
+def test_uploads_ahead_of_the_graph_hand_over_without_a_block_twice(ahead):
+    """A streamed store's bring-up started from its own thread (transfers.UploadsAhead) while
+    the graph is recorded: the thread takes blocks in order until the graph's copies reach one
+    it has not, and the graph's copies of the blocks it took wait for it and do nothing
+    else; every block goes up once, and the device copy is the matrix."""
+    m, n, nb = 20, 8 * 11 + 5, 8
+    source = np.arange(m * n, dtype=np.float64).reshape(m, n, order="F")
+    blocks = -(-n // nb)
+    A = _StagedCopies(source, nb, hold_at=ahead if ahead else None)
+    graph = _bring_up(A, nb)
+    uploads_ahead = graph.uploads_ahead
+    if ahead != 0:
+        uploads_ahead.start()
+        if ahead is None:  # the thread goes through, then the graph finds everything done
+            uploads_ahead.finish()
+        else:  # the thread is inside block 3: blocks 0-3 are its; the graph waits for them
+            assert A.holding.wait(30)
+            threading.Timer(0.05, A.hold.set).start()
+    try:
+        run(graph, hybridla.backend.get_backend("host"), workers=2)
+    finally:
+        A.hold.set()
+        uploads_ahead.finish()
+    np.testing.assert_array_equal(A.device, source)
+    for kind in ("stage", "upload"):
+        done = [(block, by_thread) for what, block, by_thread in A.log if what == kind]
+        assert sorted(block for block, _ in done) == list(range(blocks)), kind
+        taken = [block for block, by_thread in done if by_thread]
+        assert taken == list(range(len(taken))), "the thread's blocks are the first ones"
+        assert len(taken) == uploads_ahead.count
+    expected = {0: 0, None: blocks}.get(ahead)
+    if expected is not None:
+        assert uploads_ahead.count == expected
+    else:
+        assert ahead + 1 <= uploads_ahead.count <= blocks
+
+
+def test_an_upload_ahead_that_fails_fails_the_run():
+    """The thread's failure is raised by the graph's copy of the block it failed, and the
+    graph's run raises it (the data of a block that never went up is never read)."""
+    m, n, nb = 20, 8 * 6, 8
+    source = np.ones((m, n), order="F")
+    A = _StagedCopies(source, nb, fail_at=2)
+    graph = _bring_up(A, nb)
+    graph.uploads_ahead.start()
+    try:
+        with pytest.raises(RuntimeError, match="block 2 ahead of the graph failed: the host copy"):
+            run(graph, hybridla.backend.get_backend("host"), workers=2)
+    finally:
+        graph.uploads_ahead.finish()
+    assert graph.uploads_ahead.count == 2

@@ -94,15 +94,28 @@ def run_recording(graph, steps, A, plan, trace, name):
     A matrix already on the device starts on its first plan.head_steps steps while the rest are
     recorded (recording and ordering the whole graph first left the GPU idle for milliseconds).
     A streamed one is recorded whole first: the head of its graph is the upload chain, which the
-    rest must not wait for; so is one with a progress bar, whose total is the graph's size."""
+    rest must not wait for; so is one with a progress bar, whose total is the graph's size.
+    Its bring-up (recorded with the first step) starts meanwhile, from a thread of its own
+    (transfers.UploadsAhead), and the graph's copies take over where that thread has got to."""
     head_steps = 0 if A.streamed or plan.progress else plan.head_steps
-    if plan.progress:
-        for _ in steps:  # the bar's total is the graph's size
-            pass
-    with progress_bar(plan, len(graph), name) as progress:
-        return run(graph, plan.backend, workers=plan.workers, trace=trace, progress=progress,
-                   recording=steps, head_steps=head_steps,
-                   segments=plan.record_segments, settings=plan.device_settings)
+    recording = iter(steps)
+    ahead = None
+    if A.streamed:
+        next(recording, None)
+        ahead = graph.uploads_ahead
+    if ahead is not None:
+        ahead.start()
+    try:
+        if plan.progress:
+            for _ in recording:  # the bar's total is the graph's size
+                pass
+        with progress_bar(plan, len(graph), name) as progress:
+            return run(graph, plan.backend, workers=plan.workers, trace=trace, progress=progress,
+                       recording=recording, head_steps=head_steps,
+                       segments=plan.record_segments, settings=plan.device_settings)
+    finally:
+        if ahead is not None:
+            ahead.finish()
 
 
 def first_failure(step_info, nb) -> int:

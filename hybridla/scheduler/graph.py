@@ -17,36 +17,37 @@ goes ahead of one recorded before it holds that one up behind the wait for its i
 """
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_right, insort
 from dataclasses import dataclass, field
 from typing import Callable
 
 
 _BUCKET = 512  # columns per bucket of live accesses (see TaskGraph)
-
-
-def _last_row(entry) -> int:
-    """A live access's end row, by which each bucket is sorted."""
-    return entry[1]
+# A bucket's entries are tuples (r1, r0, c0, c1, task index, is a write), sorted as tuples:
+# by their end row first, so that a scan stops at the first that ends above a region and an
+# access goes in by bisection, with no key function called per entry (the key functions were
+# a third of the recording's time: 0.57 s for a worker's 2376 tasks of the distributed LU at
+# n = 120000 on the H100 machine's host, perf/RESULTS.md, issue 32, stop 53).
+_ABOVE_ALL = float("inf")  # (r, _ABOVE_ALL) sorts after every entry ending at row r
 
 
 def _uncovered(live, r0, r1, c0, c1) -> list:
-    """The live accesses (r0, r1, c0, c1, task index, is a write) of a bucket as a write of
-    rows r0:r1 x columns c0:c1 leaves them: one whose columns it spans loses the rows it covers
-    at either end, and goes once none are left; any other stays as it is. (A right-looking
-    factorization rewrites the rows below each panel: without this every update since the
-    first stayed live down to row m, and each step's download of its final rows scanned them
-    all. A distributed LU worker at n = 65536 took 0.26-0.42 s to record its 128 steps on the
-    H100's host, most of it those scans; with this, 0.07-0.30 s: perf/RESULTS.md, issue 32.)"""
+    """The live accesses of a bucket as a write of rows r0:r1 x columns c0:c1 leaves them: one
+    whose columns it spans loses the rows it covers at either end, and goes once none are
+    left; any other stays as it is. (A right-looking factorization rewrites the rows below
+    each panel: without this every update since the first stayed live down to row m, and each
+    step's download of its final rows scanned them all. A distributed LU worker at n = 65536
+    took 0.26-0.42 s to record its 128 steps on the H100's host, most of it those scans; with
+    this, 0.07-0.30 s: perf/RESULTS.md, issue 32.)"""
     kept = []
     for entry in live:
-        er0, er1, ec0, ec1 = entry[0], entry[1], entry[2], entry[3]
+        er1, er0, ec0, ec1 = entry[0], entry[1], entry[2], entry[3]
         if ec0 < c0 or c1 < ec1 or er1 <= r0 or r1 <= er0 or (er0 < r0 and r1 < er1):
             kept.append(entry)  # not spanned, apart, or holding the write inside its rows
         elif er0 < r0:
-            kept.append((er0, r0) + entry[2:])  # its rows below r0 are the write's
+            kept.append((r0,) + entry[1:])  # its rows above r0 stay: er0:r0
         elif r1 < er1:
-            kept.append((r1,) + entry[1:])  # its rows above r1 are the write's
+            kept.append((er1, r1) + entry[2:])  # its rows below r1 stay: r1:er1
     return kept
 
 
@@ -90,8 +91,8 @@ class TaskGraph:
     def __init__(self):
         self.tasks: list[Task] = []
         # per resource, per bucket of _BUCKET columns: the accesses a new task may conflict
-        # with, as (r0, r1, c0, c1, task index, is a write), their part in each bucket they
-        # touch, sorted by r1.
+        # with, as (r1, r0, c0, c1, task index, is a write), their part in each bucket they
+        # touch, sorted (by r1 first).
         # Reads of finished blocks stay live for good (nothing writes there again), so one
         # flat list made recording quadratic in the tasks: buckets keep each scan local.
         self._live: dict[str, dict[int, list[tuple]]] = {}
@@ -99,6 +100,9 @@ class TaskGraph:
         self._chains: dict[str, int] = {}  # chain name -> index of its latest link
         self._write_observers: dict[str, list[Callable]] = {}
         self.ordered_lanes: tuple[str, ...] = ()  # module docstring
+        # a streamed store's bring-up, which may start while the rest is recorded
+        # (transfers.UploadsAhead, _blocked.run_recording)
+        self.uploads_ahead = None
 
     def add(self, name, step, lane, fn, *, reads=(), writes=(), flops=0.0, bytes=0.0,
             chain=None, after=(), follows=(), enqueues_on=None) -> Task:
@@ -118,9 +122,9 @@ class TaskGraph:
             if buckets is None:
                 continue
             # the hot loop of recording: plain tuple comparisons, no method calls; a bucket is
-            # sorted by its accesses' last row, so the scan ends at the first that ends above r0
+            # sorted by its accesses' end row, so the scan ends at the first that ends above r0
             for bucket in range(c0 // _BUCKET, (c1 - 1) // _BUCKET + 1):
-                for er0, er1, ec0, ec1, index, earlier_write in reversed(buckets.get(bucket, ())):
+                for er1, er0, ec0, ec1, index, earlier_write in reversed(buckets.get(bucket, ())):
                     if er1 <= r0:
                         break
                     if (is_write or earlier_write) and er0 < r1 and ec0 < c1 and c0 < ec1:
@@ -136,19 +140,20 @@ class TaskGraph:
             r0, r1, c0, c1 = region.r0, region.r1, region.c0, region.c1
             for bucket in range(c0 // _BUCKET, (c1 - 1) // _BUCKET + 1):
                 live = buckets.setdefault(bucket, [])
-                # each bucket keeps the access's part in its own columns; the accesses that
-                # end above r0 stay as they are and where they are
-                b0, b1 = max(c0, bucket * _BUCKET), min(c1, (bucket + 1) * _BUCKET)
-                below = bisect_right(live, r0, key=_last_row)
-                tail = live[below:]
-                if is_write:
-                    # A later task that touches what this write covers conflicts with this
-                    # write, and so is ordered after everything this write was ordered after:
-                    # of an earlier access whose columns it spans, only the rows outside it
-                    # stay live.
-                    tail = _uncovered(tail, r0, r1, b0, b1)
-                tail.append((r0, r1, b0, b1, task.index, is_write))
-                tail.sort(key=_last_row)  # every r1 in it is r0 or more: it stays after the rest
+                # each bucket keeps the access's part in its own columns
+                entry = (r1, r0, max(c0, bucket * _BUCKET), min(c1, (bucket + 1) * _BUCKET),
+                         task.index, is_write)
+                if not is_write:
+                    insort(live, entry)
+                    continue
+                # A later task that touches what this write covers conflicts with this write,
+                # and so is ordered after everything this write was ordered after: of an
+                # earlier access whose columns it spans, only the rows outside it stay live.
+                # The accesses that end above r0 are untouched, and stay where they are.
+                below = bisect_right(live, (r0, _ABOVE_ALL))
+                tail = _uncovered(live[below:], r0, r1, entry[2], entry[3])
+                tail.append(entry)
+                tail.sort()  # every end row in it is r0 or more: it stays after the rest
                 live[below:] = tail
         if chain:
             self._chains[chain] = task.index

@@ -22,6 +22,7 @@ algorithms do not change.
 from __future__ import annotations
 
 import functools
+import threading
 
 from ..backend.pinning import pieces_touched
 from ..backend.residency import DEVICE
@@ -63,11 +64,15 @@ class TransferPlan:
             group = max(1, A.slot_elements // max(m * nb, 1)) if blocks is None else 1
             if blocks is None:
                 blocks = [(0, m, c0, min(c0 + group * nb, n)) for c0 in range(0, n, group * nb)]
-            for index, (r0, r1, c0, c1) in enumerate(blocks):
-                slot = index % A.up_slots
-                self._staged_up(-1, slot, r0, r1, c0, c1, functools.partial(
-                    A.stage_block, slot=slot, r0=r0, r1=r1, c0=c0, c1=c1))
+            ahead = UploadsAhead(A, plan.backend, [(index % A.up_slots, *block)
+                                                   for index, block in enumerate(blocks)])
+            for index, (slot, r0, r1, c0, c1) in enumerate(ahead.blocks):
+                block = dict(index=index, slot=slot, r0=r0, r1=r1, c0=c0, c1=c1)
+                self._staged_up(-1, slot, r0, r1, c0, c1,
+                                functools.partial(ahead.stage_block, **block),
+                                upload=functools.partial(ahead.upload_staged, **block))
                 A.residency.arrived(DEVICE, r0, r1, c0, c1)
+            graph.uploads_ahead = ahead
             return max(plan.upload_group, group)
         if blocks is None:
             blocks = [(0, m, c0, min(c0 + nb, n)) for c0 in range(0, n, nb)]
@@ -152,19 +157,20 @@ class TransferPlan:
                        reads=[Region("A", r0, r1, c0, c1), *reads], writes=writes,
                        chain=_DOWNLOADS, bytes=(r1 - r0) * (c1 - c0) * self.A.dtype.itemsize)
 
-    def _staged_up(self, step, slot, r0, r1, c0, c1, stage, reads=()):
+    def _staged_up(self, step, slot, r0, r1, c0, c1, stage, reads=(), upload=None):
         """A CPU task of the staging chain fills pinned slot `slot` (`stage(lane)`), and the DMA
-        of the copy chain takes it to the store's rectangle; a slot is filled again once its
-        DMA has read it (the graph's write-after-read)."""
+        of the copy chain takes it to the store's rectangle (`upload(lane)`, by default the
+        store's upload_staged); a slot is filled again once its DMA has read it (the graph's
+        write-after-read)."""
         buffer = Region("stage-up", slot, slot + 1)  # the pinned slot's memory
         nbytes = (r1 - r0) * (c1 - c0) * self.A.dtype.itemsize
+        if upload is None:
+            upload = functools.partial(self.A.upload_staged, slot=slot, r0=r0, r1=r1, c0=c0,
+                                       c1=c1)
         self.graph.add("stage", step, "cpu", stage, reads=reads, writes=[buffer],
                        chain=_STAGING, bytes=nbytes)
-        self.graph.add("upload", step, "copy:h2d",
-                       functools.partial(self.A.upload_staged, slot=slot, r0=r0, r1=r1, c0=c0,
-                                         c1=c1),
-                       reads=[buffer], writes=[Region("A", r0, r1, c0, c1)], chain=_UPLOADS,
-                       bytes=nbytes)
+        self.graph.add("upload", step, "copy:h2d", upload, reads=[buffer],
+                       writes=[Region("A", r0, r1, c0, c1)], chain=_UPLOADS, bytes=nbytes)
 
     def reserve_down_slots(self, lane, count):
         """Give copy lane `lane` the last `count` down slots to itself, and the downloads' lane
@@ -202,6 +208,88 @@ class TransferPlan:
         the steps whose updates (`step_update_flops(k0, k1)`) fit in the time the upload
         takes, by the cost model."""
         return steps_hidden_by_upload(self.A, self.plan, self.A.transfer, step_update_flops)
+
+
+class UploadsAhead:
+    """A streamed store's bring-up, started before its graph runs. A streamed graph is recorded
+    whole before its engine starts (_blocked.run_recording says why), and the engine orders it
+    before its first task: 0.43 s and 0.10 s of each worker's run at n = 120000 on 2 x H100 in
+    which nothing moved (perf/RESULTS.md, issue 32, stop 51).
+
+    `start` makes the bring-up's copies from a host thread of its own, block by block in the
+    bring-up's order (`blocks`: (slot, r0, r1, c0, c1)), each as its tasks would: staged into
+    its slot once the slot's last DMA has read it, then the DMA on the "copy:h2d" lane. The
+    graph's stage and upload tasks of block `index` are its `stage_block` and `upload_staged`
+    (the store's, with the block's index): a block the thread took is waited for and left alone (the
+    upload task's event, recorded on the same stream after the thread's DMA, orders the block's
+    readers after it; the next stage into its slot waits for that event); any other block is
+    the graph's, and the thread stops short of the first such. Never started, every block is
+    the graph's. `finish` stops the thread and waits for it."""
+
+    def __init__(self, A, backend, blocks):
+        self.A, self.backend, self.blocks = A, backend, blocks
+        self._lock = threading.Lock()
+        self._taken = {}  # block index -> set once the thread's DMA is enqueued; None: the graph's
+        self._stopping = False
+        self._thread = None
+        self._failure = None  # (block index, the exception) of the block the thread failed
+        self.count = 0  # blocks the thread moved
+
+    def start(self):
+        if self._thread is None and self.blocks:
+            self._thread = threading.Thread(target=self._bring_up, name="hybridla-uploads-ahead",
+                                            daemon=True)
+            self._thread.start()
+
+    def finish(self):
+        with self._lock:
+            self._stopping = True
+        if self._thread is not None:
+            self._thread.join()
+
+    def stage_block(self, lane, index, slot, r0, r1, c0, c1):
+        if not self._taken_ahead(index):
+            self.A.stage_block(lane, slot, r0, r1, c0, c1)
+
+    def upload_staged(self, lane, index, slot, r0, r1, c0, c1):
+        if not self._taken_ahead(index):
+            self.A.upload_staged(lane, slot, r0, r1, c0, c1)
+
+    def _taken_ahead(self, index) -> bool:
+        """Whether the thread took block `index` (once it has enqueued the block's DMA); else
+        the block is the graph's from now on."""
+        with self._lock:
+            done = self._taken.setdefault(index, None)
+        if done is None:
+            return False
+        done.wait()
+        if self._failure is not None and self._failure[0] == index:
+            failure = self._failure[1]
+            raise RuntimeError(f"the upload of block {index} ahead of the graph failed: "
+                               f"{failure}") from failure
+        return True
+
+    def _bring_up(self):
+        A, lane = self.A, self.backend.lane("copy:h2d")
+        last_dma: dict = {}  # slot -> the event of its last DMA
+        for index, (slot, r0, r1, c0, c1) in enumerate(self.blocks):
+            with self._lock:
+                if self._stopping or index in self._taken:
+                    return
+                done = self._taken[index] = threading.Event()
+            try:
+                with lane:  # the slot is free once its last DMA has read it
+                    self.backend.host_wait([last_dma.get(slot)])
+                A.stage_block(lane, slot, r0, r1, c0, c1)
+                with lane:
+                    A.upload_staged(lane, slot, r0, r1, c0, c1)
+                    last_dma[slot] = lane.record()
+                self.count += 1
+            except BaseException as exc:  # raised by the graph's tasks of the block
+                self._failure = (index, exc)
+                return
+            finally:
+                done.set()
 
 
 def steps_hidden_by_upload(A, plan, transfer, step_update_flops) -> int:
