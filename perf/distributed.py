@@ -176,6 +176,30 @@ def residual_ratio(routine, a, factors, n, client, backend, nb):
     return float(np.abs(r).sum() / (n * anorm * np.abs(x).sum() * eps))
 
 
+def _gc_pauses(action):
+    """On a worker (Client.run): "start" timing its Python garbage collections, "stop" and
+    return those of 10 ms or more, (generation, seconds, wall time). A diagnostic of this
+    benchmark's traced call only (one worker stalled 0.4-0.5 s once a run with nothing in
+    its trace to say why: perf/RESULTS.md, issue 32, stops 50-52)."""
+    import gc
+    for watch in [c for c in gc.callbacks if getattr(c, "hybridla_bench", False)]:
+        gc.callbacks.remove(watch)
+        if action == "stop":
+            return watch.pauses
+    if action != "start":
+        return []
+
+    def watch(phase, info, began=[0.0]):
+        if phase == "start":
+            began[0] = time.perf_counter()
+        elif time.perf_counter() - began[0] >= 0.01:
+            watch.pauses.append((info["generation"], round(time.perf_counter() - began[0], 3),
+                                 time.time()))
+    watch.hybridla_bench, watch.pauses = True, []
+    gc.callbacks.append(watch)
+    return []
+
+
 def engine_span(trace_path):
     """The longest worker's engine span in the merged trace (its lanes "w<rank>/..."): its
     first task's start to its last task's end, in seconds."""
@@ -408,9 +432,15 @@ def main(argv=None):
                 # then once more with the trace, for the engine span and the phases
                 factors = None
                 path = os.path.join(trace_dir, f"distributed_{name.replace(' ', '_')}_{n}.json")
-                start = time.perf_counter()
+                client.run(_gc_pauses, "start")
+                start, began = time.perf_counter(), time.time()
                 factors = run_distributed(client, routine, a, opts.backend, nb, path, lookahead)
                 traced = time.perf_counter() - start
+                pauses = client.run(_gc_pauses, "stop")
+                print("  the workers' garbage collections of 10 ms or more in the traced call "
+                      "(generation, s, at s after its start): " + "; ".join(
+                          f"{[(g, s, round(t - began, 3)) for g, s, t in p]}"
+                          for p in pauses.values()), flush=True)
                 overhead = 1 - engine_span(path) / best
                 one = single.get((routine, n))
                 row = (f"| {name} | {n} | {best:.3f} | {FLOPS[routine](n) / best / 1e12:.2f} | "

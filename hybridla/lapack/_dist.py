@@ -321,15 +321,16 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
         A, home = device_part(ops, plan, job, local, rank, transport, phases)
     else:
         A, home, source, checking = host_part(ops, plan, job, rank, local, finite, phases)
+    phases.mark("store_s")
     if checking:  # streamed from Dask's blocks (so on a device)
         # The column sums of |a_ij| the store makes of each block as it arrives (one more read
         # on the GPU) are finite where every entry is: the check costs no host memory traffic,
         # which the staging copies need (a check by host threads beside the run slowed them).
         # A sum that is not is checked entry by entry.
         A.track_one_norm()
+        phases.mark("one_norm_s")
     run = WorkerRun(ops, plan, transport, layout, rank, A,
                     device_like=home if job.get("device") else None)
-    phases.mark("store_s")
     try:
         try:
             began = time.time()
