@@ -200,7 +200,7 @@ def _run(client, backend, addresses, layout, lookahead, parts, work, job, trace,
     own stretches ("work": the finiteness check, the store, the driver's run, its output,
     closing the store; lapack/_dist's on_worker) (client_phases, worker_phases)."""
     job = dict(job, shape=(layout.m, layout.n), nb=layout.nb, lookahead=lookahead, layout=layout,
-               traced=trace is not None)
+               traced=trace is not None, stagers=_cluster.workers_per_host(addresses))
     submitted = time.time()
     futures, small = _cluster.run_job(client, addresses, work, parts, job, backend)
     ended = time.time()

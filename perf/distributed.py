@@ -34,6 +34,12 @@ workers' untimed call is at the timed order instead, so their memory is grown to
   wall time: what Dask, the redistribution, the transfers around the engine and Python cost
   beyond the factorization itself. The timed calls write no trace (a user's default); the
   traced one's wall time is printed beside its phases.
+- Every timed call, on either side, starts after a full garbage collection in the processes
+  that run it (the workers, the client, the one-GPU process), as timeit runs without one: a
+  Python process collects its oldest objects once enough new ones have survived, and in a
+  worker a full collection held every thread for 0.24-0.42 s (perf/RESULTS.md, issue 32,
+  stop 53), once in some calls and not in others. The traced call prints the workers'
+  collections of 10 ms or more.
 - "check": LAPACK's residual ratio, estimated with a random x, computed by Dask on the factors
   where they are (A regenerated from its seed): LU ||P A x - L (U x)||_1 / (n ||A||_1 ||x||_1
   eps), Cholesky ||A x - L (L^H x)||_1 / (...), QR ||A x - Q (R x)||_1 / (...) with Q and R
@@ -47,6 +53,7 @@ each worker's part) and 58 GB on each GPU; its check regenerates A from its seed
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -286,6 +293,7 @@ def one_gpu_seconds(routine, n, backend, nb, repeat):
     for _ in range(repeat):
         a = make(n)
         sync()
+        gc.collect()  # each timed call starts after a full collection (module docstring)
         start = time.perf_counter()
         factor(a)
         sync()
@@ -422,6 +430,8 @@ def main(argv=None):
                 runs, factors = [], None
                 for i in range(opts.repeat):  # as a user calls it: no trace
                     factors = None
+                    client.run(gc.collect)  # (module docstring)
+                    gc.collect()
                     start = time.perf_counter()
                     factors = run_distributed(client, routine, a, opts.backend, nb, None,
                                               lookahead)
@@ -432,6 +442,8 @@ def main(argv=None):
                 # then once more with the trace, for the engine span and the phases
                 factors = None
                 path = os.path.join(trace_dir, f"distributed_{name.replace(' ', '_')}_{n}.json")
+                client.run(gc.collect)
+                gc.collect()
                 client.run(_gc_pauses, "start")
                 start, began = time.perf_counter(), time.time()
                 factors = run_distributed(client, routine, a, opts.backend, nb, path, lookahead)

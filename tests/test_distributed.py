@@ -822,3 +822,22 @@ def test_layout_near_the_holders_moves_only_what_balance_needs():
         assert layout.imbalance(n) <= 1.1, (held, layout.owners)
         moved = sum(a != b for a, b in zip(held, layout.owners))
         assert moved <= most, (held, layout.owners)  # a block held nowhere "moves" anyway
+
+
+def test_workers_of_one_host_share_its_staging_rate():
+    """The workers of one machine stage their parts at once: each one's upload is modelled at
+    its share of the host's staging rate (plan.CostModel.sharing_host), so that the steps
+    whose updates the upload hides are as many as its real length asks for; the pinned-link
+    limit and the updates' rates stay the machine's."""
+    from hybridla import config
+    from hybridla.scheduler.cluster import workers_per_host
+    from hybridla.scheduler.plan import CostModel
+    assert workers_per_host(["tcp://10.0.0.1:4000", "tcp://10.0.0.2:4000",
+                             "tcp://10.0.0.1:4001"]) == [2, 1, 2]
+    alone = CostModel(config.device_table("NVIDIA H100 80GB HBM3"), np.float64)
+    shared = alone.sharing_host(2)
+    part = 120000 * 60000 * 8
+    assert shared.upload_seconds(part, "staged") == pytest.approx(
+        2 * alone.upload_seconds(part, "staged"))
+    assert shared.gpu_update(1e12) == alone.gpu_update(1e12)
+    assert shared.upload_seconds(part, "pageable") == alone.upload_seconds(part, "pageable")

@@ -314,7 +314,10 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
     check_resolution(ops, job, rank)
     plan = make_plan(ops, m, n, dtype, routine=job["routine"], nb=job["nb"],
                      lookahead=job["lookahead"], panel=job.get("panel"))
-    plan = dataclasses.replace(plan, trace_path=None, progress=False)
+    # the workers of one machine stage their parts at once, sharing its memory
+    stagers = job.get("stagers", [1] * (rank + 1))[rank]
+    plan = dataclasses.replace(plan, trace_path=None, progress=False,
+                               cost=plan.cost.sharing_host(stagers))
     finite = all_finite or (lambda array: bool(np.isfinite(array).all()))
     source, checking = None, False
     if job.get("device"):

@@ -52,6 +52,18 @@ def workers(client) -> list[str]:
     return addresses
 
 
+def workers_per_host(addresses) -> list[int]:
+    """For each worker (by address, in rank order), how many of the workers run on its host
+    (the same host part of the address): the processes that stage host memory at once there
+    (plan.CostModel.sharing_host)."""
+    from collections import Counter
+
+    from distributed.comm.addressing import get_address_host
+    hosts = [get_address_host(address) for address in addresses]
+    counts = Counter(hosts)
+    return [counts[host] for host in hosts]
+
+
 def is_dask_array(x) -> bool:
     try:
         import dask.array as da

@@ -38,10 +38,18 @@ class CostModel:
     shares the GPU with that update and costs its whole time. Each step goes where it costs less.
     """
 
-    def __init__(self, table: dict, dtype):
+    def __init__(self, table: dict, dtype, stagers: int = 1):
         self.table = table
         self.flop_scale = 4.0 if np.dtype(dtype).kind == "c" else 1.0  # a complex flop is 4 real
         self.itemsize = np.dtype(dtype).itemsize
+        self.stagers = max(1, int(stagers))
+        self._dtype = dtype
+
+    def sharing_host(self, stagers: int) -> "CostModel":
+        """This model for one of `stagers` processes that stage host matrices on the same host
+        at once (the distributed workers of one machine): they share its memory, which the
+        staged copies' rate is bound by (upload_seconds)."""
+        return CostModel(self.table, self._dtype, stagers)
 
     def _seconds(self, flops, rate_key):
         return self.flop_scale * flops / (self.table[rate_key] * 1e9)
@@ -70,10 +78,16 @@ class CostModel:
     def upload_seconds(self, nbytes, transfer) -> float:
         """Time to bring a host matrix up, by how it travels: staged, the host copies into the
         slots and the DMA overlap, so the slower of the two; pinned in place, likewise the
-        pinning and the DMA; pageable, the driver's staged copy."""
+        pinning and the DMA; pageable, the driver's staged copy.
+        The staged copies of `stagers` processes at once share the host's memory, each getting
+        a share of stage_gbps: two GPU workers of one machine each staged their 57.6 GB part of
+        the distributed LU at n = 120000 at 15-30 GB/s against one process's 40 GB/s, and
+        with their uploads modelled at 40 the upload hid half the steps it takes (the update
+        lanes 56-63% busy until it ended; perf/RESULTS.md, issue 32, stop 53)."""
         table = self.table
         if transfer == "staged":
-            return nbytes / (min(table.get("stage_gbps", table["h2d_gbps"]), table["h2d_gbps"]) * 1e9)
+            stage = table.get("stage_gbps", table["h2d_gbps"]) / self.stagers
+            return nbytes / (min(stage, table["h2d_gbps"]) * 1e9)
         if transfer == "register":
             return nbytes / (min(table.get("pin_gbps", table["h2d_gbps"]), table["h2d_gbps"]) * 1e9)
         return nbytes / (table.get("h2d_pageable_gbps", table["h2d_gbps"]) * 1e9)
