@@ -237,10 +237,12 @@ def test_uploads_ahead_of_the_graph_hand_over_without_a_block_twice(ahead):
             assert A.holding.wait(30)
             threading.Timer(0.05, A.hold.set).start()
     try:
-        run(graph, hybridla.backend.get_backend("host"), workers=2)
+        trace = run(graph, hybridla.backend.get_backend("host"), workers=2)
     finally:
         A.hold.set()
         uploads_ahead.finish()
+    uploads_ahead.add_to(trace)  # the thread's copies in the run's trace, on a lane of their own
+    assert len([r for r in trace.records if r["lane"] == "cpu:ahead"]) == uploads_ahead.count
     np.testing.assert_array_equal(A.device, source)
     for kind in ("stage", "upload"):
         done = [(block, by_thread) for what, block, by_thread in A.log if what == kind]

@@ -110,12 +110,15 @@ def run_recording(graph, steps, A, plan, trace, name):
             for _ in recording:  # the bar's total is the graph's size
                 pass
         with progress_bar(plan, len(graph), name) as progress:
-            return run(graph, plan.backend, workers=plan.workers, trace=trace, progress=progress,
-                       recording=recording, head_steps=head_steps,
-                       segments=plan.record_segments, settings=plan.device_settings)
+            trace = run(graph, plan.backend, workers=plan.workers, trace=trace,
+                        progress=progress, recording=recording, head_steps=head_steps,
+                        segments=plan.record_segments, settings=plan.device_settings)
     finally:
         if ahead is not None:
             ahead.finish()
+    if ahead is not None:
+        ahead.add_to(trace)
+    return trace
 
 
 def first_failure(step_info, nb) -> int:

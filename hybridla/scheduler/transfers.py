@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 
 from ..backend.pinning import pieces_touched
 from ..backend.residency import DEVICE
@@ -224,7 +225,9 @@ class UploadsAhead:
     upload task's event, recorded on the same stream after the thread's DMA, orders the block's
     readers after it; the next stage into its slot waits for that event); any other block is
     the graph's, and the thread stops short of the first such. Never started, every block is
-    the graph's. `finish` stops the thread and waits for it."""
+    the graph's. `finish` stops the thread and waits for it; `add_to` puts its host copies
+    in the run's trace (lane "cpu:ahead", before the run's time 0 for those made while the
+    graph was recorded)."""
 
     def __init__(self, A, backend, blocks):
         self.A, self.backend, self.blocks = A, backend, blocks
@@ -234,6 +237,7 @@ class UploadsAhead:
         self._thread = None
         self._failure = None  # (block index, the exception) of the block the thread failed
         self.count = 0  # blocks the thread moved
+        self._copies: list = []  # (block index, wall time its host copy began, ended, bytes)
 
     def start(self):
         if self._thread is None and self.blocks:
@@ -246,6 +250,13 @@ class UploadsAhead:
             self._stopping = True
         if self._thread is not None:
             self._thread.join()
+
+    def add_to(self, trace):
+        if trace.wall_origin is None:
+            return
+        for _, began, ended, nbytes in self._copies:
+            trace.add("stage", "cpu:ahead", began - trace.wall_origin,
+                      ended - trace.wall_origin, step=-1, bytes=nbytes)
 
     def stage_block(self, lane, index, slot, r0, r1, c0, c1):
         if not self._taken_ahead(index):
@@ -280,7 +291,10 @@ class UploadsAhead:
             try:
                 with lane:  # the slot is free once its last DMA has read it
                     self.backend.host_wait([last_dma.get(slot)])
+                began = time.time()
                 A.stage_block(lane, slot, r0, r1, c0, c1)
+                self._copies.append((index, began, time.time(),
+                                     (r1 - r0) * (c1 - c0) * A.dtype.itemsize))
                 with lane:
                     A.upload_staged(lane, slot, r0, r1, c0, c1)
                     last_dma[slot] = lane.record()
