@@ -2,6 +2,8 @@
 model that places each step's panel on the CPU or the GPU."""
 from __future__ import annotations
 
+import copy
+
 import contextlib
 import logging
 from dataclasses import dataclass
@@ -38,18 +40,19 @@ class CostModel:
     shares the GPU with that update and costs its whole time. Each step goes where it costs less.
     """
 
-    def __init__(self, table: dict, dtype, stagers: int = 1):
+    def __init__(self, table: dict, dtype):
         self.table = table
         self.flop_scale = 4.0 if np.dtype(dtype).kind == "c" else 1.0  # a complex flop is 4 real
         self.itemsize = np.dtype(dtype).itemsize
-        self.stagers = max(1, int(stagers))
-        self._dtype = dtype
+        self.stagers = 1  # processes staging host matrices on this host at once (sharing_host)
 
     def sharing_host(self, stagers: int) -> "CostModel":
         """This model for one of `stagers` processes that stage host matrices on the same host
         at once (the distributed workers of one machine): they share its memory, which the
         staged copies' rate is bound by (upload_seconds)."""
-        return CostModel(self.table, self._dtype, stagers)
+        model = copy.copy(self)
+        model.stagers = max(1, int(stagers))
+        return model
 
     def _seconds(self, flops, rate_key):
         return self.flop_scale * flops / (self.table[rate_key] * 1e9)

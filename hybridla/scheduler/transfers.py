@@ -221,13 +221,13 @@ class UploadsAhead:
     bring-up's order (`blocks`: (slot, r0, r1, c0, c1)), each as its tasks would: staged into
     its slot once the slot's last DMA has read it, then the DMA on the "copy:h2d" lane. The
     graph's stage and upload tasks of block `index` are its `stage_block` and `upload_staged`
-    (the store's, with the block's index): a block the thread took is waited for and left alone (the
-    upload task's event, recorded on the same stream after the thread's DMA, orders the block's
-    readers after it; the next stage into its slot waits for that event); any other block is
-    the graph's, and the thread stops short of the first such. Never started, every block is
-    the graph's. `finish` stops the thread and waits for it; `add_to` puts its host copies
-    in the run's trace (lane "cpu:ahead", before the run's time 0 for those made while the
-    graph was recorded)."""
+    (the store's, with the block's index): a block the thread took is waited for and left
+    alone (the upload task's event, recorded on the same stream after the thread's DMA, orders
+    the block's readers after it; the next stage into its slot waits for that event); any
+    other block is the graph's, and the thread stops short of the first such. Never started,
+    every block is the graph's. `finish` stops the thread and waits for it; `add_to` puts its
+    host copies in the run's trace (lane "cpu:ahead", before the run's time 0 for those made
+    while the graph was recorded)."""
 
     def __init__(self, A, backend, blocks):
         self.A, self.backend, self.blocks = A, backend, blocks
@@ -236,8 +236,12 @@ class UploadsAhead:
         self._stopping = False
         self._thread = None
         self._failure = None  # (block index, the exception) of the block the thread failed
-        self.count = 0  # blocks the thread moved
-        self._copies: list = []  # (block index, wall time its host copy began, ended, bytes)
+        self._copies: list = []  # (wall time a block's host copy began, ended, its bytes)
+
+    @property
+    def count(self) -> int:
+        """The blocks the thread moved."""
+        return len(self._copies)
 
     def start(self):
         if self._thread is None and self.blocks:
@@ -254,7 +258,7 @@ class UploadsAhead:
     def add_to(self, trace):
         if trace.wall_origin is None:
             return
-        for _, began, ended, nbytes in self._copies:
+        for began, ended, nbytes in self._copies:
             trace.add("stage", "cpu:ahead", began - trace.wall_origin,
                       ended - trace.wall_origin, step=-1, bytes=nbytes)
 
@@ -293,12 +297,11 @@ class UploadsAhead:
                     self.backend.host_wait([last_dma.get(slot)])
                 began = time.time()
                 A.stage_block(lane, slot, r0, r1, c0, c1)
-                self._copies.append((index, began, time.time(),
-                                     (r1 - r0) * (c1 - c0) * A.dtype.itemsize))
+                ended = time.time()
                 with lane:
                     A.upload_staged(lane, slot, r0, r1, c0, c1)
                     last_dma[slot] = lane.record()
-                self.count += 1
+                self._copies.append((began, ended, (r1 - r0) * (c1 - c0) * A.dtype.itemsize))
             except BaseException as exc:  # raised by the graph's tasks of the block
                 self._failure = (index, exc)
                 return
