@@ -183,28 +183,48 @@ def residual_ratio(routine, a, factors, n, client, backend, nb):
     return float(np.abs(r).sum() / (n * anorm * np.abs(x).sum() * eps))
 
 
-def _gc_pauses(action):
+def _gc_pauses(action, dask_worker=None):
     """On a worker (Client.run): "start" timing its Python garbage collections, "stop" and
-    return those of 10 ms or more, (generation, seconds, wall time). A diagnostic of this
-    benchmark's traced call only (one worker stalled 0.4-0.5 s once a run with nothing in
-    its trace to say why: perf/RESULTS.md, issue 32, stops 50-52)."""
+    return those of 10 ms or more, (generation, seconds, wall time, objects it found
+    unreachable, resident memory it gave back in MB, objects tracked after it), and what the heap held: the objects the
+    collector tracks at the start and at the stop, and the types of the objects the call added
+    by the stop (the 8 most); "start" returns how long one more full collection took there
+    and the keys the worker holds. A diagnostic of this benchmark's traced call only (one worker
+    stalled 0.4-0.5 s once a run with nothing in its trace to say why: perf/RESULTS.md, issue
+    32, stops 50-53)."""
+    import collections
     import gc
+
+    import psutil
     for watch in [c for c in gc.callbacks if getattr(c, "hybridla_bench", False)]:
         gc.callbacks.remove(watch)
         if action == "stop":
-            return watch.pauses
+            now = collections.Counter(type(o).__name__ for o in gc.get_objects())
+            added = (now - watch.types).most_common(8)
+            watch.types = None
+            return {"pauses": watch.pauses, "objects": (watch.objects, sum(now.values())),
+                    "added": added}
     if action != "start":
-        return []
+        return {}
+    process = psutil.Process()
 
-    def watch(phase, info, began=[0.0]):
+    def watch(phase, info, began=[0.0, 0]):
         if phase == "start":
-            began[0] = time.perf_counter()
+            began[:] = [time.perf_counter(), process.memory_info().rss]
         elif time.perf_counter() - began[0] >= 0.01:
             watch.pauses.append((info["generation"], round(time.perf_counter() - began[0], 3),
-                                 time.time()))
+                                 time.time(), info["collected"],
+                                 round((began[1] - process.memory_info().rss) / 1e6),
+                                 len(gc.get_objects())))
+    began = time.perf_counter()
+    gc.collect()
+    idle = {"collect_s": round(time.perf_counter() - began, 3),
+            "keys": None if dask_worker is None else len(dask_worker.data)}
     watch.hybridla_bench, watch.pauses = True, []
+    watch.types = collections.Counter(type(o).__name__ for o in gc.get_objects())
+    watch.objects = sum(watch.types.values())
     gc.callbacks.append(watch)
-    return []
+    return idle
 
 
 def engine_span(trace_path):
@@ -444,15 +464,22 @@ def main(argv=None):
                 path = os.path.join(trace_dir, f"distributed_{name.replace(' ', '_')}_{n}.json")
                 client.run(gc.collect)
                 gc.collect()
-                client.run(_gc_pauses, "start")
+                idle = client.run(_gc_pauses, "start")
+                print("  the workers' full collection just before the traced call, and the keys "
+                      "they held: " + "; ".join(f"{v['collect_s']} s, {v['keys']} keys"
+                                                for v in idle.values()), flush=True)
                 start, began = time.perf_counter(), time.time()
                 factors = run_distributed(client, routine, a, opts.backend, nb, path, lookahead)
                 traced = time.perf_counter() - start
                 pauses = client.run(_gc_pauses, "stop")
                 print("  the workers' garbage collections of 10 ms or more in the traced call "
-                      "(generation, s, at s after its start): " + "; ".join(
-                          f"{[(g, s, round(t - began, 3)) for g, s, t in p]}"
+                      "(generation, s, at s after its start, unreachable objects, MB given "
+                      "back, objects tracked after): " + "; ".join(
+                          f"{[(g, s, round(t - began, 3), *rest) for g, s, t, *rest in p['pauses']]}"
                           for p in pauses.values()), flush=True)
+                print("  the workers' tracked objects at the traced call's start and end, and "
+                      "the types it added: " + "; ".join(
+                          f"{p['objects']} {p['added']}" for p in pauses.values()), flush=True)
                 overhead = 1 - engine_span(path) / best
                 one = single.get((routine, n))
                 row = (f"| {name} | {n} | {best:.3f} | {FLOPS[routine](n) / best / 1e12:.2f} | "

@@ -34,6 +34,13 @@ _UPLOADS, _DOWNLOADS = "copy:h2d", "copy:d2h"
 _STAGING, _UNSTAGING, _PINNING = "stage", "unstage", "pin"
 
 
+def _written(residency, task, region):
+    # every write of the matrix but an upload's (a copy of home: bring_up counts it) leaves the
+    # device the only valid copy: the updates, and a CPU panel's way back up
+    if task.lane != "copy:h2d":
+        residency.written(DEVICE, region.r0, region.r1, region.c0, region.c1)
+
+
 class TransferPlan:
     """The copies of a streamed store A for one recorded graph, with the plan's settings."""
 
@@ -42,13 +49,11 @@ class TransferPlan:
         self.piece_starts = [0]
         self._down_slots = {}  # copy lane -> the down slots it has to itself (reserve_down_slots)
         if A.streamed:
-            graph.on_write("A", self._written)
-
-    def _written(self, task, region):
-        # every write of the matrix but an upload's (a copy of home: bring_up counts it) leaves
-        # the device the only valid copy: the updates, and a CPU panel's way back up
-        if task.lane != "copy:h2d":
-            self.A.residency.written(DEVICE, region.r0, region.r1, region.c0, region.c1)
+            # the store's residency, not this plan: an observer holding the plan (which holds
+            # the graph) made the graph a reference cycle, its tasks and the store's windows
+            # left for Python's next full collection after the call (44,000 objects in a
+            # distributed LU worker at n = 120000: perf/RESULTS.md, issue 32, stop 54)
+            graph.on_write("A", functools.partial(_written, A.residency))
 
     def bring_up(self, blocks=None) -> int:
         """Upload the matrix block by block in the order the algorithm first needs them:
