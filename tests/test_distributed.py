@@ -841,3 +841,28 @@ def test_workers_of_one_host_share_its_staging_rate():
         2 * alone.upload_seconds(part, "staged"))
     assert shared.gpu_update(1e12) == alone.gpu_update(1e12)
     assert shared.upload_seconds(part, "pageable") == alone.upload_seconds(part, "pageable")
+
+
+def test_a_device_worker_runs_its_share_as_one_call_on_its_device():
+    """A GPU worker's share goes through its backend's `call` (others' calls on the device
+    wait; the pool is trimmed to device.pool_max_bytes at its end), as a one-GPU call does;
+    a host worker's through nothing."""
+    import contextlib
+
+    from hybridla import config
+    from hybridla.scheduler.cluster import _device_call
+
+    class Device:
+        given = []
+
+        @contextlib.contextmanager
+        def call(self, pool_max_bytes=None):
+            self.given.append(pool_max_bytes)
+            yield self
+
+    with config.set({"device.pool_max_bytes": 12345}):
+        with _device_call(Device(), "cuda"):
+            pass
+        with _device_call(Device(), "host"):
+            pass
+    assert Device.given == [12345]

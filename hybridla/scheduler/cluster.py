@@ -12,6 +12,7 @@ failing worker aborts the transport so that the others' collectives raise instea
 """
 from __future__ import annotations
 
+import contextlib
 import operator
 import secrets
 import time
@@ -19,6 +20,7 @@ import uuid
 
 import numpy as np
 
+from .. import config as _config
 from ..backend import get_backend
 from ..backend.host.transfers import ColumnBlocks
 from .trace import Trace
@@ -199,11 +201,12 @@ def _long_lived(work, rank, size, key, authkey, group, backend, part, job):
     transport = HostTransport.connect(rank, size, exchange, authkey, TIMEOUT_S)
     rendezvous = time.time()
     try:
-        if backend == "cuda":  # over the host transport, which then carries its aborts
-            from .transport_nccl import NcclTransport
-            transport = NcclTransport.connect(ops, rank, size, transport, group)
-        connected = time.time()
-        result = work(ops, transport, rank, part, job)
+        with _device_call(ops, backend):
+            if backend == "cuda":  # over the host transport, which then carries its aborts
+                from .transport_nccl import NcclTransport
+                transport = NcclTransport.connect(ops, rank, size, transport, group)
+            connected = time.time()
+            result = work(ops, transport, rank, part, job)
         result["phases"] = {"started": started, "connect_s": connected - started,
                             "rendezvous_s": rendezvous - started,
                             "work_s": time.time() - connected}
@@ -215,6 +218,19 @@ def _long_lived(work, rank, size, key, authkey, group, backend, part, job):
     finally:
         transport.close()
         variables[rank].delete()
+
+
+def _device_call(ops, backend):
+    """A worker's share of a distributed call as one call on its device, as a one-GPU call
+    is (backend.call): after the other calls on the device in this process, the pool
+    trimmed to device.pool_max_bytes when it ends. Without it a worker's pool kept the
+    call's memory (the matrix alone 57.6 GB per GPU at n = 120000 on 2 GPUs), and the next
+    call's store took 0.43-0.68 s to make in 5 of 7 calls, a full Python collection inside
+    it at the same moment on both workers: the one PyCUDA makes when a device allocation
+    fails, before it tries again (perf/RESULTS.md, issue 32, stop 54)."""
+    if backend != "cuda":
+        return contextlib.nullcontext()
+    return ops.call(_config.get("device.pool_max_bytes"))
 
 
 def release(client) -> dict:
