@@ -372,6 +372,29 @@ def test_memory_budget_exceeded_raises_before_any_work(cuda_backend, rng):
 
 
 @pytest.mark.cuda
+def test_a_call_past_the_pools_limit_gives_back_its_large_blocks_first(cuda_backend, rng):
+    """A call whose cached memory passes device.pool_max_bytes gives back its large blocks
+    (the matrix) and keeps the small ones (its windows' pivots, infos, moves) for the next
+    call, as long as they fit the limit: the next call of the same shape takes them."""
+    from hybridla.backend.cuda.memory import SMALL_BLOCK_BYTES
+    backend = hybridla.backend.get_backend(cuda_backend)
+    backend.free_cached()
+    n, keep = 4096, 32 << 20
+    assert n * n * 8 > max(SMALL_BLOCK_BYTES, keep)  # the matrix: a large block, over the limit
+    a = np.asfortranarray(rng.standard_normal((n, n)))
+    with hybridla.config.set({"device.pool_max_bytes": keep}):
+        hybridla.lu_factor(a, backend=cuda_backend, nb=128)
+        kept = backend.cached_bytes()
+        assert 0 < kept <= keep
+        lu, piv = hybridla.lu_factor(a, backend=cuda_backend, nb=128)
+        assert backend.cached_bytes() == kept
+    assert backend.allocated_bytes() == 0
+    assert getrf_ratio(a, lu, piv) < THRESH
+    backend.free_cached()
+    assert backend.cached_bytes() == 0
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("pool", [True, False])
 def test_device_memory_pool_keeps_workspaces_for_the_next_call(cuda_backend, rng, pool):
     """With device.memory_pool a call's workspaces stay cached for the next call of the same

@@ -9,6 +9,12 @@ functions that took the time.
 
     python3 perf/probes/probe_dist_recording.py                      # cuda, n 120000, nb 512
     python3 perf/probes/probe_dist_recording.py --backend host --n 8192 --nb 64
+    python3 perf/probes/probe_dist_recording.py --between none,trim,free --no-profile
+
+--between says what the device memory pools hold before each timed recording: the store's
+windows (their pivots, infos, moves) allocate 2,429 small blocks at n = 120000, a cuMemAlloc
+each where the pool has none cached (a worker's next call, after its pool was trimmed, until
+stop 54 with the small blocks too).
 
 The part is left unwritten (np.empty: recording reads no data), so no host memory is touched.
 """
@@ -79,6 +85,12 @@ def main(argv=None):
     parser.add_argument("--n", type=int, default=120000)
     parser.add_argument("--nb", type=int, default=512)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--between", default="none",
+                        help="before each recording, the device memory pools: none (as the "
+                             "last recording left them), trim (to device.pool_max_bytes, as a "
+                             "call's end does), free (every cached block back to the driver); "
+                             "comma-separated")
+    parser.add_argument("--no-profile", dest="profile", action="store_false")
     opts = parser.parse_args(argv)
     ops = get_backend(opts.backend)
     n, nb = opts.n, opts.nb
@@ -87,9 +99,17 @@ def main(argv=None):
     # rank 0's block columns, C-ordered as a dask array's chunks are
     part = ColumnBlocks([np.empty((n, layout.block_width(j))) for j in layout.owned(0)])
     record_once(ops, plan, layout, part)  # warm: the backend's first stores and handles
-    for _ in range(2):
-        seconds, tasks = record_once(ops, plan, layout, part)
-        print(f"recorded {tasks} tasks in {seconds:.3f} s ({opts.backend}, n {n}, nb {nb})")
+    for between in opts.between.split(","):
+        for _ in range(2):
+            if between == "trim":  # what the end of a call does (backend.call)
+                ops.trim_cached(plan.device_settings.pool_max_bytes)
+            elif between == "free":  # every cached block back to the driver
+                ops.free_cached()
+            seconds, tasks = record_once(ops, plan, layout, part)
+            print(f"recorded {tasks} tasks in {seconds:.3f} s ({opts.backend}, n {n}, nb {nb}; "
+                  f"the device memory pools before it: {between})")
+    if not opts.profile:
+        return
     profile = cProfile.Profile()
     seconds, _ = record_once(ops, plan, layout, part, profile)
     print(f"under cProfile: {seconds:.3f} s")

@@ -73,7 +73,9 @@ class CudaBackend(BackendDefaults):
         self._allocated = 0
         self._sizes = {}  # pointer -> bytes of the allocations the tile stores hold
         self._alloc_lock = threading.Lock()
-        self._pool = None  # pycuda's DeviceMemoryPool, made on first use (memory_pool)
+        # pycuda's DeviceMemoryPools by block size, "small" and "large", made on first use
+        # (memory_pool; memory.py says why two)
+        self._pools = {}
         self.staging_lock = threading.Lock()
         self._staging = None  # memory.PinnedBuffers, made by the first call that stages
         self._copy_pool, self._copy_pool_size = None, 0

@@ -18,27 +18,48 @@ from ..._logging import get_logger
 _log = get_logger("cuda")
 
 
+# Allocations of at most this many bytes come from a pool of their own, which a call's end
+# trims last. PyCUDA's pool gives back all of its cached blocks or none, and a large call's
+# (its matrix, its panels' buffers) passed device.pool_max_bytes every time: the small blocks
+# went with them, and every store window of the next call (its pivots, infos, moves: 2,429
+# blocks of a distributed LU worker at n = 120000) was a cuMemAlloc again. Recording that
+# worker's graph took 0.486-0.495 s after every block was freed, 0.351-0.410 s after a trim
+# that keeps the small ones (perf/probes/probe_dist_recording.py --between, one H100,
+# perf/RESULTS.md, issue 32, stop 54).
+SMALL_BLOCK_BYTES = 16 << 20
+
+
+def _pool(backend, nbytes):
+    """The pool an allocation of `nbytes` comes from (made on first use): "small" or "large"."""
+    kind = "small" if nbytes <= SMALL_BLOCK_BYTES else "large"
+    if kind not in backend._pools:
+        backend._pools[kind] = drv.DeviceMemoryPool()
+    return backend._pools[kind]
+
+
+def _cached(pool) -> int:
+    return pool.managed_bytes - pool.active_bytes
+
+
 def alloc(backend, nbytes, memory_pool=True):
-    """Device memory for a tile store, from the pool when `memory_pool` is on (the store's
+    """Device memory for a tile store, from a pool when `memory_pool` is on (the store's
     DeviceSettings.memory_pool): a cuMemAlloc while a run is under way can stall it, and
     cuMemFree synchronizes the device; with the pool both are paid on the first call only (as
-    CuPy's pool does). An allocation that fails is tried once more after the pool's cached
+    CuPy's pool does). An allocation that fails is tried once more after the pools' cached
     blocks are freed."""
     nbytes = max(int(nbytes), 1)
     with backend.active(), backend._alloc_lock:
-        pooled = bool(memory_pool)
-        if pooled and backend._pool is None:
-            backend._pool = drv.DeviceMemoryPool()
-        allocate = backend._pool.allocate if pooled else drv.mem_alloc
+        allocate = _pool(backend, nbytes).allocate if memory_pool else drv.mem_alloc
         try:
             allocation = allocate(nbytes)
         except drv.MemoryError:
-            if backend._pool is None:
+            if not backend._pools:
                 raise
-            _log.warning("device allocation of %d bytes failed: freeing the pool's %d "
+            _log.warning("device allocation of %d bytes failed: freeing the pools' %d "
                          "cached bytes and trying again", nbytes,
-                         backend._pool.managed_bytes - backend._pool.active_bytes)
-            backend._pool.free_held()
+                         sum(_cached(pool) for pool in backend._pools.values()))
+            for pool in backend._pools.values():
+                pool.free_held()
             allocation = allocate(nbytes)
         backend._allocated += nbytes
         backend._sizes[int(allocation)] = nbytes
@@ -58,10 +79,9 @@ def allocated_bytes(backend) -> int:
 
 
 def cached_bytes(backend) -> int:
-    """Device memory the pool keeps for the next call (see `free_cached`)."""
+    """Device memory the pools keep for the next call (see `free_cached`)."""
     with backend._alloc_lock:
-        return 0 if backend._pool is None else \
-            backend._pool.managed_bytes - backend._pool.active_bytes
+        return sum(_cached(pool) for pool in backend._pools.values())
 
 
 def free_cached(backend):
@@ -70,14 +90,19 @@ def free_cached(backend):
 
 
 def trim_cached(backend, keep_bytes):
-    """Give the pool's cached blocks back to the driver when they add up to more than
-    `keep_bytes` (None: keep them all). The pool frees all of its held blocks or none."""
+    """Give cached blocks back to the driver while the pools' cache adds up to more than
+    `keep_bytes` (None: keep them all): the large blocks' pool first, then the small ones'
+    (each pool frees all of its held blocks or none)."""
     if keep_bytes is None or backend.cached_bytes() <= int(keep_bytes):
         return
     with backend.active(), backend._alloc_lock:
-        _log.debug("device memory pool: %d cached bytes back to the driver (keep %s)",
-                   backend._pool.managed_bytes - backend._pool.active_bytes, keep_bytes)
-        backend._pool.free_held()
+        for kind in ("large", "small"):
+            pool = backend._pools.get(kind)
+            if pool is None or sum(_cached(p) for p in backend._pools.values()) <= keep_bytes:
+                continue
+            _log.debug("device memory pool (%s blocks): %d cached bytes back to the driver "
+                       "(keep %s)", kind, _cached(pool), keep_bytes)
+            pool.free_held()
 
 
 def free_memory(backend) -> int:
