@@ -222,7 +222,8 @@ def _execute(state, tasks, dispatch):
         return
     first = tasks[0].index
     on_lane = _lane_predecessors(state.graph, tasks) if dispatch.backend.has_device else {}
-    dsk = {("task", t.index): DaskTask(("task", t.index), state.execute, t.index,
+    execute = state.execute  # one bound method for all (each lookup makes another object)
+    dsk = {("task", t.index): DaskTask(("task", t.index), execute, t.index,
                                        *[TaskRef(("task", d))
                                          for d in sorted({*t.deps, *on_lane.get(t.index, ())})
                                          if d >= first])
