@@ -866,3 +866,30 @@ def test_a_device_worker_runs_its_share_as_one_call_on_its_device():
         with _device_call(Device(), "host"):
             pass
     assert Device.given == [12345]
+
+
+def test_gpu_jobs_started_from_one_process_take_turns():
+    """Two threads starting GPU jobs at once: the second starts once the first has ended
+    (each worker's share holds its device, so two jobs at once could each hold one worker's
+    and wait for the other's); host jobs run side by side."""
+    from hybridla.scheduler.cluster import jobs_in_turn
+    for backend, overlap in (("cuda", False), ("host", True)):
+        inside, most, lock = [0], [0], threading.Lock()
+        both_started = threading.Barrier(2)
+
+        def job():
+            both_started.wait()
+            with jobs_in_turn(backend):
+                with lock:
+                    inside[0] += 1
+                    most[0] = max(most[0], inside[0])
+                time.sleep(0.05)
+                with lock:
+                    inside[0] -= 1
+
+        threads = [threading.Thread(target=job) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert (most[0] == 2) == overlap, backend

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import operator
 import secrets
+import threading
 import time
 import uuid
 
@@ -167,14 +168,15 @@ def run_job(client, addresses, work, parts, job, backend="host"):
     key = uuid.uuid4().hex
     authkey = secrets.token_bytes(16)
     group = tuple(addresses)  # the worker set: what a kept NCCL communicator is kept for
-    futures = [client.submit(_long_lived, work, rank, len(addresses), key, authkey,
-                             group, backend, part, job,
-                             key=f"hybridla-{job['routine']}-{key}-{rank}",
-                             workers=[address], allow_other_workers=False, pure=False)
-               for rank, (address, part) in enumerate(zip(addresses, parts))]
-    small = [client.submit(_without_local, f, pure=False) for f in futures]
-    wait(small)  # each ends once its job has (an error included)
-    wait(futures)
+    with jobs_in_turn(backend):
+        futures = [client.submit(_long_lived, work, rank, len(addresses), key, authkey,
+                                 group, backend, part, job,
+                                 key=f"hybridla-{job['routine']}-{key}-{rank}",
+                                 workers=[address], allow_other_workers=False, pure=False)
+                   for rank, (address, part) in enumerate(zip(addresses, parts))]
+        small = [client.submit(_without_local, f, pure=False) for f in futures]
+        wait(small)  # each ends once its job has (an error included)
+        wait(futures)
     failures = [f.exception() for f in futures if f.status == "error"]
     if failures:
         client.cancel(futures + small)
@@ -218,6 +220,18 @@ def _long_lived(work, rank, size, key, authkey, group, backend, part, job):
     finally:
         transport.close()
         variables[rank].delete()
+
+
+# the GPU jobs this process starts, one at a time (jobs_in_turn)
+_GPU_JOBS = threading.Lock()
+
+
+def jobs_in_turn(backend):
+    """Held while a job runs on the workers: GPU jobs started from this process take turns,
+    as one-GPU calls do. Each worker's share of one is a call on its device (_device_call),
+    so two at once could each hold one worker's device and wait for the other's (and their
+    collectives would share the kept NCCL communicator); host jobs run side by side."""
+    return _GPU_JOBS if backend == "cuda" else contextlib.nullcontext()
 
 
 def _device_call(ops, backend):
