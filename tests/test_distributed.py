@@ -440,7 +440,7 @@ def test_perf_script_smoke(client, tmp_path):
                      r"jobs [0-9.]+ \(w0: waited -?[0-9.]+, connect [0-9.]+ "
                      r"\[rendezvous [0-9.]+\], work [0-9.]+ "
                      r"\[check [0-9.]+, store [0-9.]+, run [0-9.]+, before engine [0-9.]+, "
-                     r"after engine -?[0-9.]+, output [0-9.]+, close [0-9.]+\]; w1: .*\), "
+                     r"after engine -?[0-9.]+, records [0-9.]+, output [0-9.]+, close [0-9.]+\]; w1: .*\), "
                      r"results [0-9.]+",
                      out.stdout), out.stdout
     assert list(tmp_path.glob("*.json"))

@@ -346,6 +346,9 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
         phases.mark("run_s")
         if job.get("traced", True):  # reading the records settles the GPU tasks' events
             _engine_margins(phases, trace, began, time.time())
+            # apart from the finiteness check after it, which a traced call's 0.05-0.10 s of
+            # reading them showed as its own at n = 120000 (perf/RESULTS.md, issue 32, stop 54)
+            phases.mark("records_s")
         if checking:
             if not np.isfinite(A.one_norm()) and \
                     not all(finite(block) for block in source.blocks):
