@@ -239,7 +239,7 @@ def _device_call(ops, backend):
     is (backend.call): after the other calls on the device in this process, the pool
     trimmed to device.pool_max_bytes when it ends. Without it a worker's pool kept the
     call's memory (the matrix alone 57.6 GB per GPU at n = 120000 on 2 GPUs), and the next
-    call's store took 0.43-0.68 s to make in 5 of 7 calls, a full Python collection inside
+    call's store took 0.43-0.68 s to make in 5 of 6 calls, a full Python collection inside
     it at the same moment on both workers: the one PyCUDA makes when a device allocation
     fails, before it tries again (perf/RESULTS.md, issue 32, stop 54)."""
     if backend != "cuda":
