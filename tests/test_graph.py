@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hybridla.backend import get_backend
-from hybridla.scheduler import Region, TaskGraph, run
+from hybridla.scheduler import Region, TaskGraph, engine, run
 
 
 def A(r0, r1, c0, c1):
@@ -164,6 +164,12 @@ def test_steps_recorded_after_the_head_run_before_the_recording_ends():
             past_head.set()
 
     def on_record(k):
+        if k == 5:
+            # The head's segment has returned before step 5 is recorded, so steps 2-5 go out as
+            # the next segment. Without this wait, a loaded machine can record every step before
+            # the head's thread reports back (CI did once), and nothing is there to hand out.
+            # The runner is one thread, first in first out: this no-op runs after the head.
+            engine._workers.runner().submit(lambda: None).result(timeout=30)
         if k == 9:
             assert past_head.wait(timeout=30), "no step past the head ran during the recording"
     trace = run(graph, get_backend("host"), workers=3,
