@@ -183,6 +183,10 @@ def residual_ratio(routine, a, factors, n, client, backend, nb):
     return float(np.abs(r).sum() / (n * anorm * np.abs(x).sum() * eps))
 
 
+def _cores():
+    return len(os.sched_getaffinity(0)), os.cpu_count()
+
+
 def _gc_pauses(action, dask_worker=None):
     """On a worker (Client.run): "start" timing its Python garbage collections, "stop" and
     return those of 10 ms or more, (generation, seconds, wall time, objects it found
@@ -423,6 +427,9 @@ def main(argv=None):
         workers = len(client.nthreads())
         print(f"hybridla.distributed, {workers} workers ({opts.backend}), nb {nb}, "
               f"{time.strftime('%Y-%m-%d')}")
+        # each staged copy runs on every core (device.copy_threads); do the workers share them?
+        print(f"  the workers' cores (their CPU affinity's, of the host's): "
+              f"{list(client.run(_cores).values())}")
         print("| routine | n | workers s | TFLOP/s | one GPU s | speedup | overhead | check |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- |")
         runs = [(r, n, where) for r in routines for n in sizes for where in layouts] + \
