@@ -26,6 +26,10 @@ workers' untimed call is at the timed order instead, so their memory is grown to
 - "one GPU": hybridla's GPU interface (hybridla.lu_factor / cho_factor / qr(mode="raw") on a
   CuPy array on GPU 0, factors left there), in this process, before the cluster starts, so that
   no worker shares the GPU; with --backend host, the host backend in this process.
+- Block sizes: each side at the one hybridla resolves for the routine and order, as a user's
+  call gets it (on the H100: 768 for LU and QR, 1024 for Cholesky from n = 12000), printed
+  above the table; --nb sets both. (Until stop 55 both sides ran at nb 512, the script's own
+  default then, not the library's.)
 - "phases" (the line under each row): the call's time on the client (the layout and the
   placement's submission; the workers' tasks, until the last ended; their results), and per
   worker how long its task waited to start (its part being placed), connected, and worked.
@@ -286,8 +290,10 @@ def _spd(b, xp):
 def one_gpu_seconds(routine, n, backend, nb, repeat):
     """hybridla's one-GPU GPU interface (host backend: its CPU interface), best of `repeat`
     after one untimed call at min(n, WARMUP_N) (kernels compiled, handles made); the matrix
-    made on the device from the same seed's distribution."""
-    kwargs = dict(backend=backend, nb=nb)
+    made on the device from the same seed's distribution. `nb` None: the library's own
+    block size, as a user's call gets it. Returns (seconds, the block size of the timed
+    calls)."""
+    kwargs = dict(backend=backend, **({} if nb is None else {"nb": nb}))
     if backend == "cuda":
         import cupy
         rng = cupy.random.default_rng(1)
@@ -328,7 +334,22 @@ def one_gpu_seconds(routine, n, backend, nb, repeat):
             # back (the pools keep it otherwise: a second QR at n = 65536 was refused its R)
             cupy.get_default_memory_pool().free_all_blocks()
             hybridla.backend.get_backend("cuda").free_cached()
-    return best
+    return best, nb or resolved_nb(routine, n, backend)
+
+
+def resolved_nb(routine, n, backend):
+    """The block size hybridla resolves for an n x n float64 `routine` here (nb auto: this
+    device's table), as its calls do."""
+    from hybridla.backend import get_backend
+    from hybridla.scheduler.plan import make_plan
+    return make_plan(get_backend(backend), n, n, np.float64, routine=routine).nb
+
+
+def workers_nb(client, routine, n, backend):
+    """resolved_nb on the first worker (the one a distributed call asks)."""
+    first = sorted(client.nthreads())[0]
+    return client.submit(resolved_nb, routine, n, backend, workers=[first],
+                         pure=False).result()
 
 
 def one_gpu_in_own_process(routine, n, backend, nb, repeat):
@@ -340,8 +361,9 @@ def one_gpu_in_own_process(routine, n, backend, nb, repeat):
     runs = []
     for _ in range(repeat):
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            runs.append(pool.submit(one_gpu_seconds, routine, n, backend, nb, 1).result())
-    print(f"one GPU: {routine} {n} {min(runs):.3f} s ({spread(runs)})", flush=True)
+            seconds, used = pool.submit(one_gpu_seconds, routine, n, backend, nb, 1).result()
+            runs.append(seconds)
+    print(f"one GPU: {routine} {n} nb {used} {min(runs):.3f} s ({spread(runs)})", flush=True)
     return min(runs)
 
 
@@ -380,7 +402,9 @@ def main(argv=None):
     parser.add_argument("--routines", default="lu,cho,qr")
     parser.add_argument("--large", type=int, default=None,
                         help="the order of the large LU run (default 120000 on cuda, 0: none)")
-    parser.add_argument("--nb", type=int, default=None, help="block size (default: config)")
+    parser.add_argument("--nb", type=int, default=None,
+                        help="block size on both sides (default: each side's own, hybridla's "
+                        "resolution for the routine and order, as a user's call gets it)")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--lookaheads", type=lambda s: [int(x) for x in s.split(",")],
                         default=[None], help="look-ahead depths to run each routine with, "
@@ -405,7 +429,6 @@ def main(argv=None):
     cuda = opts.backend == "cuda"
     sizes = opts.sizes if opts.sizes is not None else ([65536] if cuda else [600])
     large = opts.large if opts.large is not None else (120000 if cuda else 0)
-    nb = opts.nb or (512 if cuda else 64)
     routines = [r for r in opts.routines.split(",") if r]
     layouts = [x for x in opts.input_layout.split(",") if x]
     if not layouts or set(layouts) - {"dask", "cyclic"}:
@@ -419,13 +442,13 @@ def main(argv=None):
     # one GPU first, before any worker holds a GPU; each in a process of its own, so that
     # what one routine's run leaves in a pool (CuPy's, the backend's) cannot shrink the next
     # one's memory budget (at n = 65536 QR was refused after LU and Cholesky, 2026-11-26)
-    single = {(r, n): one_gpu_in_own_process(r, n, opts.backend, nb, opts.repeat)
+    single = {(r, n): one_gpu_in_own_process(r, n, opts.backend, opts.nb, opts.repeat)
               for r in routines for n in sizes}
 
     cluster, client = start_cluster(opts.backend, opts.scheduler)
     try:
         workers = len(client.nthreads())
-        print(f"hybridla.distributed, {workers} workers ({opts.backend}), nb {nb}, "
+        print(f"hybridla.distributed, {workers} workers ({opts.backend}), "
               f"{time.strftime('%Y-%m-%d')}")
         # each staged copy runs on every core (device.copy_threads); do the workers share them?
         print(f"  the workers' cores (their CPU affinity's, of the host's): "
@@ -434,18 +457,23 @@ def main(argv=None):
         print("| --- | --- | --- | --- | --- | --- | --- | --- |")
         runs = [(r, n, where) for r in routines for n in sizes for where in layouts] + \
             ([("lu", large, "dask")] if large else [])
+        # each routine and order at the block size the workers resolve (or --nb): the input's
+        # block columns are that wide, so that the call cuts nothing anew
+        nbs = {(r, n): opts.nb or workers_nb(client, r, n, opts.backend) for r, n, _ in runs}
+        print("  nb on the workers: " + ", ".join(f"{r} {n}: {b}" for (r, n), b in nbs.items()))
         # untimed first: each worker's kernels, handles and communicator; with --warm-at-size
         # also its memory at the timed order (on a fresh GPU machine the first touch of a
         # worker's new 17 GB home took 7.0 s at n = 65536: perf/RESULTS.md, issue 32, stop 43)
         warm_sizes = sorted({n for _, n, _ in runs}) if opts.warm_at_size else [WARMUP_N]
-        for routine in {r for r, _, _ in runs}:
+        for routine, n in {(r, n) for r, n, _ in runs}:
             for size in warm_sizes:
-                warm = client.persist(matrix(size, routine, nb,
+                warm = client.persist(matrix(size, routine, nbs[routine, n],
                                              device=opts.device_input and size != large))
                 wait(warm)
-                run_distributed(client, routine, warm, opts.backend, nb, None)
+                run_distributed(client, routine, warm, opts.backend, nbs[routine, n], None)
                 del warm
         for routine, n, where in runs:
+            nb = nbs[routine, n]
             a = matrix(n, routine, nb, device=opts.device_input and n != large)
             if n != large:  # the large one is generated as it is placed: held once, not twice
                 a = placed_cyclically(client, a) if where == "cyclic" else client.persist(a)
