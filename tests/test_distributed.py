@@ -434,6 +434,9 @@ def test_perf_script_smoke(client, tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert re.search(r"\| lu la1 \| 300 \|", out.stdout), out.stdout
     assert re.search(r"\| qr la2 \| 300 \|", out.stdout), out.stdout
+    # each side at the block size hybridla resolves for it (the library's), said
+    assert re.search(r"one GPU: cho 300 nb [0-9]+ ", out.stdout), out.stdout
+    assert re.search(r"nb on the workers: .*qr 300: [0-9]+", out.stdout), out.stdout
     # each row's phases, every worker's among them, from the trace's metadata
     assert re.search(r"lu la1 300 traced run [0-9.]+ s, phases \(s\): layout [0-9.]+ "
                      r"\[resolve [0-9.]+, columns [0-9.]+, place [0-9.]+\], "
