@@ -465,12 +465,12 @@ def main(argv=None):
         # also its memory at the timed order (on a fresh GPU machine the first touch of a
         # worker's new 17 GB home took 7.0 s at n = 65536: perf/RESULTS.md, issue 32, stop 43)
         warm_sizes = sorted({n for _, n, _ in runs}) if opts.warm_at_size else [WARMUP_N]
-        for routine, n in {(r, n) for r, n, _ in runs}:
+        for routine, nb in {(r, nbs[r, n]) for r, n, _ in runs}:
             for size in warm_sizes:
-                warm = client.persist(matrix(size, routine, nbs[routine, n],
+                warm = client.persist(matrix(size, routine, nb,
                                              device=opts.device_input and size != large))
                 wait(warm)
-                run_distributed(client, routine, warm, opts.backend, nbs[routine, n], None)
+                run_distributed(client, routine, warm, opts.backend, nb, None)
                 del warm
         for routine, n, where in runs:
             nb = nbs[routine, n]
