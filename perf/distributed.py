@@ -339,10 +339,9 @@ def one_gpu_seconds(routine, n, backend, nb, repeat):
 
 def resolved_nb(routine, n, backend):
     """The block size hybridla resolves for an n x n float64 `routine` here (nb auto: this
-    device's table), as its calls do."""
-    from hybridla.backend import get_backend
-    from hybridla.scheduler.plan import make_plan
-    return make_plan(get_backend(backend), n, n, np.float64, routine=routine).nb
+    device's table): the resolution a distributed call asks its first worker for."""
+    from hybridla._dist_common import _resolve_plan
+    return _resolve_plan(backend, n, n, np.float64, routine, None, None)[0]
 
 
 def workers_nb(client, routine, n, backend):
