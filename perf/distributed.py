@@ -9,6 +9,7 @@ Usage (from the repository root):
     python3 perf/distributed.py --sizes 65536 --routines lu --large 0 --lookaheads 1,2
     python3 perf/distributed.py --sizes 65536 --large 0 --device-input --warm-at-size
     python3 perf/distributed.py --sizes 65536 --large 0 --device-input --input-layout dask,cyclic
+    python3 perf/distributed.py --sizes 65536 --routines lu --large 0 --nb default,512
     python3 perf/distributed.py --backend host --sizes 600      # the CPU machine (a smoke test)
 
 What each row times (after an untimed call of each routine at n = WARMUP_N, on one GPU and
@@ -28,8 +29,9 @@ workers' untimed call is at the timed order instead, so their memory is grown to
   no worker shares the GPU; with --backend host, the host backend in this process.
 - Block sizes: each side at the one hybridla resolves for the routine and order, as a user's
   call gets it (on the H100: 768 for LU and QR, 1024 for Cholesky from n = 12000), printed
-  above the table; --nb sets both. (Until stop 55 both sides ran at nb 512, the script's own
-  default then, not the library's.)
+  above the table; --nb sets both, and a list of them (`--nb default,512`) runs each routine
+  at each in turn, both sides, on one cluster. (Until stop 55 both sides ran at nb 512, the
+  script's own default then, not the library's.)
 - "phases" (the line under each row): the call's time on the client (the layout and the
   placement's submission; the workers' tasks, until the last ended; their results), and per
   worker how long its task waited to start (its part being placed), connected, and worked.
@@ -366,6 +368,14 @@ def one_gpu_in_own_process(routine, n, backend, nb, repeat):
     return min(runs)
 
 
+def _block_sizes(text):
+    """--nb's list: None for 'default' (hybridla's resolution), else a positive int."""
+    sizes = [None if x == "default" else int(x) for x in text.split(",") if x]
+    if not sizes or any(nb is not None and nb < 1 for nb in sizes):
+        raise argparse.ArgumentTypeError(f"block sizes or 'default', got {text!r}")
+    return sizes
+
+
 def spread(runs):
     """Every run's seconds, their median and range: what a best-of row is one of."""
     return (f"median {np.median(runs):.3f}, range {min(runs):.3f}-{max(runs):.3f}, runs "
@@ -401,9 +411,10 @@ def main(argv=None):
     parser.add_argument("--routines", default="lu,cho,qr")
     parser.add_argument("--large", type=int, default=None,
                         help="the order of the large LU run (default 120000 on cuda, 0: none)")
-    parser.add_argument("--nb", type=int, default=None,
+    parser.add_argument("--nb", type=_block_sizes, default=[None],
                         help="block size on both sides (default: each side's own, hybridla's "
-                        "resolution for the routine and order, as a user's call gets it)")
+                        "resolution for the routine and order, as a user's call gets it); "
+                        "comma-separated, each in turn ('default': that resolution)")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--lookaheads", type=lambda s: [int(x) for x in s.split(",")],
                         default=[None], help="look-ahead depths to run each routine with, "
@@ -441,8 +452,8 @@ def main(argv=None):
     # one GPU first, before any worker holds a GPU; each in a process of its own, so that
     # what one routine's run leaves in a pool (CuPy's, the backend's) cannot shrink the next
     # one's memory budget (at n = 65536 QR was refused after LU and Cholesky, 2026-11-26)
-    single = {(r, n): one_gpu_in_own_process(r, n, opts.backend, opts.nb, opts.repeat)
-              for r in routines for n in sizes}
+    single = {(r, n, choice): one_gpu_in_own_process(r, n, opts.backend, choice, opts.repeat)
+              for r in routines for n in sizes for choice in opts.nb}
 
     cluster, client = start_cluster(opts.backend, opts.scheduler)
     try:
@@ -454,25 +465,26 @@ def main(argv=None):
               f"{list(client.run(_cores).values())}")
         print("| routine | n | workers s | TFLOP/s | one GPU s | speedup | overhead | check |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-        runs = [(r, n, where) for r in routines for n in sizes for where in layouts] + \
-            ([("lu", large, "dask")] if large else [])
+        runs = [(r, n, where, c) for r in routines for n in sizes for c in opts.nb
+                for where in layouts] + [("lu", large, "dask", c) for c in opts.nb if large]
         # each routine and order at the block size the workers resolve (or --nb): the input's
         # block columns are that wide, so that the call cuts nothing anew
-        nbs = {(r, n): opts.nb or workers_nb(client, r, n, opts.backend) for r, n, _ in runs}
-        print("  nb on the workers: " + ", ".join(f"{r} {n}: {b}" for (r, n), b in nbs.items()))
+        nbs = {(r, n, c): c or workers_nb(client, r, n, opts.backend) for r, n, _, c in runs}
+        print("  nb on the workers: " + ", ".join(f"{r} {n}: {b}"
+                                                  for (r, n, _), b in nbs.items()))
         # untimed first: each worker's kernels, handles and communicator; with --warm-at-size
         # also its memory at the timed order (on a fresh GPU machine the first touch of a
         # worker's new 17 GB home took 7.0 s at n = 65536: perf/RESULTS.md, issue 32, stop 43)
-        warm_sizes = sorted({n for _, n, _ in runs}) if opts.warm_at_size else [WARMUP_N]
-        for routine, nb in {(r, nbs[r, n]) for r, n, _ in runs}:
+        warm_sizes = sorted({n for _, n, _, _ in runs}) if opts.warm_at_size else [WARMUP_N]
+        for routine, nb in {(r, nbs[r, n, c]) for r, n, _, c in runs}:
             for size in warm_sizes:
                 warm = client.persist(matrix(size, routine, nb,
                                              device=opts.device_input and size != large))
                 wait(warm)
                 run_distributed(client, routine, warm, opts.backend, nb, None)
                 del warm
-        for routine, n, where in runs:
-            nb = nbs[routine, n]
+        for routine, n, where, choice in runs:
+            nb = nbs[routine, n, choice]
             a = matrix(n, routine, nb, device=opts.device_input and n != large)
             if n != large:  # the large one is generated as it is placed: held once, not twice
                 a = placed_cyclically(client, a) if where == "cyclic" else client.persist(a)
@@ -481,6 +493,8 @@ def main(argv=None):
                 name = routine if lookahead is None else f"{routine} la{lookahead}"
                 if len(layouts) > 1 and n != large:
                     name += f" {where}"
+                if len(opts.nb) > 1:
+                    name += f" nb{nb}"
                 runs, factors = [], None
                 for i in range(opts.repeat):  # as a user calls it: no trace
                     factors = None
@@ -515,7 +529,7 @@ def main(argv=None):
                       "the types it added: " + "; ".join(
                           f"{p['objects']} {p['added']}" for p in pauses.values()), flush=True)
                 overhead = 1 - engine_span(path) / best
-                one = single.get((routine, n))
+                one = single.get((routine, n, choice))
                 row = (f"| {name} | {n} | {best:.3f} | {FLOPS[routine](n) / best / 1e12:.2f} | "
                        f"{'-' if one is None else f'{one:.3f}'} | "
                        f"{'-' if one is None else f'{one / best:.2f}x'} | {overhead:.1%} |")

@@ -449,6 +449,24 @@ def test_perf_script_smoke(client, tmp_path):
     assert list(tmp_path.glob("*.json"))
 
 
+def test_perf_script_block_sizes_in_turn(client, tmp_path):
+    """--nb default,32 runs the routine at the library's block size and at 32, each side."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "perf" / "distributed.py"), "--backend", "host", "--sizes",
+         "200", "--routines", "lu", "--repeat", "1", "--nb", "default,32",
+         "--trace-dir", str(tmp_path), "--scheduler", client.scheduler.address],
+        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    default = re.search(r"one GPU: lu 200 nb ([0-9]+) ", out.stdout).group(1)
+    assert default != "32" and "one GPU: lu 200 nb 32 " in out.stdout, out.stdout
+    assert f"nb on the workers: lu 200: {default}, lu 200: 32" in out.stdout, out.stdout
+    for nb in (default, "32"):
+        assert re.search(rf"^\| lu nb{nb} \| 200 \| .* ok \|$", out.stdout, re.M), out.stdout
+    bad = subprocess.run([sys.executable, str(ROOT / "perf" / "distributed.py"), "--nb", "0"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert bad.returncode == 2 and "--nb" in bad.stderr, bad.stderr
+
+
 # -- two GPUs --------------------------------------------------------------------------------------
 def _gpu_count():
     try:
