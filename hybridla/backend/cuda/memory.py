@@ -7,6 +7,7 @@ counters and the pool for the process.
 """
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Sequence
 
@@ -46,24 +47,41 @@ def alloc(backend, nbytes, memory_pool=True):
     DeviceSettings.memory_pool): a cuMemAlloc while a run is under way can stall it, and
     cuMemFree synchronizes the device; with the pool both are paid on the first call only (as
     CuPy's pool does). An allocation that fails is tried once more after the pools' cached
-    blocks are freed."""
+    blocks are freed: ours, and CuPy's where this process uses CuPy (a Dask worker's freed CuPy
+    chunks stay in CuPy's pool: on a GPU worker at n = 65536 a QR's workspace was refused
+    while that pool held the factors of the call before, perf/RESULTS.md, issue 32, stop 56;
+    CuPy frees its own cache the same way when its allocation fails)."""
     nbytes = max(int(nbytes), 1)
     with backend.active(), backend._alloc_lock:
         allocate = _pool(backend, nbytes).allocate if memory_pool else drv.mem_alloc
         try:
             allocation = allocate(nbytes)
         except drv.MemoryError:
-            if not backend._pools:
+            cupy_pool = _cupy_pool()
+            if not backend._pools and cupy_pool is None:
                 raise
             _log.warning("device allocation of %d bytes failed: freeing the pools' %d "
-                         "cached bytes and trying again", nbytes,
-                         sum(_cached(pool) for pool in backend._pools.values()))
+                         "cached bytes (CuPy's: %d) and trying again", nbytes,
+                         sum(_cached(pool) for pool in backend._pools.values()),
+                         0 if cupy_pool is None else cupy_pool.free_bytes())
             for pool in backend._pools.values():
                 pool.free_held()
+            if cupy_pool is not None:
+                cupy_pool.free_all_blocks()
             allocation = allocate(nbytes)
         backend._allocated += nbytes
         backend._sizes[int(allocation)] = nbytes
     return allocation
+
+
+def _cupy_pool():
+    """CuPy's default device memory pool, where CuPy is imported (never imported here: a
+    process that does not use CuPy has nothing cached in it)."""
+    cupy = sys.modules.get("cupy")
+    try:
+        return None if cupy is None else cupy.get_default_memory_pool()
+    except Exception:  # a CuPy without a usable device: nothing it could hold
+        return None
 
 
 def free(backend, allocation):
@@ -106,10 +124,13 @@ def trim_cached(backend, keep_bytes):
 
 
 def free_memory(backend) -> int:
-    """Device memory a call can have: what the driver has free, and the pool's cache."""
+    """Device memory a call can have: what the driver has free, and the pools' caches (ours,
+    and CuPy's: `alloc` frees both when the driver has too little)."""
+    cupy_pool = _cupy_pool()
     backend.context.push()
     try:
-        return drv.mem_get_info()[0] + backend.cached_bytes()
+        return drv.mem_get_info()[0] + backend.cached_bytes() + \
+            (0 if cupy_pool is None else cupy_pool.free_bytes())
     finally:
         drv.Context.pop()
 
