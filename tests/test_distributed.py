@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -335,14 +336,15 @@ def test_no_client_is_an_error(monkeypatch):
         hd.lu_factor(np.eye(3))
 
 
+@pytest.mark.parametrize("where", ["panel", "recording"])
 @pytest.mark.parametrize("routine", ["lu_factor", "cholesky", "qr"])
-def test_worker_failure_surfaces_and_leaves_nothing_running(client, routine, rng):
-    """A panel that raises on rank 1 aborts the transport: rank 0, waiting for the next
-    broadcast, stops instead of hanging; the client gets rank 1's own exception once both
-    tasks have ended, and the cluster is idle and usable after it."""
+def test_worker_failure_surfaces_and_leaves_nothing_running(client, routine, where, rng):
+    """A panel, or the recording of a step, that raises on rank 1 aborts the transport: rank
+    0, waiting for the next broadcast, stops instead of hanging; the client gets rank 1's own
+    exception once both tasks have ended, and the cluster is idle and usable after it."""
     a = _hermitian(80, np.float64, rng)
     address = sorted(client.nthreads())[1]
-    client.run(_dist.set_fault, 1, 3, "injected fault on rank 1, step 3",
+    client.run(_dist.set_fault, 1, 3, "injected fault on rank 1, step 3", where,
                workers=[address])
     try:
         with pytest.raises(RuntimeError, match="injected fault on rank 1, step 3"):
@@ -378,6 +380,76 @@ def test_transport_abort_wakes_a_waiting_peer():
     assert caught and "a task failed" in str(caught[0])
     zero.close()
     one.close()
+
+
+def _nccl_transport_module(monkeypatch):
+    """hybridla.scheduler.transport_nccl imported anew over stand-ins for nccl4py and the cuda
+    backend (neither is on the CPU machine): its locking, without NCCL."""
+    import importlib
+    core = types.ModuleType("nccl.core")
+    core.get_unique_id = lambda empty=False: types.SimpleNamespace(as_bytes=bytes(128))
+    core.SUM = "sum"
+    nccl = types.ModuleType("nccl")
+    nccl.core = core
+    cuda = types.ModuleType("hybridla.backend.cuda")
+    cuda.DeviceBlock = object
+    for name, module in (("nccl", nccl), ("nccl.core", core), ("hybridla.backend.cuda", cuda)):
+        monkeypatch.setitem(sys.modules, name, module)
+    name = "hybridla.scheduler.transport_nccl"
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    import hybridla.scheduler
+    monkeypatch.delattr(hybridla.scheduler, "transport_nccl", raising=False)
+    module = importlib.import_module(name)
+    monkeypatch.setitem(sys.modules, name, module)  # the stand-in goes again at the end
+    return module
+
+
+@pytest.mark.parametrize("returns", [True, False])
+def test_nccl_abort_waits_for_a_call_under_way_unless_it_is_blocked(monkeypatch, returns):
+    """NCCL wants one thread at a time on a communicator: an abort from the watching thread
+    waits for a collective's enqueue under way to return; one that does not return within
+    ABORT_WAIT_S (blocked behind a collective waiting for a failed peer) is aborted beside.
+    A call after the abort raises TransportAborted, not an error of a missing communicator."""
+    module = _nccl_transport_module(monkeypatch)
+    monkeypatch.setattr(module, "ABORT_WAIT_S", 5.0 if returns else 0.3)
+    events, inside, leave = [], threading.Event(), threading.Event()
+
+    class Comm:
+        def broadcast(self, *args, **kwargs):
+            events.append("enter")
+            inside.set()
+            leave.wait(30)
+            events.append("leave")
+
+        def abort(self):
+            events.append("abort")
+
+    control = types.SimpleNamespace(aborted=None)
+    transport = module.NcclTransport(None, 0, 2, Comm(), b"id", control, ("a", "b"))
+    try:
+        caller = threading.Thread(target=transport._call, args=("broadcast", 1, 2, 0))
+        caller.start()
+        assert inside.wait(30)
+        aborter = threading.Thread(target=transport._abort_comm)
+        aborter.start()
+        if returns:
+            time.sleep(0.3)
+            assert events == ["enter"]  # not aborted beside the call
+            leave.set()
+            aborter.join(30)
+            assert events == ["enter", "leave", "abort"]
+        else:
+            aborter.join(30)
+            assert events == ["enter", "abort"]  # the blocked call did not hold it back
+            leave.set()
+        caller.join(30)
+        assert not aborter.is_alive() and not caller.is_alive()
+        control.aborted = "rank 1: a task failed"
+        with pytest.raises(TransportAborted, match="a task failed"):
+            transport._call("broadcast", 1, 2, 0)
+        assert events.count("abort") == 1
+    finally:
+        transport._closed.set()
 
 
 def test_transport_timeout():
@@ -624,6 +696,55 @@ def test_two_gpus_device_chunks():
         with pytest.raises(ValueError, match="cuda backend"):
             hd.lu_factor(_device_chunks(gpu_client, bad, cupy), client=gpu_client,
                          backend="host")
+
+
+def _dump_stacks_later(seconds):
+    """In a worker: every thread's stack to stderr if it is still running in `seconds` (what a
+    hang on the GPUs leaves to read); `None` cancels."""
+    import faulthandler
+    if seconds is None:
+        faulthandler.cancel_dump_traceback_later()
+    else:
+        faulthandler.dump_traceback_later(seconds, exit=False)
+
+
+@pytest.mark.cuda
+def test_two_gpus_worker_failure_surfaces_and_leaves_nothing_running():
+    """On the GPUs, with NCCL between them: a panel, or the recording of a step, that raises
+    on rank 1 surfaces on the client as its own exception, within a bound (rank 0, waiting in
+    a collective on its GPU, is woken by the abort), nothing is left running, and the next
+    call works on the same workers. The recording's failure is what a workspace refused for
+    want of memory is (perf/RESULTS.md, issue 32, stop 56: that one hung)."""
+    if _gpu_count() < 2:
+        pytest.skip("fewer than 2 GPUs visible")
+    pytest.importorskip("nccl.core")
+    dask_cuda = pytest.importorskip("dask_cuda")
+    from concurrent.futures import ThreadPoolExecutor
+    rng = np.random.default_rng(9)
+    a = random_matrix(6144, 6144, np.float64, rng)  # 24 steps of 256: rank 0 runs ahead
+    with dask_cuda.LocalCUDACluster(n_workers=2, threads_per_worker=4) as cluster, \
+            distributed.Client(cluster) as gpu_client, ThreadPoolExecutor(1) as caller:
+        options = dict(client=gpu_client, backend="cuda", nb=256)
+        rank1 = sorted(gpu_client.nthreads())[1]
+        spd = a @ a.T + 6144 * np.eye(6144)
+        for routine, call in (("lu_factor", lambda: hd.lu_factor(a, **options)),
+                              ("qr", lambda: hd.qr(a, mode="economic", **options)),
+                              ("cholesky", lambda: hd.cholesky(spd, lower=True, **options))):
+            for where in ("panel", "recording"):
+                message = f"injected fault on rank 1, step 5, {where}, {routine}"
+                gpu_client.run(_dist.set_fault, 1, 5, message, where, workers=[rank1])
+                gpu_client.run(_dump_stacks_later, 60)  # every process's threads, if hung
+                _dump_stacks_later(60)
+                try:
+                    with pytest.raises(RuntimeError, match=message):
+                        caller.submit(call).result(timeout=90)
+                finally:
+                    _dump_stacks_later(None)
+                    gpu_client.run(_dump_stacks_later, None)
+                    gpu_client.run(_dist.clear_faults)
+                assert all(not tasks for tasks in gpu_client.processing().values())
+        lu, piv = hd.lu_factor(a, **options)  # a NumPy array in, NumPy factors out
+        assert getrf_ratio(a, lu, piv) < THRESH
 
 
 class _DeviceLikeHost:

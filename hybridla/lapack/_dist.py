@@ -73,23 +73,27 @@ class WorkerRun:
                 self.layout.local_start(self.rank, step)
 
 
-# a test hook: {(rank, step): exception} raised by that rank's panel task of that step (set in
-# a worker process through Client.run; tests/test_distributed.py)
+# a test hook: {(rank, step, where): exception} raised by that rank at that step, `where`
+# "panel" (its panel task) or "recording" (its recording, as the step's recording starts); set
+# in a worker process through Client.run (tests/test_distributed.py)
 FAULTS: dict = {}
 
 
-def set_fault(rank: int, step: int, message: str) -> None:
-    """The test hook: that rank's panel of that step raises RuntimeError(message) (call it
-    in the worker processes, through Client.run)."""
-    FAULTS[(rank, step)] = RuntimeError(message)
+def set_fault(rank: int, step: int, message: str, where: str = "panel") -> None:
+    """The test hook: that rank's panel task of that step, or its recording of the step
+    (`where` "recording"), raises RuntimeError(message) (call it in the worker processes,
+    through Client.run)."""
+    if where not in ("panel", "recording"):
+        raise ValueError(f"where must be 'panel' or 'recording', got {where!r}")
+    FAULTS[(rank, step, where)] = RuntimeError(message)
 
 
 def clear_faults() -> None:
     FAULTS.clear()
 
 
-def fault_point(rank: int, step: int) -> None:
-    fault = FAULTS.get((rank, step))
+def fault_point(rank: int, step: int, where: str = "panel") -> None:
+    fault = FAULTS.get((rank, step, where))
     if fault is not None:
         raise fault
 
@@ -224,7 +228,28 @@ def run_graph_of(run, graph, recording, name):
     """Run the recorded graph on this worker's engine (the steps start while the rest are
     recorded); returns the trace."""
     from ._blocked import run_recording
-    return run_recording(graph, recording, run.A, run.plan, None, name)
+    return run_recording(graph, _aborting_recording(recording, run), run.A, run.plan, None,
+                         name)
+
+
+def _aborting_recording(steps, run):
+    """`steps` (the recording, one step per item), aborting the transport at once when the
+    recording fails, as a failing task does (AbortingGraph). Otherwise the engine first waits
+    for this rank's tasks in flight and its device, while a peer waits in a collective for a
+    step this rank will never record: a QR's recording that failed to get its workspace on
+    one GPU (out of memory) left the other worker, and the client, waiting until killed
+    (perf/RESULTS.md, issue 32, stop 56)."""
+    step = -1
+    try:
+        for step in steps:
+            yield step
+            fault_point(run.rank, step + 1, "recording")
+    except GeneratorExit:  # closed by its consumer: not a failure
+        raise
+    except BaseException as exc:
+        run.transport.abort(f"recording of step {step + 1} failed: "
+                            f"{exc.__class__.__name__}: {exc}")
+        raise
 
 
 def panel_results(run, pivots=False, tau=False):

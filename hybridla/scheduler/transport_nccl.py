@@ -49,6 +49,11 @@ def unique_id_bytes() -> bytes:
 _ID_BYTES = len(nc.get_unique_id(empty=True).as_bytes)
 
 
+# how long an abort waits for a collective's enqueue under way on another thread to return
+# before it aborts anyway: NCCL wants one thread at a time on a communicator, but an enqueue
+# blocked behind a collective that waits for a failed peer (NCCL's queue of operations full)
+# returns only once the communicator is aborted
+ABORT_WAIT_S = 1.0
 # the warm-up broadcast of a new communicator: NCCL picks its protocol by size, and a panel
 # (m x nb float64) is hundreds of MB; 64 MiB takes the same (simple) protocol as those
 WARM_UP_BYTES = 64 << 20
@@ -86,6 +91,7 @@ class NcclTransport:
         self.comm, self._comm_id, self._group = comm, comm_id, group
         self._staging: dict = {}  # lane name -> (pointer, bytes): pack buffers, per lane
         self._lock = threading.Lock()
+        self._enqueue = threading.Lock()  # held while a thread is in an NCCL call on comm
         self._watch = threading.Thread(target=self._abort_on_peer_failure, daemon=True,
                                        name=f"hybridla-nccl-watch-{rank}")
         self._closed = threading.Event()
@@ -129,7 +135,7 @@ class NcclTransport:
         try:
             with lane:
                 whole = _Buffer(buffer, WARM_UP_BYTES, np.uint8)
-                self.comm.broadcast(whole, whole, 0, stream=lane.handle)
+                self._call("broadcast", whole, whole, 0, stream=lane.handle)
                 lane.stream.synchronize()
         finally:
             self.ops.free(buffer)
@@ -143,7 +149,7 @@ class NcclTransport:
                 packed_send = self._contiguous(lane, source, "send", pack=self.rank == root)
                 packed_recv = self._contiguous(lane, target, "recv", pack=False) \
                     if not _same(source, target) else packed_send
-                self.comm.broadcast(packed_send, packed_recv, root, stream=lane.handle)
+                self._call("broadcast", packed_send, packed_recv, root, stream=lane.handle)
                 self._unpack(lane, packed_recv, target)
 
     def reduce(self, lane, send, recv, root):
@@ -153,7 +159,8 @@ class NcclTransport:
                 packed_send = self._contiguous(lane, source, "send", pack=True)
                 packed_recv = self._contiguous(lane, target, "recv", pack=False) \
                     if not _same(source, target) else packed_send
-                self.comm.reduce(packed_send, packed_recv, nc.SUM, root, stream=lane.handle)
+                self._call("reduce", packed_send, packed_recv, nc.SUM, root,
+                           stream=lane.handle)
                 if self.rank == root:
                     self._unpack(lane, packed_recv, target)
 
@@ -185,11 +192,30 @@ class NcclTransport:
                 self.ops.free(ptr)
         self.control.close()
 
+    def _call(self, operation, *args, **kwargs):
+        """comm.<operation>(*args, **kwargs), the only NCCL call on comm meanwhile (NCCL's
+        thread safety: one thread at a time on a communicator; an abort waits, _abort_comm);
+        TransportAborted where the communicator was aborted before it."""
+        with self._enqueue:
+            comm = self.comm
+            if comm is None:
+                raise TransportAborted(self.control.aborted or "the communicator was aborted")
+            getattr(comm, operation)(*args, **kwargs)
+
     def _abort_comm(self):
-        with self._lock:
-            if self.comm is not None:
-                self.comm.abort()
-                self.comm = None
+        """Abort comm (ncclCommAbort: this rank's collectives in flight end), once. It waits up
+        to ABORT_WAIT_S for an NCCL call under way on another thread (_call) to return, so as
+        not to abort beside it; one that has not returned by then is blocked on the device
+        (behind a collective waiting for a failed peer) and only the abort frees it."""
+        entered = self._enqueue.acquire(timeout=ABORT_WAIT_S)
+        try:
+            with self._lock:
+                if self.comm is not None:
+                    self.comm.abort()
+                    self.comm = None
+        finally:
+            if entered:
+                self._enqueue.release()
 
     def _abort_on_peer_failure(self):
         """A peer's abort arrives on the host transport: abort NCCL too, so that a
