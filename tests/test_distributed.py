@@ -336,18 +336,19 @@ def test_no_client_is_an_error(monkeypatch):
         hd.lu_factor(np.eye(3))
 
 
-@pytest.mark.parametrize("where", ["panel", "recording"])
+@pytest.mark.parametrize("where, step", [("panel", 3), ("recording", 3), ("recording", 5)])
 @pytest.mark.parametrize("routine", ["lu_factor", "cholesky", "qr"])
-def test_worker_failure_surfaces_and_leaves_nothing_running(client, routine, where, rng):
-    """A panel, or the recording of a step, that raises on rank 1 aborts the transport: rank
-    0, waiting for the next broadcast, stops instead of hanging; the client gets rank 1's own
-    exception once both tasks have ended, and the cluster is idle and usable after it."""
+def test_worker_failure_surfaces_and_leaves_nothing_running(client, routine, where, step, rng):
+    """A panel, or the recording, that raises on rank 1 aborts the transport: rank 0, waiting
+    for the next broadcast, stops instead of hanging; the client gets rank 1's own exception
+    once both tasks have ended, and the cluster is idle and usable after it. After 5 steps
+    (80 / NB) the recording is whole: rank 0 may finish first."""
     a = _hermitian(80, np.float64, rng)
     address = sorted(client.nthreads())[1]
-    client.run(_dist.set_fault, 1, 3, "injected fault on rank 1, step 3", where,
+    client.run(_dist.set_fault, 1, step, f"injected fault on rank 1, step {step}", where,
                workers=[address])
     try:
-        with pytest.raises(RuntimeError, match="injected fault on rank 1, step 3"):
+        with pytest.raises(RuntimeError, match=f"injected fault on rank 1, step {step}"):
             getattr(hd, routine)(a, **_run_options(client))
     finally:
         client.run(_dist.clear_faults)
@@ -710,11 +711,14 @@ def _dump_stacks_later(seconds):
 
 @pytest.mark.cuda
 def test_two_gpus_worker_failure_surfaces_and_leaves_nothing_running():
-    """On the GPUs, with NCCL between them: a panel, or the recording of a step, that raises
-    on rank 1 surfaces on the client as its own exception, within a bound (rank 0, waiting in
-    a collective on its GPU, is woken by the abort), nothing is left running, and the next
-    call works on the same workers. The recording's failure is what a workspace refused for
-    want of memory is (perf/RESULTS.md, issue 32, stop 56: that one hung)."""
+    """On the GPUs, with NCCL between them: a panel, or the recording, that raises on rank 1
+    surfaces on the client as its own exception, within a bound (rank 0, waiting in a
+    collective on its GPU, is woken by the abort), nothing is left running, and the next call
+    on the same workers works. The recording's failure is what a workspace refused for want
+    of memory is; failing after the whole graph is recorded (24 steps), rank 1 has enqueued
+    every collective, so rank 0 may finish and keep the communicator that rank 1 aborted: a
+    QR check that failed so, in orgqr, was followed by a hang (perf/RESULTS.md, issue 32,
+    stop 56). Each process's threads are dumped to stderr if a case runs past 60 s."""
     if _gpu_count() < 2:
         pytest.skip("fewer than 2 GPUs visible")
     pytest.importorskip("nccl.core")
@@ -722,29 +726,34 @@ def test_two_gpus_worker_failure_surfaces_and_leaves_nothing_running():
     from concurrent.futures import ThreadPoolExecutor
     rng = np.random.default_rng(9)
     a = random_matrix(6144, 6144, np.float64, rng)  # 24 steps of 256: rank 0 runs ahead
+    spd = a @ a.T + 6144 * np.eye(6144)
+    small = random_matrix(600, 600, np.float64, rng)
     with dask_cuda.LocalCUDACluster(n_workers=2, threads_per_worker=4) as cluster, \
             distributed.Client(cluster) as gpu_client, ThreadPoolExecutor(1) as caller:
         options = dict(client=gpu_client, backend="cuda", nb=256)
         rank1 = sorted(gpu_client.nthreads())[1]
-        spd = a @ a.T + 6144 * np.eye(6144)
-        for routine, call in (("lu_factor", lambda: hd.lu_factor(a, **options)),
-                              ("qr", lambda: hd.qr(a, mode="economic", **options)),
-                              ("cholesky", lambda: hd.cholesky(spd, lower=True, **options))):
-            for where in ("panel", "recording"):
-                message = f"injected fault on rank 1, step 5, {where}, {routine}"
-                gpu_client.run(_dist.set_fault, 1, 5, message, where, workers=[rank1])
-                gpu_client.run(_dump_stacks_later, 60)  # every process's threads, if hung
-                _dump_stacks_later(60)
-                try:
-                    with pytest.raises(RuntimeError, match=message):
-                        caller.submit(call).result(timeout=90)
-                finally:
-                    _dump_stacks_later(None)
-                    gpu_client.run(_dump_stacks_later, None)
-                    gpu_client.run(_dist.clear_faults)
+        calls = {"lu_factor": lambda: hd.lu_factor(a, **options),
+                 "qr": lambda: hd.qr(a, mode="economic", **options),
+                 "cholesky": lambda: hd.cholesky(spd, lower=True, **options)}
+        cases = [(routine, where, 5, None) for routine in calls for where in ("panel",
+                                                                              "recording")]
+        cases += [("lu_factor", "recording", 24, "getrf"), ("qr", "recording", 24, "orgqr")]
+        for routine, where, step, driver in cases:
+            message = f"injected fault on rank 1, {where}, step {step}, {routine}"
+            gpu_client.run(_dist.set_fault, 1, step, message, where, driver, workers=[rank1])
+            gpu_client.run(_dump_stacks_later, 60)  # every process's threads, if hung
+            _dump_stacks_later(60)
+            try:
+                with pytest.raises(RuntimeError, match=message):
+                    caller.submit(calls[routine]).result(timeout=90)
+                gpu_client.run(_dist.clear_faults)
                 assert all(not tasks for tasks in gpu_client.processing().values())
-        lu, piv = hd.lu_factor(a, **options)  # a NumPy array in, NumPy factors out
-        assert getrf_ratio(a, lu, piv) < THRESH
+                lu, piv = caller.submit(hd.lu_factor, small, **options).result(timeout=90)
+                assert getrf_ratio(small, lu, piv) < THRESH  # NumPy in, NumPy factors out
+            finally:
+                _dump_stacks_later(None)
+                gpu_client.run(_dump_stacks_later, None)
+                gpu_client.run(_dist.clear_faults)
 
 
 class _DeviceLikeHost:

@@ -73,27 +73,32 @@ class WorkerRun:
                 self.layout.local_start(self.rank, step)
 
 
-# a test hook: {(rank, step, where): exception} raised by that rank at that step, `where`
-# "panel" (its panel task) or "recording" (its recording, as the step's recording starts); set
-# in a worker process through Client.run (tests/test_distributed.py)
+# a test hook: {(rank, step, where, routine): exception} raised by that rank at that step,
+# `where` "panel" (its panel task of step `step`) or "recording" (its recording, once it has
+# recorded `step` steps: the last step's count is after the whole graph), `routine` the
+# driver's name ("getrf", "orgqr", ...) or None for any; set in a worker process through
+# Client.run (tests/test_distributed.py)
 FAULTS: dict = {}
 
 
-def set_fault(rank: int, step: int, message: str, where: str = "panel") -> None:
-    """The test hook: that rank's panel task of that step, or its recording of the step
-    (`where` "recording"), raises RuntimeError(message) (call it in the worker processes,
-    through Client.run)."""
+def set_fault(rank: int, step: int, message: str, where: str = "panel",
+              routine: str | None = None) -> None:
+    """The test hook: that rank's panel task of that step, or its recording once it has
+    recorded `step` steps (`where` "recording"), in `routine`'s run (None: any), raises
+    RuntimeError(message) (call it in the worker processes, through Client.run)."""
     if where not in ("panel", "recording"):
         raise ValueError(f"where must be 'panel' or 'recording', got {where!r}")
-    FAULTS[(rank, step, where)] = RuntimeError(message)
+    FAULTS[(rank, step, where, routine)] = RuntimeError(message)
 
 
 def clear_faults() -> None:
     FAULTS.clear()
 
 
-def fault_point(rank: int, step: int, where: str = "panel") -> None:
-    fault = FAULTS.get((rank, step, where))
+def fault_point(rank: int, step: int, where: str = "panel", routine: str | None = None) -> None:
+    fault = FAULTS.get((rank, step, where, None))
+    if fault is None and routine is not None:
+        fault = FAULTS.get((rank, step, where, routine))
     if fault is not None:
         raise fault
 
@@ -228,27 +233,27 @@ def run_graph_of(run, graph, recording, name):
     """Run the recorded graph on this worker's engine (the steps start while the rest are
     recorded); returns the trace."""
     from ._blocked import run_recording
-    return run_recording(graph, _aborting_recording(recording, run), run.A, run.plan, None,
-                         name)
+    return run_recording(graph, _aborting_recording(recording, run, name), run.A, run.plan,
+                         None, name)
 
 
-def _aborting_recording(steps, run):
+def _aborting_recording(steps, run, name):
     """`steps` (the recording, one step per item), aborting the transport at once when the
     recording fails, as a failing task does (AbortingGraph). Otherwise the engine first waits
     for this rank's tasks in flight and its device, while a peer waits in a collective for a
-    step this rank will never record: a QR's recording that failed to get its workspace on
-    one GPU (out of memory) left the other worker, and the client, waiting until killed
-    (perf/RESULTS.md, issue 32, stop 56)."""
-    step = -1
+    step this rank will never record. (A QR check's recording that was refused its workspace
+    on one GPU, out of memory, was followed by a hang, its cause not found: perf/RESULTS.md,
+    issue 32, stop 56.)"""
+    step, recorded = None, 0
     try:
-        for step in steps:
+        for recorded, step in enumerate(steps, 1):
             yield step
-            fault_point(run.rank, step + 1, "recording")
+            fault_point(run.rank, recorded, "recording", name)
     except GeneratorExit:  # closed by its consumer: not a failure
         raise
     except BaseException as exc:
-        run.transport.abort(f"recording of step {step + 1} failed: "
-                            f"{exc.__class__.__name__}: {exc}")
+        run.transport.abort(f"{name}'s recording after {recorded} steps (the last {step}) "
+                            f"failed: {exc.__class__.__name__}: {exc}")
         raise
 
 
