@@ -495,7 +495,7 @@ def main(argv=None):
                     name += f" {where}"
                 if len(opts.nb) > 1:
                     name += f" nb{nb}"
-                runs, factors = [], None
+                seconds, factors = [], None
                 for i in range(opts.repeat):  # as a user calls it: no trace
                     factors = None
                     client.run(gc.collect)  # (module docstring)
@@ -503,10 +503,10 @@ def main(argv=None):
                     start = time.perf_counter()
                     factors = run_distributed(client, routine, a, opts.backend, nb, None,
                                               lookahead)
-                    runs.append(time.perf_counter() - start)
-                    print(f"  {name} {n} run {i}: {runs[-1]:.3f} s", flush=True)
-                best = min(runs)
-                print(f"  {name} {n} workers: best {best:.3f} s ({spread(runs)})", flush=True)
+                    seconds.append(time.perf_counter() - start)
+                    print(f"  {name} {n} run {i}: {seconds[-1]:.3f} s", flush=True)
+                best = min(seconds)
+                print(f"  {name} {n} workers: best {best:.3f} s ({spread(seconds)})", flush=True)
                 # then once more with the trace, for the engine span and the phases
                 factors = None
                 path = os.path.join(trace_dir, f"distributed_{name.replace(' ', '_')}_{n}.json")

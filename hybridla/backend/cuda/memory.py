@@ -48,9 +48,9 @@ def alloc(backend, nbytes, memory_pool=True):
     cuMemFree synchronizes the device; with the pool both are paid on the first call only (as
     CuPy's pool does). An allocation that fails is tried once more after the pools' cached
     blocks are freed: ours, and CuPy's where this process uses CuPy (a Dask worker's freed CuPy
-    chunks stay in CuPy's pool: on a GPU worker at n = 65536 a QR's workspace was refused
-    while that pool held the factors of the call before, perf/RESULTS.md, issue 32, stop 56;
-    CuPy frees its own cache the same way when its allocation fails)."""
+    chunks stay in CuPy's pool: on a GPU worker at n = 65536 a QR's workspace was refused,
+    most likely beside the cached chunks of earlier inputs of other sizes, perf/RESULTS.md,
+    issue 32, stop 56; CuPy frees its own cache the same way when its allocation fails)."""
     nbytes = max(int(nbytes), 1)
     with backend.active(), backend._alloc_lock:
         allocate = _pool(backend, nbytes).allocate if memory_pool else drv.mem_alloc
