@@ -85,7 +85,10 @@ def _cupy_pool():
 
 
 def free(backend, allocation):
-    with backend._alloc_lock:
+    """Give an allocation back (to its pool, if pooled), from any thread: its context is made
+    current here (a pooled block given back without it raised LogicError, and the process
+    aborted on exit when the block was collected: tests/test_trust.py, on an H100)."""
+    with backend.active(), backend._alloc_lock:
         backend._allocated -= backend._sizes.pop(int(allocation))
         allocation.free()  # a pooled block goes back to the pool
 
