@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
 import time
 
 import numpy as np
@@ -12,10 +13,13 @@ import numpy as np
 from . import backend as _backends
 from . import config as _config
 from ._common import _all_finite, _common_dtype, _host_matrix, _lapack_dtype, is_device_array
+from ._logging import get_logger
 from .lapack import _dist
 from .lapack import solves_dist
 from .scheduler import cluster as _cluster
 from .scheduler.trace import Phases
+
+_log = get_logger("distributed")
 
 
 class _Operand:
@@ -205,6 +209,11 @@ def _run(client, backend, addresses, layout, lookahead, parts, work, job, trace,
     futures, small = _cluster.run_job(client, addresses, work, parts, job, backend)
     ended = time.time()
     results = _cluster.small_results(client, small)
+    if _log.isEnabledFor(logging.DEBUG):  # where the untraced call's time went, per worker
+        _log.debug("%s %dx%d: jobs %.3f s; per worker: %s", job["routine"], layout.m, layout.n,
+                   ended - submitted, "; ".join(
+                       f"connect {r['phases']['connect_s']:.3f}, work {r['phases']['work_s']:.3f}"
+                       f" {_rounded(r.get('work_phases', {}))}" for r in results))
     if trace is not None:
         offsets = _cluster.clock_offsets(client, addresses)
         metadata = {"routine": job["routine"], "shape": [layout.m, layout.n],
@@ -221,6 +230,10 @@ def _run(client, backend, addresses, layout, lookahead, parts, work, job, trace,
                         for r, offset in zip(results, offsets)]}
         _cluster.merged_trace(results, offsets, metadata).to_chrome(trace)
     return futures, results
+
+
+def _rounded(seconds: dict) -> dict:
+    return {name: round(value, 3) for name, value in seconds.items()}
 
 
 def _factor(client, backend, routine, driver, operand, nb, lookahead, trace, arguments=None):
@@ -240,7 +253,8 @@ def _factor(client, backend, routine, driver, operand, nb, lookahead, trace, arg
         timings.seconds["layout_s"] = time.time() - began
         job = dict(name=operand.name, routine=routine, dtype=operand.dtype,
                    check_finite=operand.check_finite, arguments=arguments or {},
-                   device=operand.device, device_meta=operand.meta, **placement)
+                   device=operand.device, device_meta=operand.meta,
+                   arrive=bool(_config.get("distributed.arrive_parts", False)), **placement)
         futures, results = _run(client, backend, addresses, layout, depth, parts,
                                 functools.partial(_dist.on_worker, driver,
                                                   all_finite=_all_finite),

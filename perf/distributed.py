@@ -61,6 +61,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import logging
 import os
 import sys
 import time
@@ -79,6 +80,7 @@ import hybridla  # noqa: E402
 import hybridla.backend  # noqa: E402
 import hybridla.distributed as hd  # noqa: E402
 from hybridla.bench.flops import geqrf_flops, getrf_flops, potrf_flops  # noqa: E402
+from hybridla.bench.matrices import placed_cyclically  # noqa: E402,F401 - probes take it here
 
 WARMUP_N = 4096  # the untimed first calls' order, on one GPU and on the workers
 FLOPS = {"lu": lambda n: getrf_flops(n, n), "cho": potrf_flops, "qr": lambda n: geqrf_flops(n, n)}
@@ -100,23 +102,6 @@ def matrix(n, routine, nb, seed=1, device=False):
         import cupy
         a = a.map_blocks(cupy.asarray, dtype=a.dtype, meta=cupy.empty((0, 0), a.dtype))
     return a
-
-
-def placed_cyclically(client, a):
-    """`a` computed and persisted with its block column j on worker j mod p (the p workers in
-    hybridla's rank order, their sorted addresses): the layout hybridla.distributed factors a
-    dask array of device chunks in, so that the call moves no block (--input-layout cyclic).
-    The same keys and values as client.persist(a); only where the chunks lie differs."""
-    import dask.array as da
-    from dask.highlevelgraph import HighLevelGraph
-    addresses = sorted(client.nthreads())
-    blocks = a.to_delayed().ravel()  # one row of block columns
-    futures = [client.compute(block, workers=[addresses[j % len(addresses)]],
-                              allow_other_workers=False) for j, block in enumerate(blocks)]
-    wait(futures)
-    layer = {future.key: future for future in futures}
-    return da.Array(HighLevelGraph.from_collections(a.name, layer, dependencies=()), a.name,
-                    a.chunks, meta=a._meta)
 
 
 def _on_host(x):
@@ -448,6 +433,12 @@ def main(argv=None):
         parser.error(f"unknown routines {sorted(unknown)}: lu, cho, qr")
     trace_dir = opts.trace_dir or os.path.join(_ROOT, "perf", "traces")
     os.makedirs(trace_dir, exist_ok=True)
+    # each call's time per worker, untraced ones too (_dist_common._run's debug line): an
+    # untraced Cholesky took 1.265 s twice where the traced one took 1.187 s (stop 57)
+    phase_lines = logging.StreamHandler(sys.stdout)
+    phase_lines.setFormatter(logging.Formatter("    phases: %(message)s"))
+    logging.getLogger("hybridla.distributed").addHandler(phase_lines)
+    logging.getLogger("hybridla.distributed").setLevel(logging.DEBUG)
 
     # one GPU first, before any worker holds a GPU; each in a process of its own, so that
     # what one routine's run leaves in a pool (CuPy's, the backend's) cannot shrink the next

@@ -630,8 +630,55 @@ def _device_chunks(client, a, cupy, chunks=(None, 256), workers=None):
     return persisted
 
 
+def _arriving_parts(gpu_client, cupy, options, rng, tmp_path):
+    """With distributed.arrive_parts, chunks laid out as the call wants them are copied in by
+    the run's first tasks, on a copy lane of each worker, while the first steps go on:
+    column-major chunks by 2-D copies, row-major ones transposed on the way; a NaN or an inf
+    is refused as they arrive, and a column whose sum alone overflows is checked entry by
+    entry and accepted."""
+    import json
+
+    import hybridla.config
+    with hybridla.config.set({"distributed.arrive_parts": True}):
+        a = random_matrix(1500, 1300, np.float64, rng)
+        for order in ("C", "F"):
+            chunks = _placed_device_chunks(gpu_client, a, cupy, order)
+            path = tmp_path / f"arrivals_{order}.json"
+            lu, piv = hd.lu_factor(chunks, trace=str(path), **options)
+            assert getrf_ratio(a, cupy.asnumpy(lu.compute()), piv) < THRESH
+            np.testing.assert_array_equal(cupy.asnumpy(chunks.compute()), a)  # not written
+            events = json.loads(path.read_text())["traceEvents"]
+            lane_of = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+                       if e.get("ph") == "M" and e.get("name") == "thread_name"}
+            # the copies' device lanes (a slow enqueue shows on a host lane "call:...")
+            arrived = [lane_of[e["pid"], e["tid"]] for e in events
+                       if e.get("ph") == "X" and e["name"] == "arrive"
+                       and "/call:" not in lane_of[e["pid"], e["tid"]]]
+            assert sorted(set(arrived)) == ["w0/copy:d2d", "w1/copy:d2d"]
+            assert len(arrived) == -(-1300 // 256)  # each block column once, by its owner
+        for order, value in (("C", np.nan), ("F", np.inf)):
+            bad = random_matrix(1500, 1300, np.float64, rng)
+            bad[1400, 700] = value
+            with pytest.raises(ValueError, match="infs or NaNs"):
+                hd.lu_factor(_placed_device_chunks(gpu_client, bad, cupy, order), **options)
+        large = random_matrix(1500, 1300, np.float64, rng)
+        large[:, 300] = 1e306
+        lu, piv = hd.lu_factor(_placed_device_chunks(gpu_client, large, cupy, "C"), **options)
+        assert np.isfinite(cupy.asnumpy(lu.compute())).all()
+
+
+def _placed_device_chunks(client, a, cupy, order):
+    """`a` as CuPy chunks of `order` ("C", "F") in block columns of 256, each on the worker
+    that hybridla's layout gives it (nothing moves between workers before the run)."""
+    from hybridla.bench.matrices import placed_cyclically
+    lazy = da.from_array(np.array(a, order=order), chunks=(a.shape[0], 256)).map_blocks(
+        lambda block: cupy.array(block, order=order), dtype=a.dtype,
+        meta=cupy.empty((0, 0), a.dtype))
+    return placed_cyclically(client, lazy)
+
+
 @pytest.mark.cuda
-def test_two_gpus_device_chunks():
+def test_two_gpus_device_chunks(tmp_path):
     """A dask array of CuPy chunks is factored on the GPUs that hold it (no host pass): the
     factors come back as CuPy chunks there, the user's chunks are left as they were, the
     solves take them; an inf or NaN is refused, and so is the host backend, by name."""
@@ -694,6 +741,7 @@ def test_two_gpus_device_chunks():
         bad[1400, 700] = np.nan
         with pytest.raises(ValueError, match="infs or NaNs"):
             hd.lu_factor(_device_chunks(gpu_client, bad, cupy), **options)
+        _arriving_parts(gpu_client, cupy, options, rng, tmp_path)
         with pytest.raises(ValueError, match="cuda backend"):
             hd.lu_factor(_device_chunks(gpu_client, bad, cupy), client=gpu_client,
                          backend="host")
@@ -992,6 +1040,28 @@ def test_workers_of_one_host_share_its_staging_rate():
         2 * alone.upload_seconds(part, "staged"))
     assert shared.gpu_update(1e12) == alone.gpu_update(1e12)
     assert shared.upload_seconds(part, "pageable") == alone.upload_seconds(part, "pageable")
+
+
+def test_a_device_part_arriving_cuts_only_the_steps_its_copy_spans():
+    """A device part's chunks are copied in by the run's first tasks (_dist.record_arrivals),
+    modelled at the device's copy rate (d2d_gbps): a worker's 17 GB at n = 65536 arrives
+    within the first step's update, so only that step's update is cut into groups that
+    follow the copies; at the host's staging rate it would be several steps of small
+    groups."""
+    from hybridla import config
+    from hybridla.scheduler.plan import CostModel
+    from hybridla.scheduler.transfers import steps_hidden_by_upload
+    from hybridla.update import lu as lu_update
+    cost = CostModel(config.device_table("NVIDIA H100 80GB HBM3"), np.float64)
+    part = types.SimpleNamespace(m=65536, n=32768, dtype=np.dtype(np.float64))
+    plan = types.SimpleNamespace(nb=768, cost=cost)
+
+    def step_update_flops(k0, k1):  # getrf_dist's, for one of 2 workers
+        return lu_update.update_flops(part.m, k0, k1, k1, part.n)
+    assert cost.upload_seconds(part.m * part.n * 8, "device") == pytest.approx(
+        part.m * part.n * 8 / 750e9)
+    assert steps_hidden_by_upload(part, plan, "device", step_update_flops) == 1
+    assert steps_hidden_by_upload(part, plan, "staged", step_update_flops) > 1
 
 
 def test_a_device_worker_runs_its_share_as_one_call_on_its_device():

@@ -140,9 +140,10 @@ class TileStore(Protocol):
         """Existing factors' scalars."""
     def tau_block(self, t0: int, t1: int) -> Any:
         """tau[t0:t1] as an operand block."""
-    def track_one_norm(self) -> None:
+    def track_one_norm(self, arriving: bool = False) -> None:
         """Start summing |a_ij| down the columns before the factorization overwrites them (at
-        once where the matrix is; as each block arrives when streamed)."""
+        once where the matrix is; as each block arrives when streamed, or where `arriving`:
+        its blocks are copied in by tasks of the run)."""
     def one_norm(self) -> float:
         """||A||_1 of the input (LAPACK lange's "1"), after track_one_norm()."""
     def close(self) -> None:
@@ -465,6 +466,11 @@ class DeviceBackend(Backend, Protocol):
     def copy_columns(self, blocks: Any, out: Any, starts: Any) -> None:
         """The device arrays `blocks` into the column-major device array `out`, block i at
         column starts[i]."""
+    def arrivable(self, block: Any, m: int, dtype: Any) -> bool:
+        """Whether `arrive_columns` takes the device array `block` (m rows of `dtype`)."""
+    def arrive_columns(self, lane: Any, A: Any, block: Any, c0: int) -> None:
+        """A task of a run (on a copy lane): the device array `block` into the store A's
+        columns from c0, asynchronous, summed where A tracks its 1-norm as it arrives."""
     # a user's device array as it comes in (backend/device_arrays.admit): the device it must be
     # on, the device owning a pointer (None: unknown), a stream of ours for DLPack producers to
     # order their work before, a host wait for a stream

@@ -6,6 +6,8 @@ they are large.
 - perf/mixed.py's, float64, where CuPy or NumPy builds them (``xp``): randn, spd (G G^T / n + I),
   kappa=K (A = U diag(s) (P U Q)^T, cond_2 K) and spd-kappa=K (U diag(s) U^T), s geometric from 1
   to 1/K, U Haar orthogonal; ``parse_matrix`` reads the words, ``MatrixFactory`` builds them.
+- perf/distributed.py's: ``placed_cyclically`` persists a dask array's block columns on the
+  workers that hybridla.distributed's layout gives them.
 """
 from __future__ import annotations
 
@@ -293,3 +295,22 @@ class MatrixFactory:
         if spec.kind == "kappa":
             return general_with_singular_values(self.orthogonal(), s, self.seed, xp)
         return spd_with_eigenvalues(self.orthogonal(), s, xp)
+
+
+def placed_cyclically(client, a):
+    """The dask array `a` (one row of block columns) computed and persisted with its block
+    column j on worker j mod p (the p workers in hybridla's rank order, their sorted
+    addresses): the layout hybridla.distributed factors a dask array of device chunks in, so
+    that the call moves no block (perf/distributed.py's --input-layout cyclic). The same keys
+    and values as client.persist(a); only where the chunks lie differs."""
+    import dask.array as da
+    import distributed
+    from dask.highlevelgraph import HighLevelGraph
+    addresses = sorted(client.nthreads())
+    blocks = a.to_delayed().ravel()  # one row of block columns
+    futures = [client.compute(block, workers=[addresses[j % len(addresses)]],
+                              allow_other_workers=False) for j, block in enumerate(blocks)]
+    distributed.wait(futures)
+    layer = {future.key: future for future in futures}
+    return da.Array(HighLevelGraph.from_collections(a.name, layer, dependencies=()), a.name,
+                    a.chunks, meta=a._meta)

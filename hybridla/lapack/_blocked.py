@@ -29,7 +29,7 @@ class BlockedSteps:
         if plan.arriving and not A.streamed:
             # its block columns come up in order, by copies recorded elsewhere
             self.upload_group = plan.upload_group
-            self.split_steps = steps_hidden_by_upload(A, plan, plan.ooc_transfer,
+            self.split_steps = steps_hidden_by_upload(A, plan, plan.arriving,
                                                       step_update_flops)
         # the flops of the last step's trailing update past the look-ahead: how long the GPU
         # stays busy while the next panel is factored (the cost model's panel placement)

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..scheduler import Region, TaskGraph
 from ._dist_layout import BlockColumns
-from ._dist_parts import device_part, host_part
+from ._dist_parts import arriving_part, device_part, host_part
 
 
 @dataclass
@@ -36,6 +36,9 @@ class WorkerRun:
     output: Any = None  # the store whose columns go back (None: A; orgqr_dist's Q)
     device_like: Any = None  # a device part's array: another output is made of its kind
     output_array: Any = None  # that output's array, where the store works in it
+    # a device part's block columns still to be copied into A, [(block, first local column)]
+    # (_dist_parts.arriving_part): the first tasks of the run's graph (record_arrivals)
+    arrivals: list = field(default_factory=list)
 
     def new_output(self, m, n):
         """The store of another output (orgqr_dist's Q), m x n, made run.output: for a device
@@ -111,6 +114,11 @@ def fault_point(rank: int, step: int, where: str = "panel", routine: str | None 
 # set it on the workers.)
 ORDERED_LANES = ("gpu:panel",)
 
+# The lane of a device part's arrivals (record_arrivals), in the order recorded: the block
+# columns in the order the steps first need them, as Dask would not order tasks that are all
+# ready at once.
+ARRIVALS_LANE = "copy:d2d"
+
 
 class AbortingGraph(TaskGraph):
     """A TaskGraph whose tasks abort the transport when they fail, at once, before the engine
@@ -120,7 +128,7 @@ class AbortingGraph(TaskGraph):
     def __init__(self, transport):
         super().__init__()
         self.transport = transport
-        self.ordered_lanes = ORDERED_LANES
+        self.ordered_lanes = ORDERED_LANES + (ARRIVALS_LANE,)
 
     def add(self, name, step, lane, fn, **kwargs):
         return super().add(name, step, lane,
@@ -231,10 +239,26 @@ def _panel_task(lane, factor, ops, panel, rank, step):
 
 def run_graph_of(run, graph, recording, name):
     """Run the recorded graph on this worker's engine (the steps start while the rest are
-    recorded); returns the trace."""
+    recorded), its part's arrivals first; returns the trace."""
     from ._blocked import run_recording
+    record_arrivals(graph, run)
     return run_recording(graph, _aborting_recording(recording, run, name), run.A, run.plan,
                          None, name)
+
+
+def record_arrivals(graph, run):
+    """The copies of a device part's block columns into run.A (run.arrivals, taken), in
+    order on a copy lane of their own: the tasks that read or write a block column wait for
+    its copy (their regions of "A"), and the plan's `arriving` cuts the first steps' updates
+    into groups that follow the copies (BlockedSteps)."""
+    A = run.A
+    for block, c0 in run.arrivals:
+        width = int(block.shape[1])
+        graph.add("arrive", -1, ARRIVALS_LANE,
+                  functools.partial(run.ops.arrive_columns, A=A, block=block, c0=c0),
+                  writes=[Region("A", 0, A.m, c0, c0 + width)],
+                  bytes=float(A.m * width * A.dtype.itemsize))
+    run.arrivals = []
 
 
 def _aborting_recording(steps, run, name):
@@ -327,7 +351,9 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
     where they lie, the factors going to a new array, and checks them on the GPU as they
     arrive (all_finite only where a column's sum is not finite); any other list is stacked
     first. A device part (job["device"]: Dask holds its block columns on this worker's GPU,
-    CuPy chunks) is copied into a device store of its own, and the factors stay there, an
+    CuPy chunks) is copied into a device store of its own, first (device_part) or, where the
+    call asks (job["arrive"]), by the run's first tasks while its first steps go on, checked
+    on the GPU as it arrives (_dist_parts.arriving_part), and the factors stay there, an
     array of the chunks' kind: nothing crosses the host, as in the GPU interface.
     Returns {"local", "results", "trace", "wall_origin", "work_phases"} ("trace": the run's
     records, empty unless job["traced"], default true): work_phases the
@@ -349,30 +375,41 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
     plan = dataclasses.replace(plan, trace_path=None, progress=False,
                                cost=plan.cost.sharing_host(stagers))
     finite = all_finite or (lambda array: bool(np.isfinite(array).all()))
-    source, checking = None, False
-    if job.get("device"):
+    checked, checking, arrivals = [], False, []
+    arriving = arriving_part(ops, plan, job, local) if job.get("device") else None
+    if arriving is not None:  # copied in by the run's first tasks
+        A, home, arrivals = arriving
+        plan = dataclasses.replace(plan, arriving="device")
+        checking = job["check_finite"]
+        checked = [block for block, _ in arrivals]
+        finite = lambda block: not ops.has_nonfinite(block)  # noqa: E731 - where it lies
+    elif job.get("device"):
         A, home = device_part(ops, plan, job, local, rank, transport, phases)
     else:
         A, home, source, checking = host_part(ops, plan, job, rank, local, finite, phases)
+        checked = source.blocks if checking else []
     phases.mark("store_s")
-    if checking:  # streamed from Dask's blocks (so on a device)
+    if checking:  # streamed from Dask's blocks, or copied in from its device chunks
         # The column sums of |a_ij| the store makes of each block as it arrives (one more read
         # on the GPU) are finite where every entry is: the check costs no host memory traffic,
         # which the staging copies need (a check by host threads beside the run slowed them).
         # A sum that is not is checked entry by entry.
-        A.track_one_norm()
+        A.track_one_norm(arriving=bool(arrivals))
         phases.mark("one_norm_s")
     run = WorkerRun(ops, plan, transport, layout, rank, A,
-                    device_like=home if job.get("device") else None)
+                    device_like=home if job.get("device") else None, arrivals=arrivals)
     try:
         try:
             began = time.time()
             trace = driver(run, **job.get("arguments", {}))
         except BaseException:
-            if checking and not all(finite(block) for block in source.blocks):
+            if checking and not all(finite(block) for block in checked):
                 raise ValueError(f"{job['name']} must not contain infs or NaNs "
                                  f"(check_finite=True)") from None  # the input's fault
             raise
+        if run.arrivals:
+            raise RuntimeError(f"{job['routine']}: the driver never copied in its part "
+                               f"(run_graph_of records the copies)")
         phases.mark("run_s")
         if job.get("traced", True):  # reading the records settles the GPU tasks' events
             _engine_margins(phases, trace, began, time.time())
@@ -380,8 +417,7 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
             # reading them showed as its own at n = 120000 (perf/RESULTS.md, issue 32, stop 54)
             phases.mark("records_s")
         if checking:
-            if not np.isfinite(A.one_norm()) and \
-                    not all(finite(block) for block in source.blocks):
+            if not np.isfinite(A.one_norm()) and not all(finite(block) for block in checked):
                 raise ValueError(f"{job['name']} must not contain infs or NaNs "
                                  f"(check_finite=True)")
             phases.mark("finite_check_s")

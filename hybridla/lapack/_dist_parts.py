@@ -85,6 +85,38 @@ def device_part(ops, plan, job, local, rank, transport, phases=None):
     return A, home
 
 
+def arriving_part(ops, plan, job, local):
+    """A device part that arrives during the run (on_worker), where it can: (a store over a
+    new array of the chunks' kind, that array, [(block, its first local column)]), the
+    blocks copied in by the run's first tasks (_dist.record_arrivals) while its first steps
+    go on, their finiteness summed as they arrive (where job["arrive"]: the client's
+    distributed.arrive_parts); None where device_part makes it first: not asked for, blocks
+    held away from their owner, blocks of another dtype or neither column- nor row-major, a
+    part the driver only reads, or none. Made first, the copy and the check took 0.026-0.040
+    s of a worker's 1.15 s Cholesky at n = 65536 on 2 x H100, with no step running; copied in
+    during the run, the LU was no faster and the QR slower (perf/RESULTS.md, issue 32, stop
+    57)."""
+    m, _ = job["shape"]
+    dtype = np.dtype(job["dtype"])
+    layout = job["layout"]
+    blocks = local if isinstance(local, list) else [local]
+    holders = job.get("holders")
+    if not (job.get("arrive") and job.get("device") and ops.has_device and
+            job.get("writes_part", True) and blocks) \
+            or (holders is not None and
+                any(h != layout.owner(j) for j, h in enumerate(holders))) \
+            or not all(ops.arrivable(block, m, dtype) for block in blocks):
+        return None
+    starts = np.cumsum([0] + [int(block.shape[1]) for block in blocks])
+    if m == 0 or starts[-1] == 0:
+        return None
+    ops.synchronize()  # the blocks' producers (CuPy, on its streams of this context) are done
+    home = ops.empty((m, int(starts[-1])), dtype, like=blocks[0])
+    A, home, _ = ops.device_matrix(home, plan.nb, True, settings=plan.device_settings)
+    return A, home, [(block, int(c0)) for block, c0 in zip(blocks, starts[:-1])
+                     if block.shape[1]]
+
+
 def _check_finite(ops, job, array, phases):
     if job["check_finite"] and ops.has_nonfinite(array):
         raise ValueError(f"{job['name']} must not contain infs or NaNs (check_finite=True)")

@@ -414,7 +414,7 @@ class WideColumns:
         # the first wide column is still coming up as its factorization starts (the others
         # are up while the one before them is factored)
         plan = self.plan if column.index or len(self.columns) == 1 else \
-            replace(self.plan, arriving=True)
+            replace(self.plan, arriving=self.plan.ooc_transfer)
         for _ in record(column.graph, column.store, plan, *args):
             pass
 

@@ -81,13 +81,17 @@ class CostModel:
     def upload_seconds(self, nbytes, transfer) -> float:
         """Time to bring a host matrix up, by how it travels: staged, the host copies into the
         slots and the DMA overlap, so the slower of the two; pinned in place, likewise the
-        pinning and the DMA; pageable, the driver's staged copy.
+        pinning and the DMA; pageable, the driver's staged copy; "device", a copy from device
+        memory (d2d_gbps).
         The staged copies of `stagers` processes at once share the host's memory, each getting
         a share of stage_gbps: two GPU workers of one machine each staged their 57.6 GB part of
         the distributed LU at n = 120000 at 15-30 GB/s against one process's 40 GB/s, and
         with their uploads modelled at 40 the upload hid half the steps it takes (the update
         lanes 56-63% busy until it ended; perf/RESULTS.md, issue 32, stop 53)."""
         table = self.table
+        if transfer == "device":  # a copy from other device memory (a distributed part's
+            # chunks into its store): read and written on the device
+            return nbytes / (table.get("d2d_gbps", table["h2d_gbps"]) * 1e9)
         if transfer == "staged":
             stage = table.get("stage_gbps", table["h2d_gbps"]) / self.stagers
             return nbytes / (min(stage, table["h2d_gbps"]) * 1e9)
@@ -225,9 +229,11 @@ class Plan:
     #                                 (config device.ooc_transfer; lapack/_ooc.py)
     record_segments: bool = True  # after the head, each stretch recorded runs while the rest
     #                                is recorded (config scheduler.record_segments; engine.py)
-    arriving: bool = False  # the matrix's block columns are still coming up, in order, by
-    #                         copies recorded elsewhere (an out-of-core run's first wide column,
-    #                         lapack/_ooc.py): the first steps' updates follow them
+    arriving: str = ""  # how the matrix's block columns are still coming up, in order, by
+    #                     copies recorded elsewhere: "" they are all there; an out-of-core
+    #                     run's first wide column its ooc_transfer (lapack/_ooc.py); a
+    #                     distributed device part's chunks "device" (lapack/_dist.py): the
+    #                     first steps' updates follow them
     memory_budget: int | None = None  # bytes an out-of-core run's working store may take
     #                                   (set by the user layer once it goes out of core)
     # the device.* settings the backend's run and stores take (config device.*; the backend

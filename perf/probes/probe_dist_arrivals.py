@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Probe: what copying a distributed device part in during the run (its block columns as the
-run's first tasks, on a copy lane, checked as they arrive: lapack/_dist_parts.arriving_part)
-gives against copying it first (device_part: the chunks stacked, then checked, then the run),
-on 2 GPUs at n = 65536, with the chunks laid out cyclically as the call wants them.
+"""Probe: what copying a distributed device part in during the run (distributed.arrive_parts:
+its block columns as the run's first tasks, on a copy lane, checked as they arrive,
+lapack/_dist_parts.arriving_part) gives against copying it first (device_part: the chunks
+stacked, then checked, then the run), on 2 GPUs at n = 65536, with the chunks laid out
+cyclically as the call wants them.
 
-The two ways alternate, `--repeat` times each, on the same input after an untimed call; the
-way is set on every worker through Client.run (the part made first stands in where the
-arrivals' function returns None). Each call's best and every run are printed.
+The two ways alternate, `--repeat` times each, on the same input after an untimed call (the
+client's configuration says which). Each way's best and every run are printed.
 
     python3 perf/probes/probe_dist_arrivals.py --routines lu,cho --repeat 3
 """
@@ -28,13 +28,6 @@ bench = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(bench)
 
 
-def _arrive(on):
-    """On a worker: parts copied in during the run (`on`) or made first."""
-    from hybridla.lapack import _dist, _dist_parts
-    _dist.arriving_part = _dist_parts.arriving_part if on else (lambda *args, **kw: None)
-    return on
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=65536)
@@ -42,6 +35,8 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=3)
     opts = parser.parse_args(argv)
     from distributed import wait
+
+    import hybridla.config
     cluster, client = bench.start_cluster("cuda", None)
     try:
         for routine in opts.routines.split(","):
@@ -52,15 +47,14 @@ def main(argv=None):
             runs = {"arriving": [], "first": []}
             for _ in range(opts.repeat):
                 for way in runs:
-                    client.run(_arrive, way == "arriving")
                     factors = None
-                    start = time.perf_counter()
-                    factors = bench.run_distributed(client, routine, a, "cuda", nb, None)
-                    runs[way].append(time.perf_counter() - start)
+                    with hybridla.config.set({"distributed.arrive_parts": way == "arriving"}):
+                        start = time.perf_counter()
+                        factors = bench.run_distributed(client, routine, a, "cuda", nb, None)
+                        runs[way].append(time.perf_counter() - start)
             for way, seconds in runs.items():
                 print(f"{routine} n {opts.n} nb {nb} part {way}: best {min(seconds):.3f} s "
                       f"(runs {', '.join(f'{s:.3f}' for s in seconds)})", flush=True)
-            client.run(_arrive, True)
             del factors, a
     finally:
         client.close()

@@ -114,6 +114,8 @@ class CudaBackend(BackendDefaults):
     has_nonfinite = interop.has_nonfinite
     stack_columns = interop.stack_columns
     copy_columns = interop.copy_columns
+    arrivable = staticmethod(interop.arrivable)
+    arrive_columns = interop.arrive_columns
     pointer_device = staticmethod(interop.pointer_device)
     consumer_stream = interop.consumer_stream
     stream_synchronize = interop.stream_synchronize
@@ -136,6 +138,7 @@ class CudaBackend(BackendDefaults):
     scale_copy = staticmethod(blas.scale_copy)
     geam_transpose = staticmethod(blas.geam_transpose)
     copy_device = blas.copy_device
+    copy_device_on = staticmethod(blas.copy_device_on)
     sub_block = staticmethod(blas.sub_block)
     strided_columns = staticmethod(blas.strided_columns)
 

@@ -245,6 +245,19 @@ def geam_transpose(lane, src_ptr, src_ld, dst_ptr, dst_ld, rows, cols, dtype):
          dst_ld, dst_ptr, dst_ld)
 
 
+def copy_device_on(lane, src_ptr, src_ld, dst_ptr, dst_ld, rows, cols, itemsize):
+    """A device-to-device 2-D copy on the copy lane `lane`'s stream (asynchronous: the source
+    must live until the lane has passed it)."""
+    copy = drv.Memcpy2D()
+    copy.set_src_device(src_ptr)
+    copy.src_pitch = src_ld * itemsize
+    copy.set_dst_device(dst_ptr)
+    copy.dst_pitch = dst_ld * itemsize
+    copy.width_in_bytes = rows * itemsize
+    copy.height = cols
+    copy(lane.stream)
+
+
 def copy_device(backend, src_ptr, src_ld, dst_ptr, dst_ld, rows, cols, itemsize):
     """A device-to-device 2-D copy, finished when this returns (used before a run starts).
     Both sides contiguous (leading dimension = rows): one linear copy; otherwise PyCUDA's

@@ -81,18 +81,25 @@ def device_matrix(backend, obj, nb, overwrite, settings: DeviceSettings | None =
     return A, obj, write_back
 
 
-def _copy_column_major(backend, lane, obj, dst_ptr, dst_ld):
+def _copy_column_major(backend, lane, obj, dst_ptr, dst_ld, on_lane=False):
     """Copy the device array `obj` (m x n, column-major or row-major, of the destination's
     dtype) into the column-major m x n array at `dst_ptr` (leading dimension `dst_ld`): a
-    column-major source by a 2-D copy, finished on return; a row-major one transposed by
-    cuBLAS's geam on `lane`."""
+    column-major source by a 2-D copy, finished on return (`on_lane`: on the copy lane
+    `lane`, the caller inside it, asynchronous); a row-major one transposed by cuBLAS's geam
+    on `lane`."""
     ptr, (m, n), dtype, strides = device_array_layout(obj)
     itemsize = dtype.itemsize
     if column_major(obj):
         # one column: its second stride means nothing (CuPy gives an n x 1 array the
         # stride of one element there), and the copy's source pitch must cover the column
         source_ld = max(strides[1] // itemsize, m, 1) if n > 1 else max(m, 1)
-        backend.copy_device(ptr, source_ld, dst_ptr, dst_ld, m, n, itemsize)
+        if on_lane:
+            backend.copy_device_on(lane, ptr, source_ld, dst_ptr, dst_ld, m, n, itemsize)
+        else:
+            backend.copy_device(ptr, source_ld, dst_ptr, dst_ld, m, n, itemsize)
+    elif on_lane:
+        backend.geam_transpose(lane, ptr, max(strides[0] // itemsize, 1), dst_ptr, dst_ld,
+                               m, n, dtype)
     else:
         with lane:
             backend.geam_transpose(lane, ptr, max(strides[0] // itemsize, 1), dst_ptr, dst_ld,
@@ -134,6 +141,26 @@ def copy_columns(backend, blocks, out, starts):
         _copy_column_major(backend, lane, block, out_ptr + int(c0) * out_ld * dtype.itemsize,
                            out_ld)
     backend.synchronize()
+
+
+def arrivable(block, m, dtype) -> bool:
+    """Whether the device array `block` can go into a store by `arrive_columns`: m rows of
+    `dtype`, column- or row-major (copy_columns converts or refuses the others)."""
+    _, (rows, cols), block_dtype, strides = device_array_layout(block)
+    return rows == m and block_dtype == np.dtype(dtype) and \
+        (column_major(block) or strides[1] == block_dtype.itemsize)
+
+
+def arrive_columns(backend, lane, A, block, c0):
+    """A block column of a distributed device part as it arrives, a task of the run (on a
+    copy lane, inside it): the device array `block` (A.m rows of A's dtype, `arrivable`) into
+    A's columns c0:c0 + its width on the lane's stream, asynchronous (the caller keeps `block`
+    alive until the run ends and has ordered it after its producers), then its columns summed
+    where A tracks its 1-norm (track_one_norm(arriving=True): the finiteness check)."""
+    width = int(device_array_layout(block)[1][1])
+    _copy_column_major(backend, lane, block, A.ptr + c0 * A.ld * A.itemsize, A.ld,
+                       on_lane=True)
+    A._sum_columns(lane, 0, A.m, c0, c0 + width)
 
 
 def wrap(backend, obj, pivots=None, tau=None):

@@ -159,11 +159,12 @@ class DeviceMatrix:
         self.host_source = self.host_result = None
 
     # -- the input's 1-norm (the condition estimate's ||A||_1) ---------------------------------
-    def track_one_norm(self):
+    def track_one_norm(self, arriving=False):
         """Sum |a_ij| down each column of the input as it is (before any step overwrites it):
-        now for a matrix already on the device, as each block arrives for a streamed one (one
-        more read of the block on its copy stream, which the factorization's first use of it
-        waits for anyway). `one_norm` then gives max_j sum_i |a_ij| (LAPACK lange's "1")."""
+        now for a matrix already on the device, as each block arrives for a streamed one or
+        one whose blocks the run copies in (`arriving`: backend arrive_columns; one more read
+        of the block on its copy stream, which the factorization's first use of it waits for
+        anyway). `one_norm` then gives max_j sum_i |a_ij| (LAPACK lange's "1")."""
         sums = self._alloc((self.m + 2 * self.n) * 8)
         self._column_sums = int(sums)
         lane = self.backend.lane("gpu:update")
@@ -171,7 +172,7 @@ class DeviceMatrix:
             ones = DeviceBlock(self._column_sums, self.m, 1, max(self.m, 1), np.dtype(np.float64))
             self.backend.laset(lane, "A", 1, 1, ones)
             _driver.memset_d32_async(self._column_sums + self.m * 8, 0, 4 * self.n, lane.handle)
-            if not self.streamed:
+            if not (self.streamed or arriving):
                 self._sum_columns(lane, 0, self.m, 0, self.n)
             else:  # the arrivals are summed on the copy stream: it must see the zeros first
                 _driver.stream_synchronize(lane.handle)

@@ -39,9 +39,10 @@ class HostMatrix:
         # home and workplace at once: every tile is always valid here
         self.residency = Residency(self.m, self.n, nb, home=HOST)
 
-    def track_one_norm(self):
+    def track_one_norm(self, arriving=False):
         """||A||_1 of the matrix as it is now, before the factorization overwrites it (LAPACK
-        lange's "1"; `one_norm` returns it)."""
+        lange's "1"; `one_norm` returns it). A host store never arrives: `arriving` is for
+        the contract's sake."""
         self._one_norm = float(get_lapack_funcs("lange", (self.a,))("1", self.a)) \
             if self.a.size else 0.0
 
