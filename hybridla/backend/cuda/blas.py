@@ -245,9 +245,8 @@ def geam_transpose(lane, src_ptr, src_ld, dst_ptr, dst_ld, rows, cols, dtype):
          dst_ld, dst_ptr, dst_ld)
 
 
-def copy_device_on(lane, src_ptr, src_ld, dst_ptr, dst_ld, rows, cols, itemsize):
-    """A device-to-device 2-D copy on the copy lane `lane`'s stream (asynchronous: the source
-    must live until the lane has passed it)."""
+def _device_copy_2d(src_ptr, src_ld, dst_ptr, dst_ld, rows, cols, itemsize):
+    """PyCUDA's 2-D copy of a rows x cols column-major block, device to device."""
     copy = drv.Memcpy2D()
     copy.set_src_device(src_ptr)
     copy.src_pitch = src_ld * itemsize
@@ -255,7 +254,13 @@ def copy_device_on(lane, src_ptr, src_ld, dst_ptr, dst_ld, rows, cols, itemsize)
     copy.dst_pitch = dst_ld * itemsize
     copy.width_in_bytes = rows * itemsize
     copy.height = cols
-    copy(lane.stream)
+    return copy
+
+
+def copy_device_on(lane, src_ptr, src_ld, dst_ptr, dst_ld, rows, cols, itemsize):
+    """A device-to-device 2-D copy on the copy lane `lane`'s stream (asynchronous: the source
+    must live until the lane has passed it)."""
+    _device_copy_2d(src_ptr, src_ld, dst_ptr, dst_ld, rows, cols, itemsize)(lane.stream)
 
 
 def copy_device(backend, src_ptr, src_ld, dst_ptr, dst_ld, rows, cols, itemsize):
@@ -268,13 +273,6 @@ def copy_device(backend, src_ptr, src_ld, dst_ptr, dst_ld, rows, cols, itemsize)
             drv.memcpy_dtod(dst_ptr, src_ptr, rows * cols * itemsize)
             backend.context.synchronize()  # a device-to-device copy returns before it ends
             return
-        copy = drv.Memcpy2D()
-        copy.set_src_device(src_ptr)
-        copy.src_pitch = src_ld * itemsize
-        copy.set_dst_device(dst_ptr)
-        copy.dst_pitch = dst_ld * itemsize
-        copy.width_in_bytes = rows * itemsize
-        copy.height = cols
-        copy(aligned=False)
+        _device_copy_2d(src_ptr, src_ld, dst_ptr, dst_ld, rows, cols, itemsize)(aligned=False)
     finally:
         drv.Context.pop()
