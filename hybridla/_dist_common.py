@@ -200,7 +200,8 @@ def _run(client, backend, addresses, layout, lookahead, parts, work, job, trace,
     layout and the placement's submission, _layout's `timings`), "jobs_s" (until every
     worker's task ended: the parts' placement included) and "results_s"; per worker, the
     seconds its task waited to start after the submission (its part being placed),
-    connecting (of which "rendezvous_s": the host transport's), and working, and the work's
+    connecting (of which "rendezvous_s": the host transport's; in a thread of its own, beside
+    the work's first stretch), and working, and the work's
     own stretches ("work": the finiteness check, the store, the driver's run, its output,
     closing the store; lapack/_dist's on_worker) (client_phases, worker_phases)."""
     job = dict(job, shape=(layout.m, layout.n), nb=layout.nb, lookahead=lookahead, layout=layout,

@@ -10,6 +10,7 @@ Usage (from the repository root):
     python3 perf/distributed.py --sizes 65536 --large 0 --device-input --warm-at-size
     python3 perf/distributed.py --sizes 65536 --large 0 --device-input --input-layout dask,cyclic
     python3 perf/distributed.py --sizes 65536 --routines lu --large 0 --nb default,512
+    python3 perf/distributed.py --sizes 65536 --routines cho --large 0 --workers-nb 768,1280 --quick
     python3 perf/distributed.py --backend host --sizes 600      # the CPU machine (a smoke test)
 
 What each row times (after an untimed call of each routine at n = WARMUP_N, on one GPU and
@@ -31,10 +32,12 @@ workers' untimed call is at the timed order instead, so their memory is grown to
   call gets it (on the H100: 768 for LU and QR, 1024 for Cholesky from n = 12000), printed
   above the table; --nb sets both, and a list of them (`--nb default,512`) runs each routine
   at each in turn, both sides, on one cluster. (Until stop 55 both sides ran at nb 512, the
-  script's own default then, not the library's.)
+  script's own default then, not the library's.) --workers-nb sweeps the workers' block size
+  alone against the one-GPU row at --nb; with --quick a row has no traced run and no check.
 - "phases" (the line under each row): the call's time on the client (the layout and the
   placement's submission; the workers' tasks, until the last ended; their results), and per
-  worker how long its task waited to start (its part being placed), connected, and worked.
+  worker how long its task waited to start (its part being placed), connected (beside its
+  work's first stretch: "connected" in the work is the wait for it), and worked.
 - "overhead": 1 - (the longest worker's engine span, from the merged trace of one more run
   with a trace: its first task's start to its last task's end) / the best untraced call's
   wall time: what Dask, the redistribution, the transfers around the engine and Python cost
@@ -400,6 +403,11 @@ def main(argv=None):
                         help="block size on both sides (default: each side's own, hybridla's "
                         "resolution for the routine and order, as a user's call gets it); "
                         "comma-separated, each in turn ('default': that resolution)")
+    parser.add_argument("--workers-nb", type=_block_sizes, default=None,
+                        help="block sizes for the workers alone, each in turn, the one-GPU side "
+                        "at --nb (a sweep of the distributed block size against one baseline)")
+    parser.add_argument("--quick", action="store_true",
+                        help="no traced run and no check: a sweep's rows (no overhead either)")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--lookaheads", type=lambda s: [int(x) for x in s.split(",")],
                         default=[None], help="look-ahead depths to run each routine with, "
@@ -456,25 +464,28 @@ def main(argv=None):
               f"{list(client.run(_cores).values())}")
         print("| routine | n | workers s | TFLOP/s | one GPU s | speedup | overhead | check |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-        runs = [(r, n, where, c) for r in routines for n in sizes for c in opts.nb
-                for where in layouts] + [("lu", large, "dask", c) for c in opts.nb if large]
+        # (routine, n, input layout, block size on the workers, the one-GPU row's block size)
+        on_workers = opts.workers_nb or opts.nb
+        runs = [(r, n, where, c, c if opts.workers_nb is None else opts.nb[0])
+                for r in routines for n in sizes for c in on_workers for where in layouts] + \
+            [("lu", large, "dask", c, c) for c in opts.nb if large]
         # each routine and order at the block size the workers resolve (or --nb): the input's
         # block columns are that wide, so that the call cuts nothing anew
-        nbs = {(r, n, c): c or workers_nb(client, r, n, opts.backend) for r, n, _, c in runs}
+        nbs = {(r, n, c): c or workers_nb(client, r, n, opts.backend) for r, n, _, c, _ in runs}
         print("  nb on the workers: " + ", ".join(f"{r} {n}: {b}"
                                                   for (r, n, _), b in nbs.items()))
         # untimed first: each worker's kernels, handles and communicator; with --warm-at-size
         # also its memory at the timed order (on a fresh GPU machine the first touch of a
         # worker's new 17 GB home took 7.0 s at n = 65536: perf/RESULTS.md, issue 32, stop 43)
-        warm_sizes = sorted({n for _, n, _, _ in runs}) if opts.warm_at_size else [WARMUP_N]
-        for routine, nb in {(r, nbs[r, n, c]) for r, n, _, c in runs}:
+        warm_sizes = sorted({n for _, n, _, _, _ in runs}) if opts.warm_at_size else [WARMUP_N]
+        for routine, nb in {(r, nbs[r, n, c]) for r, n, _, c, _ in runs}:
             for size in warm_sizes:
                 warm = client.persist(matrix(size, routine, nb,
                                              device=opts.device_input and size != large))
                 wait(warm)
                 run_distributed(client, routine, warm, opts.backend, nb, None)
                 del warm
-        for routine, n, where, choice in runs:
+        for routine, n, where, choice, baseline in runs:
             nb = nbs[routine, n, choice]
             a = matrix(n, routine, nb, device=opts.device_input and n != large)
             if n != large:  # the large one is generated as it is placed: held once, not twice
@@ -484,7 +495,7 @@ def main(argv=None):
                 name = routine if lookahead is None else f"{routine} la{lookahead}"
                 if len(layouts) > 1 and n != large:
                     name += f" {where}"
-                if len(opts.nb) > 1:
+                if len(on_workers) > 1:
                     name += f" nb{nb}"
                 seconds, factors = [], None
                 for i in range(opts.repeat):  # as a user calls it: no trace
@@ -498,6 +509,13 @@ def main(argv=None):
                     print(f"  {name} {n} run {i}: {seconds[-1]:.3f} s", flush=True)
                 best = min(seconds)
                 print(f"  {name} {n} workers: best {best:.3f} s ({spread(seconds)})", flush=True)
+                one = single.get((routine, n, baseline))
+                if opts.quick:
+                    print(f"| {name} | {n} | {best:.3f} | {FLOPS[routine](n) / best / 1e12:.2f} | "
+                          f"{'-' if one is None else f'{one:.3f}'} | "
+                          f"{'-' if one is None else f'{one / best:.2f}x'} | - | - |", flush=True)
+                    factors = None
+                    continue
                 # then once more with the trace, for the engine span and the phases
                 factors = None
                 path = os.path.join(trace_dir, f"distributed_{name.replace(' ', '_')}_{n}.json")
@@ -520,7 +538,6 @@ def main(argv=None):
                       "the types it added: " + "; ".join(
                           f"{p['objects']} {p['added']}" for p in pauses.values()), flush=True)
                 overhead = 1 - engine_span(path) / best
-                one = single.get((routine, n, choice))
                 row = (f"| {name} | {n} | {best:.3f} | {FLOPS[routine](n) / best / 1e12:.2f} | "
                        f"{'-' if one is None else f'{one:.3f}'} | "
                        f"{'-' if one is None else f'{one / best:.2f}x'} | {overhead:.1%} |")

@@ -320,6 +320,8 @@ def test_arguments_are_validated_on_the_client(client, rng):
         hd.lu_factor(bad, client=client)
     with pytest.raises(ValueError, match="infs or NaNs"):  # a dask array's: on its workers
         hd.lu_factor(da.from_array(bad, chunks=7), client=client, backend="host")
+    # the rank that refused it before it needed the transport told the other, which ended
+    assert all(not tasks for tasks in client.processing().values())
     with pytest.raises(NotImplementedError, match="assume_a"):
         hd.solve(a, np.ones(20), assume_a="sym", client=client)
 
@@ -496,6 +498,22 @@ def test_an_untraced_call_brings_back_no_records(client, rng, monkeypatch):
     assert getrf_ratio(a, lu, piv) < THRESH
 
 
+def test_perf_script_sweeps_the_workers_block_size(client, tmp_path):
+    """--workers-nb runs the workers at each block size against one one-GPU row; --quick
+    leaves out the traced run and the check."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "perf" / "distributed.py"), "--backend", "host", "--sizes",
+         "200", "--routines", "lu", "--workers-nb", "32,64", "--quick", "--trace-dir",
+         str(tmp_path), "--scheduler", client.scheduler.address],
+        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert len(re.findall(r"^one GPU: lu 200 nb", out.stdout, re.M)) == 1, out.stdout
+    for nb in (32, 64):
+        assert re.search(rf"^\| lu nb{nb} \| 200 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| "
+                         rf"[0-9.]+x \| - \| - \|$", out.stdout, re.M), out.stdout
+    assert "traced run" not in out.stdout and not list(tmp_path.glob("*.json"))
+
+
 def test_perf_script_smoke(client, tmp_path):
     """perf/distributed.py runs on the host backend (its GPU runs are for the 2-GPU machine)."""
     out = subprocess.run(
@@ -515,7 +533,7 @@ def test_perf_script_smoke(client, tmp_path):
                      r"\[resolve [0-9.]+, columns [0-9.]+, place [0-9.]+\], "
                      r"jobs [0-9.]+ \(w0: waited -?[0-9.]+, connect [0-9.]+ "
                      r"\[rendezvous [0-9.]+\], work [0-9.]+ "
-                     r"\[check [0-9.]+, store [0-9.]+, run [0-9.]+, before engine [0-9.]+, "
+                     r"\[check [0-9.]+, store [0-9.]+, connected [0-9.]+, run [0-9.]+, before engine [0-9.]+, "
                      r"after engine -?[0-9.]+, records [0-9.]+, output [0-9.]+, close [0-9.]+\]; w1: .*\), "
                      r"results [0-9.]+",
                      out.stdout), out.stdout
@@ -824,8 +842,9 @@ class _DeviceLikeHost:
         for block, c0 in zip(blocks, starts):
             out[:, c0:c0 + block.shape[1]] = block
 
-    def has_nonfinite(self, array):
-        return not np.isfinite(array).all()
+    def has_nonfinite(self, arrays):  # a device array or a list of them, as the backend's
+        arrays = arrays if isinstance(arrays, list) else [arrays]
+        return not all(np.isfinite(array).all() for array in arrays)
 
     def device_matrix(self, array, nb, overwrite, settings=None):
         return self._host.wrap(array), array, None
@@ -873,6 +892,82 @@ def test_device_part_moves_blocks_to_their_owners(holders, rng):
     assert not failures, failures
     for rank in (0, 1):
         np.testing.assert_array_equal(homes[rank], a[:, layout.columns(rank)])
+
+
+@pytest.mark.parametrize("block_dtype", [np.float64, np.float32], ids=str)
+@pytest.mark.parametrize("bad", [None, np.nan, -np.inf], ids=str)
+def test_a_device_part_of_its_own_blocks_is_checked_then_copied(block_dtype, bad, rng):
+    """A rank holding only its own block columns gets them side by side in a new array, the
+    blocks checked (while the array is allocated, where they are of the part's dtype; after
+    the conversion where not), an inf or a NaN refused by name, the user's blocks untouched,
+    and the transport never needed."""
+    from hybridla.scheduler.plan import make_plan
+    m, n, nb = 30, 45, 10
+    a = random_matrix(m, n, np.float64, rng).astype(block_dtype)
+    if bad is not None:
+        a[7, 32] = bad  # block column 3: rank 1's
+    layout = _dist.BlockColumns(m, n, nb, 2)
+    ops = _DeviceLikeHost()
+    plan = make_plan(ops._host, m, n, np.float64, routine="lu", nb=nb)
+
+    class Unconnected:
+        def get(self):
+            raise AssertionError("the transport was asked for")
+
+    for rank in (0, 1):
+        held = [a[:, j * nb:(j + 1) * nb].copy() for j in range(5) if layout.owner(j) == rank]
+        kept = [block.copy() for block in held]
+        job = dict(shape=(m, n), dtype=np.float64, name="a", layout=layout,
+                   check_finite=True, device_meta=None)
+        if bad is not None and rank == 1:
+            with pytest.raises(ValueError, match="a must not contain infs or NaNs"):
+                _dist_parts.device_part(ops, plan, job, held, rank, Unconnected())
+        else:
+            _, home = _dist_parts.device_part(ops, plan, job, held, rank, Unconnected())
+            np.testing.assert_array_equal(home, a[:, layout.columns(rank)].astype(np.float64))
+            assert home.dtype == np.float64
+        for block, before in zip(held, kept):
+            np.testing.assert_array_equal(block, before)
+        # unchecked, the same blocks are taken as they are
+        _, home = _dist_parts.device_part(ops, plan, dict(job, check_finite=False), held, rank,
+                                          Unconnected())
+        np.testing.assert_array_equal(home, a[:, layout.columns(rank)].astype(np.float64))
+
+
+def test_connecting_hands_over_the_transport_or_what_connecting_raised():
+    """The transport connects in a thread of its own from the start (scheduler/cluster's
+    long-lived task): `connected` waits for it; a failure to connect is raised where the
+    transport is asked for; close closes a made one, and one never made is nothing to close."""
+    from hybridla.scheduler.transport import Connecting, connected
+
+    release = threading.Event()
+
+    class Made:
+        closed = False
+
+        def close(self):
+            self.closed = True
+
+    made = Made()
+
+    def slow():
+        release.wait(5)
+        return made
+
+    connection = Connecting(slow)
+    assert connection._thread.is_alive()  # the caller goes on meanwhile
+    release.set()
+    assert connected(connection) is made and connected(made) is made
+    connection.close()
+    assert made.closed
+
+    def refused():
+        raise ConnectionRefusedError("no peer")
+
+    failing = Connecting(refused)
+    with pytest.raises(ConnectionRefusedError, match="no peer"):
+        connected(failing)
+    failing.close()  # nothing made, nothing to close
 
 
 # -- a worker's host-resident part: every final block goes home, once ----------------------------

@@ -459,7 +459,8 @@ class DeviceBackend(Backend, Protocol):
     def device_matrix(self, obj: Any, nb: int, overwrite: bool) -> Any:
         """A store over the user's device array (in place with overwrite, else a copy)."""
     def zero_triangle(self, obj: Any, upper: bool) -> None: ...
-    def has_nonfinite(self, obj: Any) -> bool: ...
+    def has_nonfinite(self, obj: Any) -> bool:
+        """Whether the device array `obj` (or any of a list of them) holds an inf or a NaN."""
     def stack_columns(self, blocks: Any, m: int, dtype: Any) -> Any:
         """The device arrays `blocks` (m rows each) side by side in a new column-major
         array of the first one's kind (a distributed call's part, from Dask's chunks)."""

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..scheduler import Region, TaskGraph
+from ..scheduler.transport import connected
 from ._dist_layout import BlockColumns
 from ._dist_parts import arriving_part, device_part, host_part
 
@@ -389,6 +390,8 @@ def on_worker(driver, ops, transport, rank, local, job, all_finite=None):
         A, home, source, checking = host_part(ops, plan, job, rank, local, finite, phases)
         checked = source.blocks if checking else []
     phases.mark("store_s")
+    transport = connected(transport)  # connecting since the task began (scheduler/cluster)
+    phases.mark("connected_s")
     if checking:  # streamed from Dask's blocks, or copied in from its device chunks
         # The column sums of |a_ij| the store makes of each block as it arrives (one more read
         # on the GPU) are finite where every entry is: the check costs no host memory traffic,

@@ -30,6 +30,7 @@ import functools
 import numpy as np
 
 from ..scheduler import Region
+from ..scheduler.transport import connected
 from ._dist import AbortingGraph, WorkerRun, check_resolution, run_graph_of
 from ._dist_parts import device_part
 from ._householder import QR, reserve_reflector_slots
@@ -65,7 +66,7 @@ def solve_on_worker(solve, ops, transport, rank, local, job):
                 ops.from_host(lane, np.asfortranarray(local), A.block(0, m, 0, local.shape[1]))
             if b.size:
                 ops.from_host(lane, solve.before(b, job), X.block(0, b.shape[0], 0, b.shape[1]))
-        run = WorkerRun(ops, plan, transport, layout, rank, A)
+        run = WorkerRun(ops, plan, connected(transport), layout, rank, A)
         trace = solve(run, X, **job.get("arguments", {}))
         with lane:
             if b.size:

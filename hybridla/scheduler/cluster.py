@@ -25,7 +25,7 @@ from .. import config as _config
 from ..backend import get_backend
 from ..backend.host.transfers import ColumnBlocks
 from .trace import Trace
-from .transport import HostTransport, TransportAborted
+from .transport import Connecting, HostTransport, TransportAborted
 
 # how long a collective (or the rendezvous) waits for a peer before it gives up: a peer that
 # died without a word is noticed by its dropped connection long before
@@ -186,39 +186,60 @@ def run_job(client, addresses, work, parts, job, backend="host"):
 
 
 def _long_lived(work, rank, size, key, authkey, group, backend, part, job):
-    """The one task of a worker: connect, work, close. What `work` returns (a dict) gets the
-    task's "phases": its start (this worker's wall clock), the seconds connecting the
-    transport ("rendezvous_s" of them: the host transport's, its peers' addresses exchanged
-    through the scheduler) and the seconds of `work`."""
-    from distributed import Variable
+    """The one task of a worker: connect, work, close. The transport connects in a thread of
+    its own from the task's start (`Connecting`), so that the work's first stretch (a device
+    part's allocation, its check and its copy: lapack/_dist_parts.device_part) runs while the
+    peers' addresses go through the scheduler; `work` gets the Connecting and takes the
+    transport from it (`connected`) where it first needs it. What `work` returns (a dict)
+    gets the task's "phases": its start (this worker's wall clock), the seconds connecting
+    the transport ("rendezvous_s" of them: the host transport's, its peers' addresses
+    exchanged through the scheduler) and the seconds of `work`."""
+    from distributed import Variable, get_client
 
     started = time.time()
     ops = get_backend(backend)
-    variables = [Variable(f"hybridla-{key}-{r}") for r in range(size)]
+    client = get_client()  # the worker's, which a Variable finds only in a task's own thread
+    variables = [Variable(f"hybridla-{key}-{r}", client=client) for r in range(size)]
+    times = {}
 
     def exchange(address):
         variables[rank].set(address)
         return [v.get(timeout=TIMEOUT_S) for v in variables]
 
-    transport = HostTransport.connect(rank, size, exchange, authkey, TIMEOUT_S)
-    rendezvous = time.time()
+    def connect():
+        transport = HostTransport.connect(rank, size, exchange, authkey, TIMEOUT_S)
+        times["rendezvous"] = time.time()
+        if backend == "cuda":  # over the host transport, which then carries its aborts
+            from .transport_nccl import NcclTransport
+            try:
+                transport = NcclTransport.connect(ops, rank, size, transport, group)
+            except BaseException as exc:
+                transport.abort(f"{exc.__class__.__name__}: {exc}")
+                transport.close()
+                raise
+        times["connected"] = time.time()
+        return transport
+
+    connection = Connecting(connect)
     try:
         with _device_call(ops, backend):
-            if backend == "cuda":  # over the host transport, which then carries its aborts
-                from .transport_nccl import NcclTransport
-                transport = NcclTransport.connect(ops, rank, size, transport, group)
-            connected = time.time()
-            result = work(ops, transport, rank, part, job)
-        result["phases"] = {"started": started, "connect_s": connected - started,
-                            "rendezvous_s": rendezvous - started,
-                            "work_s": time.time() - connected}
+            result = work(ops, connection, rank, part, job)
+        connection.get()  # a work that never needed it: connected all the same
+        result["phases"] = {"started": started, "connect_s": times["connected"] - started,
+                            "rendezvous_s": times["rendezvous"] - started,
+                            "work_s": time.time() - started}
         return result
     except BaseException as exc:
-        # the others must not wait for what this rank will never send
+        # the others must not wait for what this rank will never send: connected first, if
+        # the work failed before it needed the transport, so that they hear of it
+        try:
+            transport = connection.get()
+        except BaseException:
+            raise exc from None
         transport.abort(f"{exc.__class__.__name__}: {exc}")
         raise
     finally:
-        transport.close()
+        connection.close()
         variables[rank].delete()
 
 

@@ -183,25 +183,23 @@ def empty(backend, shape, dtype, like=None):
 
 
 def has_nonfinite(backend, obj) -> bool:
-    """check_finite for a device array, on the device (one pass; an empty one is finite)."""
-    ptr, (m, n), dtype, strides = device_array_layout(obj)
-    if m == 0 or n == 0:
+    """check_finite for a device array, or a list of them, on the device (one pass over each,
+    one wait for all; an empty one is finite)."""
+    arrays = obj if isinstance(obj, (list, tuple)) else [obj]
+    launches = [_nonfinite_launch(array) for array in arrays]
+    launches = [launch for launch in launches if launch is not None]
+    if not launches:
         return False
-    words = 2 if dtype.kind == "c" else 1
-    real_size = dtype.itemsize // words
-    if strides[0] == dtype.itemsize or n <= 1:
-        rows, cols, ld = m * words, n, (strides[1] // real_size if n > 1 else m * words)
-    else:  # row-major: the transpose is column-major, and finiteness does not care
-        rows, cols, ld = n * words, m, strides[0] // real_size
     backend.synchronize()
     backend.context.push()
     try:
         flag = drv.mem_alloc(4)
         drv.memset_d32(flag, 0, 1)
-        backend.kernels.launch(f"nonfinite_{real_size}", (min(-(-rows // 256), 8),
-                               min(cols, 65535)), (256,), 0, ctypes.c_void_p(ptr),
-                               ctypes.c_longlong(max(ld, 1)), ctypes.c_longlong(rows),
-                               ctypes.c_longlong(cols), ctypes.c_void_p(int(flag)))
+        for real_size, ptr, rows, cols, ld in launches:
+            backend.kernels.launch(f"nonfinite_{real_size}", (min(-(-rows // 256), 8),
+                                   min(cols, 65535)), (256,), 0, ctypes.c_void_p(ptr),
+                                   ctypes.c_longlong(max(ld, 1)), ctypes.c_longlong(rows),
+                                   ctypes.c_longlong(cols), ctypes.c_void_p(int(flag)))
         backend.context.synchronize()
         result = np.zeros(1, np.int32)
         drv.memcpy_dtoh(result, flag)
@@ -209,6 +207,21 @@ def has_nonfinite(backend, obj) -> bool:
     finally:
         drv.Context.pop()
     return bool(result[0])
+
+
+def _nonfinite_launch(obj):
+    """(the real word's size, pointer, rows, columns, leading dimension) of the column-major
+    real view has_nonfinite's kernel reads of the device array `obj`; None where it is
+    empty."""
+    ptr, (m, n), dtype, strides = device_array_layout(obj)
+    if m == 0 or n == 0:
+        return None
+    words = 2 if dtype.kind == "c" else 1
+    real_size = dtype.itemsize // words
+    if strides[0] == dtype.itemsize or n <= 1:
+        return real_size, ptr, m * words, n, (strides[1] // real_size if n > 1 else m * words)
+    # row-major: the transpose is column-major, and finiteness does not care
+    return real_size, ptr, n * words, m, strides[0] // real_size
 
 
 # -- the user's arrays as they come in (backend/device_arrays.admit) -----------------------------
