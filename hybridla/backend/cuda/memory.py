@@ -15,6 +15,7 @@ import numpy as np
 import pycuda.driver as drv
 
 from ..._logging import get_logger
+from .. import _driver
 
 _log = get_logger("cuda")
 
@@ -241,6 +242,18 @@ def required_bytes(m, n, dtype, nb) -> int:
     return ((-(-m // 32) * 32) * n + 2 * min(m, n) + 3 * nb * max(m, n)) * itemsize
 
 
+class _Allocation(int):
+    """Device memory of a DeviceArray, its pointer as an int (what PyCUDA's GPUArray takes for
+    gpudata), allocated and freed in the current context without holding the GIL
+    (_driver.mem_alloc: a worker's other threads run meanwhile)."""
+
+    def __new__(cls, nbytes):
+        return super().__new__(cls, _driver.mem_alloc(nbytes))
+
+    def free(self):
+        _driver.mem_free(int(self))
+
+
 class DeviceArray:
     """A column-major device array that hybridla allocated for a result and hands to the user:
     it owns its memory (freed with the object) and offers __cuda_array_interface__, so that
@@ -252,7 +265,7 @@ class DeviceArray:
         self.ld = max(m, 1)
         self._backend = backend
         with backend.active():
-            self._allocation = drv.mem_alloc(max(self.ld * n * self.dtype.itemsize, 1))
+            self._allocation = _Allocation(max(self.ld * n * self.dtype.itemsize, 1))
         self.ptr = int(self._allocation)
 
     def __del__(self):
