@@ -92,11 +92,12 @@ def _cuda_workers(client) -> bool:
 
 
 def _resolve_plan(backend, m, n, dtype, routine, nb, lookahead):
-    """nb and look-ahead as a worker's configuration resolves them (nb "auto": its device's
-    table), validated (a bad value raises ValueError naming it)."""
+    """nb and look-ahead as a worker's configuration resolves them for a distributed call (nb
+    "auto": its device's table, the distributed routine's entries first, _dist.table_routine),
+    validated (a bad value raises ValueError naming it)."""
     from .scheduler.plan import make_plan
     plan = make_plan(_backends.get_backend(backend), m, n, dtype, routine=routine, nb=nb,
-                     lookahead=lookahead)
+                     lookahead=lookahead, table_routine=_dist.table_routine(routine))
     return plan.nb, plan.lookahead
 
 

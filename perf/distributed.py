@@ -29,7 +29,8 @@ workers' untimed call is at the timed order instead, so their memory is grown to
   CuPy array on GPU 0, factors left there), in this process, before the cluster starts, so that
   no worker shares the GPU; with --backend host, the host backend in this process.
 - Block sizes: each side at the one hybridla resolves for the routine and order, as a user's
-  call gets it (on the H100: 768 for LU and QR, 1024 for Cholesky from n = 12000), printed
+  call gets it (on the H100: 768 for LU and QR, 1024 for Cholesky from n = 12000, one GPU; the
+  workers of a distributed LU 1024, the table's dist_lu_nb_large), printed
   above the table; --nb sets both, and a list of them (`--nb default,512`) runs each routine
   at each in turn, both sides, on one cluster. (Until stop 55 both sides ran at nb 512, the
   script's own default then, not the library's.) --workers-nb sweeps the workers' block size
@@ -330,17 +331,20 @@ def one_gpu_seconds(routine, n, backend, nb, repeat):
 
 
 def resolved_nb(routine, n, backend):
-    """The block size hybridla resolves for an n x n float64 `routine` here (nb auto: this
-    device's table): the resolution a distributed call asks its first worker for."""
-    from hybridla._dist_common import _resolve_plan
-    return _resolve_plan(backend, n, n, np.float64, routine, None, None)[0]
+    """The block size hybridla resolves for a one-GPU n x n float64 `routine` here (nb auto:
+    this device's table)."""
+    from hybridla.scheduler.plan import make_plan
+    return make_plan(hybridla.backend.get_backend(backend), n, n, np.float64,
+                     routine=routine).nb
 
 
 def workers_nb(client, routine, n, backend):
-    """resolved_nb on the first worker (the one a distributed call asks)."""
+    """The block size a distributed call resolves on its first worker (the device table's
+    distributed entries first: _dist_common._resolve_plan)."""
+    from hybridla._dist_common import _resolve_plan
     first = sorted(client.nthreads())[0]
-    return client.submit(resolved_nb, routine, n, backend, workers=[first],
-                         pure=False).result()
+    return client.submit(_resolve_plan, backend, n, n, np.float64, routine, None, None,
+                         workers=[first], pure=False).result()[0]
 
 
 def one_gpu_in_own_process(routine, n, backend, nb, repeat):

@@ -326,6 +326,30 @@ def test_arguments_are_validated_on_the_client(client, rng):
         hd.solve(a, np.ones(20), assume_a="sym", client=client)
 
 
+def test_a_distributed_call_takes_the_device_tables_distributed_block_size():
+    """nb "auto" of a distributed call: the device table's dist_<routine>_nb_large where it has
+    one (the workers' own), else the one-GPU call's entry; the one-GPU call never takes it, and
+    rank 0's check of a cached resolution agrees with the client's."""
+    import hybridla.config
+    from hybridla._dist_common import _resolve_plan
+    from hybridla.backend import get_backend
+    from hybridla.scheduler.plan import make_plan
+    host = get_backend("host")
+    with hybridla.config.set({"tuning.host.nb_large": 64, "tuning.host.nb_switch": 100,
+                              "tuning.host.dist_lu_nb_large": 96}):
+        assert _resolve_plan("host", 300, 300, np.float64, "lu", None, None)[0] == 96
+        assert _resolve_plan("host", 300, 300, np.float64, "cho", None, None)[0] == 64
+        assert _resolve_plan("host", 50, 50, np.float64, "lu", None, None)[0] != 96  # small
+        assert _resolve_plan("host", 300, 300, np.float64, "lu", 32, None)[0] == 32
+        assert make_plan(host, 300, 300, np.float64, routine="lu").nb == 64
+        nb, lookahead = _resolve_plan("host", 300, 300, np.float64, "lu", None, None)
+        job = dict(shape=(300, 300), dtype=np.float64, routine="lu", nb=nb,
+                   lookahead=lookahead, resolved_from=(None, None))
+        _dist.check_resolution(host, job, 0)  # no StaleResolution
+        with pytest.raises(_dist.StaleResolution):
+            _dist.check_resolution(host, dict(job, nb=64), 0)
+
+
 def test_release_on_host_workers_has_nothing_to_let_go(client):
     assert set(hd.release(client).values()) == {0}
 

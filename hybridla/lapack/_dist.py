@@ -323,6 +323,15 @@ class StaleResolution(RuntimeError):
     anew (_dist_common._resolving)."""
 
 
+def table_routine(routine):
+    """The device table's name for a distributed `routine`'s entries: its workers' own block
+    size where the table has one ("dist_lu_nb_large"), else the one-GPU call's. A worker
+    updates half of the trailing matrix (on 2 GPUs), whose GEMMs gain from a longer k: the
+    65536 LU on 2 x H100 ran 1.6% faster at nb 1024 than at the one-GPU call's 768 (its own
+    best), the Cholesky and the QR no faster (perf/RESULTS.md, issue 32, stop 58)."""
+    return f"dist_{routine}"
+
+
 def check_resolution(ops, job, rank):
     """On rank 0, where the client used a cached resolution (job["resolved_from"]: the
     call's own nb and look-ahead): resolve them here as _dist_common._resolve_plan does,
@@ -333,7 +342,7 @@ def check_resolution(ops, job, rank):
     from ..scheduler.plan import make_plan
     m, n = job["shape"]
     plan = make_plan(ops, m, n, np.dtype(job["dtype"]), routine=job["routine"], nb=given[0],
-                     lookahead=given[1])
+                     lookahead=given[1], table_routine=table_routine(job["routine"]))
     if (plan.nb, plan.lookahead) != (job["nb"], job["lookahead"]):
         raise StaleResolution(f"nb and look-ahead resolve to {(plan.nb, plan.lookahead)} on "
                               f"the first worker, not {(job['nb'], job['lookahead'])}")
