@@ -91,13 +91,14 @@ def _cuda_workers(client) -> bool:
     return "cuda" in _worker_backends[address]
 
 
-def _resolve_plan(backend, m, n, dtype, routine, nb, lookahead):
+def _resolve_plan(backend, m, n, dtype, routine, nb, lookahead, device=False):
     """nb and look-ahead as a worker's configuration resolves them for a distributed call (nb
-    "auto": its device's table, the distributed routine's entries first, _dist.table_routine),
-    validated (a bad value raises ValueError naming it)."""
+    "auto": its device's table; parts on the GPUs, `device`, take the distributed routine's
+    entries first, _dist.table_routine), validated (a bad value raises ValueError naming
+    it)."""
     from .scheduler.plan import make_plan
     plan = make_plan(_backends.get_backend(backend), m, n, dtype, routine=routine, nb=nb,
-                     lookahead=lookahead, table_routine=_dist.table_routine(routine))
+                     lookahead=lookahead, table_routine=_dist.table_routine(routine, device))
     return plan.nb, plan.lookahead
 
 
@@ -111,10 +112,12 @@ _resolutions: dict = {}
 _RESOLUTIONS_KEPT = 256
 
 
-def _resolution(client, address, backend, m, n, dtype, routine, nb, lookahead, cached):
-    """(nb, lookahead) resolved on the worker `address` (from the cache where `cached`), and
-    the job's entries that have rank 0 check a cached one."""
-    key = (address, backend, m, n, np.dtype(dtype).str, routine, nb, lookahead)
+def _resolution(client, address, backend, m, n, dtype, routine, nb, lookahead, cached,
+                device=False):
+    """(nb, lookahead) resolved on the worker `address` (from the cache where `cached`; for
+    parts on the GPUs where `device`), and the job's entries that have rank 0 check a cached
+    one."""
+    key = (address, backend, m, n, np.dtype(dtype).str, routine, nb, lookahead, device)
     try:
         hash(key)
     except TypeError:  # an unhashable option: the worker refuses it, by name
@@ -122,7 +125,7 @@ def _resolution(client, address, backend, m, n, dtype, routine, nb, lookahead, c
     if cached and key is not None and key in _resolutions:
         return _resolutions[key], {"resolved_from": (nb, lookahead)}
     resolved = client.submit(_resolve_plan, backend, m, n, dtype, routine, nb, lookahead,
-                             workers=[address], pure=False).result()
+                             device, workers=[address], pure=False).result()
     if key is not None:
         if len(_resolutions) >= _RESOLUTIONS_KEPT:
             _resolutions.clear()
@@ -165,7 +168,7 @@ def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None, s
     mark = timings.mark if timings is not None else (lambda name: None)
     addresses = _cluster.workers(client)
     (nb, lookahead), check = _resolution(client, addresses[0], backend, m, n, operand.dtype,
-                                         routine, nb, lookahead, cached)
+                                         routine, nb, lookahead, cached, operand.device)
     mark("resolve_s")
     data = operand.data if data is None else data
     if operand.device:

@@ -30,7 +30,8 @@ workers' untimed call is at the timed order instead, so their memory is grown to
   no worker shares the GPU; with --backend host, the host backend in this process.
 - Block sizes: each side at the one hybridla resolves for the routine and order, as a user's
   call gets it (on the H100: 768 for LU and QR, 1024 for Cholesky from n = 12000, one GPU; the
-  workers of a distributed LU 1024, the table's dist_lu_nb_large), printed
+  workers of a distributed LU of device chunks 1024, the table's dist_device_lu_nb_large),
+  printed
   above the table; --nb sets both, and a list of them (`--nb default,512`) runs each routine
   at each in turn, both sides, on one cluster. (Until stop 55 both sides ran at nb 512, the
   script's own default then, not the library's.) --workers-nb sweeps the workers' block size
@@ -338,12 +339,12 @@ def resolved_nb(routine, n, backend):
                      routine=routine).nb
 
 
-def workers_nb(client, routine, n, backend):
-    """The block size a distributed call resolves on its first worker (the device table's
-    distributed entries first: _dist_common._resolve_plan)."""
+def workers_nb(client, routine, n, backend, device=False):
+    """The block size a distributed call resolves on its first worker (for device chunks,
+    `device`, the device table's distributed entries first: _dist_common._resolve_plan)."""
     from hybridla._dist_common import _resolve_plan
     first = sorted(client.nthreads())[0]
-    return client.submit(_resolve_plan, backend, n, n, np.float64, routine, None, None,
+    return client.submit(_resolve_plan, backend, n, n, np.float64, routine, None, None, device,
                          workers=[first], pure=False).result()[0]
 
 
@@ -480,7 +481,9 @@ def main(argv=None):
             [("lu", large, "dask", c, c) for c in opts.nb if large]
         # each routine and order at the block size the workers resolve (or --nb): the input's
         # block columns are that wide, so that the call cuts nothing anew
-        nbs = {(r, n, c): c or workers_nb(client, r, n, opts.backend) for r, n, _, c, _ in runs}
+        nbs = {(r, n, c): c or workers_nb(client, r, n, opts.backend,
+                                         opts.device_input and n != large)
+               for r, n, _, c, _ in runs}
         print("  nb on the workers: " + ", ".join(f"{r} {n}: {b}"
                                                   for (r, n, _), b in nbs.items()))
         # untimed first: each worker's kernels, handles and communicator; with --warm-at-size

@@ -167,10 +167,14 @@ def test_a_resolution_is_asked_once_then_taken_from_the_cache():
     assert client.calls == 1
     assert _dist_common._resolution(client, *arguments, cached=False) == ((32, 1), {})
     assert client.calls == 2
+    # parts on the GPUs resolve apart (their table entries may differ: _dist.table_routine)
+    assert _dist_common._resolution(client, *arguments, cached=True, device=True) == \
+        ((32, 1), {})
+    assert client.calls == 3
     unhashable = arguments[:6] + ([32], None)
     _dist_common._resolution(client, *unhashable, cached=True)
     _dist_common._resolution(client, *unhashable, cached=True)
-    assert client.calls == 4
+    assert client.calls == 5
 
 
 @pytest.mark.parametrize("routine", ["lu_factor", "lu_solve"])
@@ -326,28 +330,32 @@ def test_arguments_are_validated_on_the_client(client, rng):
         hd.solve(a, np.ones(20), assume_a="sym", client=client)
 
 
-def test_a_distributed_call_takes_the_device_tables_distributed_block_size():
-    """nb "auto" of a distributed call: the device table's dist_<routine>_nb_large where it has
-    one (the workers' own), else the one-GPU call's entry; the one-GPU call never takes it, and
-    rank 0's check of a cached resolution agrees with the client's."""
+def test_a_distributed_call_on_device_chunks_takes_the_tables_distributed_block_size():
+    """nb "auto" of a distributed call on device chunks: the device table's
+    dist_device_<routine>_nb_large where it has one (the workers' own), else the one-GPU
+    call's entry; host-resident parts and the one-GPU call never take it, and rank 0's check of
+    a cached resolution resolves as the client did."""
     import hybridla.config
     from hybridla._dist_common import _resolve_plan
     from hybridla.backend import get_backend
     from hybridla.scheduler.plan import make_plan
     host = get_backend("host")
     with hybridla.config.set({"tuning.host.nb_large": 64, "tuning.host.nb_switch": 100,
-                              "tuning.host.dist_lu_nb_large": 96}):
-        assert _resolve_plan("host", 300, 300, np.float64, "lu", None, None)[0] == 96
-        assert _resolve_plan("host", 300, 300, np.float64, "cho", None, None)[0] == 64
-        assert _resolve_plan("host", 50, 50, np.float64, "lu", None, None)[0] != 96  # small
-        assert _resolve_plan("host", 300, 300, np.float64, "lu", 32, None)[0] == 32
+                              "tuning.host.dist_device_lu_nb_large": 96}):
+        def resolved(routine, n=300, nb=None, device=True):
+            return _resolve_plan("host", n, n, np.float64, routine, nb, None, device)[0]
+        assert resolved("lu") == 96
+        assert resolved("lu", device=False) == 64  # host-resident parts
+        assert resolved("cho") == 64  # no entry of its own
+        assert resolved("lu", n=50) != 96  # below nb_switch
+        assert resolved("lu", nb=32) == 32  # the call's own
         assert make_plan(host, 300, 300, np.float64, routine="lu").nb == 64
-        nb, lookahead = _resolve_plan("host", 300, 300, np.float64, "lu", None, None)
+        nb, lookahead = _resolve_plan("host", 300, 300, np.float64, "lu", None, None, True)
         job = dict(shape=(300, 300), dtype=np.float64, routine="lu", nb=nb,
-                   lookahead=lookahead, resolved_from=(None, None))
+                   lookahead=lookahead, resolved_from=(None, None), device=True)
         _dist.check_resolution(host, job, 0)  # no StaleResolution
         with pytest.raises(_dist.StaleResolution):
-            _dist.check_resolution(host, dict(job, nb=64), 0)
+            _dist.check_resolution(host, dict(job, device=False), 0)
 
 
 def test_release_on_host_workers_has_nothing_to_let_go(client):

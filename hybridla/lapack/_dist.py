@@ -323,13 +323,16 @@ class StaleResolution(RuntimeError):
     anew (_dist_common._resolving)."""
 
 
-def table_routine(routine):
-    """The device table's name for a distributed `routine`'s entries: its workers' own block
-    size where the table has one ("dist_lu_nb_large"), else the one-GPU call's. A worker
-    updates half of the trailing matrix (on 2 GPUs), whose GEMMs gain from a longer k: the
-    65536 LU on 2 x H100 ran 1.6% faster at nb 1024 than at the one-GPU call's 768 (its own
-    best), the Cholesky and the QR no faster (perf/RESULTS.md, issue 32, stop 58)."""
-    return f"dist_{routine}"
+def table_routine(routine, device):
+    """The device table's name for the entries of a distributed `routine` whose parts are on
+    the workers' GPUs (`device`: a dask array of device chunks): their own block size where
+    the table has one ("dist_device_lu_nb_large"), else the one-GPU call's; None (the one-GPU
+    call's) for host-resident parts. Each worker updates its share of the trailing matrix, whose
+    GEMMs can want a longer k than one GPU's: the 65536 LU of device chunks on 2 x H100 ran
+    1.6% faster at nb 1024 than at the one-GPU call's 768 (its own best), the Cholesky and the
+    QR no faster; the host-resident 120000 LU ran at 69.1 TFLOP/s at 1024 against 73.5 at
+    768 (perf/RESULTS.md, issue 32, stops 56 and 58)."""
+    return f"dist_device_{routine}" if device else None
 
 
 def check_resolution(ops, job, rank):
@@ -342,7 +345,8 @@ def check_resolution(ops, job, rank):
     from ..scheduler.plan import make_plan
     m, n = job["shape"]
     plan = make_plan(ops, m, n, np.dtype(job["dtype"]), routine=job["routine"], nb=given[0],
-                     lookahead=given[1], table_routine=table_routine(job["routine"]))
+                     lookahead=given[1],
+                     table_routine=table_routine(job["routine"], job.get("device", False)))
     if (plan.nb, plan.lookahead) != (job["nb"], job["lookahead"]):
         raise StaleResolution(f"nb and look-ahead resolve to {(plan.nb, plan.lookahead)} on "
                               f"the first worker, not {(job['nb'], job['lookahead'])}")

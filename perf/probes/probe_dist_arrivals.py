@@ -40,7 +40,7 @@ def main(argv=None):
     cluster, client = bench.start_cluster("cuda", None)
     try:
         for routine in opts.routines.split(","):
-            nb = bench.workers_nb(client, routine, opts.n, "cuda")
+            nb = bench.workers_nb(client, routine, opts.n, "cuda", True)
             a = bench.placed_cyclically(client, bench.matrix(opts.n, routine, nb, device=True))
             wait(a)
             factors = bench.run_distributed(client, routine, a, "cuda", nb, None)
