@@ -64,12 +64,10 @@ each worker's part) and 58 GB on each GPU; its check regenerates A from its seed
 from __future__ import annotations
 
 import argparse
-import cProfile
 import gc
 import json
 import logging
 import os
-import pstats
 import sys
 import time
 
@@ -415,9 +413,6 @@ def main(argv=None):
                         "at --nb (a sweep of the distributed block size against one baseline)")
     parser.add_argument("--quick", action="store_true",
                         help="no traced run and no check: a sweep's rows (no overhead either)")
-    parser.add_argument("--profile-client", type=int, default=0, metavar="LINES",
-                        help="profile the client's side of each traced call (cProfile), and "
-                        "print its LINES costliest functions by cumulative time")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--lookaheads", type=lambda s: [int(x) for x in s.split(",")],
                         default=[None], help="look-ahead depths to run each routine with, "
@@ -538,15 +533,8 @@ def main(argv=None):
                       "they held: " + "; ".join(f"{v['collect_s']} s, {v['keys']} keys"
                                                 for v in idle.values()), flush=True)
                 start, began = time.perf_counter(), time.time()
-                profile = cProfile.Profile() if opts.profile_client else None
-                if profile is not None:
-                    profile.enable()
                 factors = run_distributed(client, routine, a, opts.backend, nb, path, lookahead)
                 traced = time.perf_counter() - start
-                if profile is not None:  # the client's own time in the call, where it goes
-                    profile.disable()
-                    pstats.Stats(profile, stream=sys.stdout).sort_stats("cumulative") \
-                        .print_stats(opts.profile_client)
                 pauses = client.run(_gc_pauses, "stop")
                 print("  the workers' garbage collections of 10 ms or more in the traced call "
                       "(generation, s, at s after its start, unreachable objects, MB given "
