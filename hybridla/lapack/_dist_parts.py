@@ -89,9 +89,11 @@ def device_part(ops, plan, job, local, rank, transport, phases=None):
 def _copied_in_place(ops, job, blocks, m, dtype, like, phases):
     """The rank's own block columns `blocks` side by side in a new array of their kind,
     checked. Where they are of the part's dtype, the GPU checks them while the driver maps
-    the new array's memory in a thread of its own (0.016-0.020 s for a worker's 17.2 GB at
-    n = 65536 on 2 x H100, the GPU idle meanwhile: perf/RESULTS.md, issue 32, stop 57), and
-    copies them in after; others are converted as they are copied, and checked after."""
+    the new array's memory in a thread of its own, and copies them in after; others are
+    converted as they are copied, and checked after. For a worker's 17.2 GB at n = 65536 on
+    2 x H100 the allocation took 0.016-0.020 s with the GPU idle, the check 0.006 s after the
+    copy; side by side they took 0.015-0.024 s, the copy 0.013 s after them (perf/RESULTS.md,
+    issue 32, stops 57-58)."""
     starts = np.cumsum([0] + [int(block.shape[1]) for block in blocks])
     if not all(np.dtype(block.dtype) == dtype for block in blocks):
         home = ops.stack_columns(blocks, m, dtype) if blocks else \

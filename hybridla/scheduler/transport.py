@@ -18,6 +18,8 @@ waiting collectives then raise `TransportAborted`; a peer whose connection drops
 died) counts as an abort, and no wait lasts longer than `timeout` seconds.
 
 The NCCL transport (scheduler/transport_nccl.py) is imported only where the cuda backend runs.
+A worker's transport connects in a thread of its own while its work begins (`Connecting`), and
+the work takes it where it first needs it (`connected`).
 """
 from __future__ import annotations
 
