@@ -36,6 +36,10 @@ workers' untimed call is at the timed order instead, so their memory is grown to
   at each in turn, both sides, on one cluster. (Until stop 55 both sides ran at nb 512, the
   script's own default then, not the library's.) --workers-nb sweeps the workers' block size
   alone against the one-GPU row at --nb; with --quick a row has no traced run and no check.
+- --gates on,off runs each routine with the workers' broadcasts gated on the device and not
+  (distributed.nccl_gate, scheduler/transport_nccl.py), in turn on the same input; a list
+  such as on,off,on,off gives each a row per turn (the first call of each setting makes its
+  communicator: take the best of --repeat 2 or more).
 - "phases" (the line under each row): the call's time on the client (the layout and the
   placement's submission; the workers' tasks, until the last ended; their results), and per
   worker how long its task waited to start (its part being placed), connected (beside its
@@ -396,6 +400,11 @@ def start_cluster(backend, scheduler):
     return cluster, Client(cluster)
 
 
+def _set_config(key, value):
+    import hybridla.config
+    hybridla.config.set({key: value})  # the worker's, from now on
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("cuda", "host"), default="cuda")
@@ -417,6 +426,10 @@ def main(argv=None):
     parser.add_argument("--lookaheads", type=lambda s: [int(x) for x in s.split(",")],
                         default=[None], help="look-ahead depths to run each routine with, "
                         "in turn on the same input (default: config)")
+    parser.add_argument("--gates", type=lambda s: [{"on": True, "off": False}[x] for x in
+                                                   s.split(",")], default=[None],
+                        help="distributed.nccl_gate on the workers, each in turn on the same "
+                        "input: on, off or a list (on,off,on); default: config")
     parser.add_argument("--warm-at-size", action="store_true",
                         help="make the workers' untimed first call of each routine at the "
                         "timed order (not WARMUP_N): host memory, pinned slots and device "
@@ -498,8 +511,12 @@ def main(argv=None):
             if n != large:  # the large one is generated as it is placed: held once, not twice
                 a = placed_cyclically(client, a) if where == "cyclic" else client.persist(a)
                 wait(a)
-            for lookahead in opts.lookaheads:
+            for lookahead, gate in [(la, g) for la in opts.lookaheads for g in opts.gates]:
+                if gate is not None:  # read where a communicator is made: the next call's
+                    client.run(_set_config, "distributed.nccl_gate", gate)
                 name = routine if lookahead is None else f"{routine} la{lookahead}"
+                if gate is not None:
+                    name += f" gate {'on' if gate else 'off'}"
                 if len(layouts) > 1 and n != large:
                     name += f" {where}"
                 if len(on_workers) > 1:

@@ -428,7 +428,10 @@ def _nccl_transport_module(monkeypatch):
     nccl.core = core
     cuda = types.ModuleType("hybridla.backend.cuda")
     cuda.DeviceBlock = object
-    for name, module in (("nccl", nccl), ("nccl.core", core), ("hybridla.backend.cuda", cuda)):
+    driver = types.ModuleType("hybridla.backend._driver")
+    driver.CudaDriverError = RuntimeError
+    for name, module in (("nccl", nccl), ("nccl.core", core), ("hybridla.backend.cuda", cuda),
+                         ("hybridla.backend._driver", driver)):
         monkeypatch.setitem(sys.modules, name, module)
     name = "hybridla.scheduler.transport_nccl"
     monkeypatch.delitem(sys.modules, name, raising=False)
@@ -487,6 +490,81 @@ def test_nccl_abort_waits_for_a_call_under_way_unless_it_is_blocked(monkeypatch,
         transport._closed.set()
 
 
+class _FakeDriver:
+    """The driver calls of transport_nccl._Gates, for ranks in threads of their own (each
+    thread sets `rank` in `local` first): each rank's calls recorded; ipc_open fails on the
+    ranks in `refusing`."""
+
+    def __init__(self, refusing=()):
+        self.refusing, self.local, self.calls = refusing, threading.local(), {0: [], 1: []}
+        self.CudaDriverError = RuntimeError
+
+    def mem_alloc(self, nbytes):
+        return 1000 * (self.local.rank + 1)
+
+    def ipc_handle(self, pointer):
+        return pointer.to_bytes(8, "little").ljust(64, b"\0")
+
+    def ipc_open(self, handle):
+        if self.local.rank in self.refusing:
+            raise RuntimeError("no peer access")
+        return 10 * int.from_bytes(handle[:8], "little")  # its address mapped here
+
+    def __getattr__(self, name):  # every other call: recorded
+        return lambda *args: self.calls[self.local.rank].append((name, *args))
+
+
+@pytest.mark.parametrize("refusing", [(), (1,)])
+def test_gates_are_made_on_every_rank_or_none(monkeypatch, refusing):
+    """A communicator's broadcasts are gated only where every rank mapped its peers' flags
+    (asked of all ranks): the root's stream writes broadcast s's count into its flag on each
+    peer, a receiver's waits for its flag of that root to reach it; a released rank's flags
+    pass any count to come and are never freed. One rank that cannot map: neither gates."""
+    from multiprocessing.connection import Pipe
+    module = _nccl_transport_module(monkeypatch)
+    driver = _FakeDriver(refusing)
+    monkeypatch.setattr(module, "_driver", driver)
+    ends = Pipe()
+    transports = [HostTransport(0, 2, {1: ends[0]}, timeout=10),
+                  HostTransport(1, 2, {0: ends[1]}, timeout=10)]
+    made = [None, None]
+
+    def make(rank):
+        driver.local.rank = rank
+        made[rank] = module._Gates.made(rank, 2, transports[rank])
+
+    threads = [threading.Thread(target=make, args=(rank,)) for rank in range(2)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    finally:
+        for transport in transports:
+            transport.close()
+    if refusing:
+        assert made == [None, None]
+        return
+    zero, one = made
+    assert zero.peers == {1: 20000} and one.peers == {0: 10000}  # each other's flags mapped
+    driver.local.rank = 0
+    driver.calls[0].clear()
+    zero.before_broadcast("s0", 0)  # broadcast 1, rank 0 its root
+    zero.before_broadcast("s0", 1)  # broadcast 2, rank 1 its root
+    assert driver.calls[0] == [("stream_write_value32", "s0", 20000, 1),
+                               ("stream_wait_value32", "s0", 1000 + 4, 2)]
+    driver.calls[0].clear()
+    zero.release()
+    zero.free()
+    assert ("memset_d32_async", 1000, 2 + (1 << 30), 2) in \
+        [call[:4] for call in driver.calls[0]]
+    names = [call[0] for call in driver.calls[0]]
+    assert "ipc_close" in names and "mem_free" not in names  # a peer may still write to it
+    driver.local.rank = 1
+    one.free()
+    assert ("mem_free", 2000) in driver.calls[1]  # never released: freed
+
+
 def test_transport_timeout():
     from multiprocessing.connection import Pipe
     ends = Pipe()
@@ -531,18 +609,20 @@ def test_an_untraced_call_brings_back_no_records(client, rng, monkeypatch):
 
 
 def test_perf_script_sweeps_the_workers_block_size(client, tmp_path):
-    """--workers-nb runs the workers at each block size against one one-GPU row; --quick
-    leaves out the traced run and the check."""
+    """--workers-nb runs the workers at each block size against one one-GPU row, --gates each
+    in turn with the broadcasts gated and not; --quick leaves out the traced run and the
+    check."""
     out = subprocess.run(
         [sys.executable, str(ROOT / "perf" / "distributed.py"), "--backend", "host", "--sizes",
-         "200", "--routines", "lu", "--workers-nb", "32,64", "--quick", "--trace-dir",
-         str(tmp_path), "--scheduler", client.scheduler.address],
+         "200", "--routines", "lu", "--workers-nb", "32,64", "--gates", "off,on", "--quick",
+         "--trace-dir", str(tmp_path), "--scheduler", client.scheduler.address],
         capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     assert len(re.findall(r"^one GPU: lu 200 nb", out.stdout, re.M)) == 1, out.stdout
     for nb in (32, 64):
-        assert re.search(rf"^\| lu nb{nb} \| 200 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| "
-                         rf"[0-9.]+x \| - \| - \|$", out.stdout, re.M), out.stdout
+        for gate in ("on", "off"):
+            assert re.search(rf"^\| lu gate {gate} nb{nb} \| 200 \| [0-9.]+ \| [0-9.]+ \| "
+                             rf"[0-9.]+ \| [0-9.]+x \| - \| - \|$", out.stdout, re.M), out.stdout
     assert "traced run" not in out.stdout and not list(tmp_path.glob("*.json"))
 
 
@@ -607,7 +687,18 @@ def _set_nccl_max_ctas(value):
 
 def _kept_communicators():
     from hybridla.scheduler import transport_nccl
-    return [comm_id for comm, comm_id in transport_nccl._kept.values()]
+    return [comm_id for comm, comm_id, gates in transport_nccl._kept.values()]
+
+
+def _kept_gated():
+    """Whether each communicator this worker keeps gates its broadcasts on the device."""
+    from hybridla.scheduler import transport_nccl
+    return [gates is not None for comm, comm_id, gates in transport_nccl._kept.values()]
+
+
+def _set_nccl_gate(value):
+    import hybridla.config
+    hybridla.config.set({"distributed.nccl_gate": value})  # the worker's, from now on
 
 
 @pytest.mark.cuda
@@ -654,6 +745,9 @@ def test_two_gpus_lu_cholesky_qr(monkeypatch):
         kept = gpu_client.run(_kept_communicators)
         assert [len(ids) for ids in kept.values()] == [1, 1], kept
         assert len({ids[0] for ids in kept.values()}) == 1, kept
+        # both workers on this machine: their broadcasts were gated on the device (every
+        # result above went through the gates)
+        assert list(gpu_client.run(_kept_gated).values()) == [[True], [True]]
         assert hd.release(gpu_client) == {w: 1 for w in kept}
         assert [len(ids) for ids in gpu_client.run(_kept_communicators).values()] == [0, 0]
         lu, piv = hd.lu_factor(da.from_array(large, chunks=(1500, 256)), **options)
@@ -667,6 +761,15 @@ def test_two_gpus_lu_cholesky_qr(monkeypatch):
             assert [len(ids) for ids in gpu_client.run(_kept_communicators).values()] == [2, 2]
         finally:
             gpu_client.run(_set_nccl_max_ctas, None)
+        # ungated broadcasts (distributed.nccl_gate off): a communicator of its own again
+        gpu_client.run(_set_nccl_gate, False)
+        try:
+            lu, piv = hd.lu_factor(da.from_array(large, chunks=(1500, 256)), **options)
+            assert getrf_ratio(large, lu.compute(), piv) < THRESH
+            assert [sorted(gated) for gated in gpu_client.run(_kept_gated).values()] == \
+                [[False, True, True]] * 2
+        finally:
+            gpu_client.run(_set_nccl_gate, True)
 
 
 def _device_chunks(client, a, cupy, chunks=(None, 256), workers=None):

@@ -20,6 +20,9 @@ _CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1  # other threads may still allocate mea
 _CU_DEV_RESOURCE_TYPE_SM = 1
 _CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH = 120
 _CU_GREEN_CTX_DEFAULT_STREAM = 1  # required by cuGreenCtxCreate
+_CU_STREAM_WAIT_VALUE_GEQ = 0  # (int32_t)(*addr - value) >= 0: cyclic, past wraparound
+_CU_STREAM_WRITE_VALUE_DEFAULT = 0  # the stream's earlier writes are visible before it
+_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1
 
 
 class CudaDriverError(RuntimeError):
@@ -46,6 +49,11 @@ def stream_create(priority: int) -> int:
     _check(_cuda.cuStreamCreateWithPriority(ctypes.byref(handle), _CU_STREAM_NON_BLOCKING,
                                             ctypes.c_int(priority)), "cuStreamCreateWithPriority")
     return handle.value
+
+
+def stream_destroy(stream: int) -> None:
+    """Let `stream` go; work already enqueued on it still runs to its end."""
+    _check(_versioned("cuStreamDestroy")(ctypes.c_void_p(stream)), "cuStreamDestroy")
 
 
 def pointer_device(pointer: int) -> int | None:
@@ -100,6 +108,57 @@ def mem_alloc(nbytes: int) -> int:
 def mem_free(pointer: int) -> None:
     """cuMemFree of what mem_alloc gave, in its context."""
     _check(_cuda.cuMemFree_v2(ctypes.c_uint64(pointer)), "cuMemFree")
+
+
+def _versioned(name):
+    """The driver's entry point `name`, as its _v2 where the library exports one."""
+    return getattr(_cuda, name + "_v2", None) or getattr(_cuda, name)
+
+
+def stream_write_value32(stream: int, pointer: int, value: int) -> None:
+    """The 32-bit word at `pointer` (this device's memory or a peer's mapped here) := value,
+    in the order of `stream`, once its earlier work is done (cuStreamWriteValue32): no
+    kernel, so no SM."""
+    _check(_versioned("cuStreamWriteValue32")(
+        ctypes.c_void_p(stream), ctypes.c_uint64(pointer), ctypes.c_uint32(value),
+        ctypes.c_uint(_CU_STREAM_WRITE_VALUE_DEFAULT)), "cuStreamWriteValue32")
+
+
+def stream_wait_value32(stream: int, pointer: int, value: int) -> None:
+    """`stream`'s later work waits on the device until the 32-bit word at `pointer` has
+    reached `value` (cuStreamWaitValue32, >= as a cyclic comparison): no kernel, so no SM
+    held while it waits."""
+    _check(_versioned("cuStreamWaitValue32")(
+        ctypes.c_void_p(stream), ctypes.c_uint64(pointer), ctypes.c_uint32(value),
+        ctypes.c_uint(_CU_STREAM_WAIT_VALUE_GEQ)), "cuStreamWaitValue32")
+
+
+class _IpcMemHandle(ctypes.Structure):
+    _fields_ = [("reserved", ctypes.c_char * 64)]
+
+
+def ipc_handle(pointer: int) -> bytes:
+    """The IPC handle (64 bytes) of the allocation mem_alloc gave at `pointer`, for another
+    process of the same machine to map (cuIpcGetMemHandle)."""
+    handle = _IpcMemHandle()
+    _check(_cuda.cuIpcGetMemHandle(ctypes.byref(handle), ctypes.c_uint64(pointer)),
+           "cuIpcGetMemHandle")
+    return bytes(bytearray(handle))
+
+
+def ipc_open(handle: bytes) -> int:
+    """Another process's allocation mapped into the current context from its IPC handle
+    (cuIpcOpenMemHandle, peer access enabled as needed): the pointer here."""
+    pointer = ctypes.c_uint64()
+    _check(_versioned("cuIpcOpenMemHandle")(
+        ctypes.byref(pointer), _IpcMemHandle.from_buffer_copy(handle),
+        ctypes.c_uint(_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)), "cuIpcOpenMemHandle")
+    return pointer.value
+
+
+def ipc_close(pointer: int) -> None:
+    """Unmap what ipc_open mapped."""
+    _check(_cuda.cuIpcCloseMemHandle(ctypes.c_uint64(pointer)), "cuIpcCloseMemHandle")
 
 
 def stream_synchronize(stream: int) -> None:

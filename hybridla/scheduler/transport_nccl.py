@@ -22,19 +22,27 @@ NcclBuffer resolves them); complex ones as their real pairs (NCCL has no complex
 sum of pairs is the complex sum).
 
 A collective runs on the comm lane's stream, after the lane waited (on the device) for the
-events of the tasks it depends on, as every device task does: no host wait. A block that is
+events of the tasks it depends on, as every device task does: no host wait. On one machine a
+receiver's broadcast is also gated (`_Gates`): its stream waits, without a kernel, for a
+flag that the root's stream writes over NVLink just before the root's own broadcast. NCCL's
+kernel otherwise starts as soon as the receiver's slot is free and holds its thread blocks
+(so SMs) spinning until the owner's panel is done, 8-17 ms a step beside the update's gemms
+in the Cholesky at n = 65536 on 2 H100s; in perf/probes/probe_nccl_gate.py such a wait
+of 19 ms cost the gemms beside it 2.1 ms (perf/RESULTS.md, issue 32, stop 59). A block that is
 not contiguous (a panel of a store whose leading dimension exceeds its rows) is packed into a
 contiguous buffer of the transport's on the same stream first (and unpacked after), so that
 exactly the panel's bytes cross the link.
 """
 from __future__ import annotations
 
+import socket
 import threading
 
 import numpy as np
 import nccl.core as nc
 
 from .. import config as _config
+from ..backend import _driver
 from ..backend.cuda import DeviceBlock
 from .transport import Transport, TransportAborted
 
@@ -57,9 +65,9 @@ ABORT_WAIT_S = 1.0
 # the warm-up broadcast of a new communicator: NCCL picks its protocol by size, and a panel
 # (m x nb float64) is hundreds of MB; 64 MiB takes the same (simple) protocol as those
 WARM_UP_BYTES = 64 << 20
-# the communicators kept between calls: ((the workers' addresses, distributed.nccl_max_ctas),
-# rank) -> (communicator, the unique id it was made from); a call takes its rank's out while
-# it runs
+# the communicators kept between calls: ((the workers' addresses, distributed.nccl_max_ctas,
+# distributed.nccl_gate), rank) -> (communicator, the unique id it was made from, its _Gates or
+# None); a call takes its rank's out while it runs
 _kept: dict = {}
 _kept_lock = threading.Lock()
 
@@ -86,9 +94,10 @@ class NcclTransport:
     (made from unique id `comm_id`). `control`: the HostTransport between the same ranks,
     which carries aborts. Made by `connect`."""
 
-    def __init__(self, ops, rank, size, comm, comm_id, control, group):
+    def __init__(self, ops, rank, size, comm, comm_id, control, group, gates=None):
         self.ops, self.rank, self.size, self.control = ops, rank, size, control
         self.comm, self._comm_id, self._group = comm, comm_id, group
+        self._gates = gates
         self._staging: dict = {}  # lane name -> (pointer, bytes): pack buffers, per lane
         self._lock = threading.Lock()
         self._enqueue = threading.Lock()  # held while a thread is in an NCCL call on comm
@@ -103,11 +112,13 @@ class NcclTransport:
         the communicator kept from the group's last call where every rank kept the same one,
         else one made now and warmed up, from an id rank 0 makes and sends over `control`."""
         max_ctas = _config.get("distributed.nccl_max_ctas")
-        group = (tuple(group), max_ctas)  # one made with other CTAs is not taken again
+        gate = bool(_config.get("distributed.nccl_gate", True))
+        # one made with other CTAs or gates is not taken again
+        group = (tuple(group), max_ctas, gate)
         with _kept_lock:
             kept = _kept.pop((group, rank), None)
         if _all_hold(control, size, None if kept is None else kept[1], _ID_BYTES):
-            return cls(ops, rank, size, kept[0], kept[1], control, group)
+            return cls(ops, rank, size, kept[0], kept[1], control, group, kept[2])
         new_id = np.frombuffer(unique_id_bytes(), np.uint8).copy() if rank == 0 else \
             np.zeros(_ID_BYTES, np.uint8)
         control.broadcast(None, [new_id], [new_id], 0)
@@ -115,10 +126,13 @@ class NcclTransport:
         with ops.active():
             if kept is not None:  # a peer has another one, or none: this one is done with
                 kept[0].abort()
+                if kept[2] is not None:
+                    kept[2].free()
             comm = nc.Communicator.init(
                 size, rank, nc.UniqueId.from_bytes(nccl_id),
                 config=None if max_ctas is None else nc.NCCLConfig(max_ctas=int(max_ctas)))
-            transport = cls(ops, rank, size, comm, nccl_id, control, group)
+            gates = _Gates.made(rank, size, control) if gate else None
+            transport = cls(ops, rank, size, comm, nccl_id, control, group, gates)
             try:
                 transport._warm_up()
             except BaseException:
@@ -149,6 +163,8 @@ class NcclTransport:
                 packed_send = self._contiguous(lane, source, "send", pack=self.rank == root)
                 packed_recv = self._contiguous(lane, target, "recv", pack=False) \
                     if not _same(source, target) else packed_send
+                if self._gates is not None:
+                    self._gates.before_broadcast(lane.handle, root)
                 self._call("broadcast", packed_send, packed_recv, root, stream=lane.handle)
                 self._unpack(lane, packed_recv, target)
 
@@ -185,8 +201,12 @@ class NcclTransport:
                 self.ops.synchronize()  # nothing of ours may still use the communicator
                 with self._lock, _kept_lock:
                     if self.comm is not None and (self._group, self.rank) not in _kept:
-                        _kept[(self._group, self.rank)] = (self.comm, self._comm_id)
-                        self.comm = None
+                        _kept[(self._group, self.rank)] = (self.comm, self._comm_id,
+                                                           self._gates)
+                        self.comm, self._gates = None, None
+            if self._gates is not None and self.control.aborted is None:
+                self._gates.free()  # not kept: no call of ours writes to them any more
+                self._gates = None
             self._abort_comm()
             for ptr, _ in self._staging.values():
                 self.ops.free(ptr)
@@ -207,6 +227,9 @@ class NcclTransport:
         to ABORT_WAIT_S for an NCCL call under way on another thread (_call) to return, so as
         not to abort beside it; one that has not returned by then is blocked on the device
         (behind a collective waiting for a failed peer) and only the abort frees it."""
+        if self._gates is not None:  # a gate whose root will not write must not hold us
+            with self.ops.active():
+                self._gates.release()
         entered = self._enqueue.acquire(timeout=ABORT_WAIT_S)
         try:
             with self._lock:
@@ -268,9 +291,87 @@ def release_kept(ops) -> int:
         _kept.clear()
     if kept:
         with ops.active():
-            for comm, _ in kept:
+            for comm, _, gates in kept:
                 comm.abort()
+                if gates is not None:
+                    gates.free()
     return len(kept)
+
+
+class _Gates:
+    """The device-side gates of a communicator's broadcasts (module docstring): each rank's
+    `size` 32-bit flags in its own GPU's memory, flag r written only by rank r (so each flag
+    has one writer, its writes in one stream's order), and every peer's flags mapped here
+    over CUDA IPC. Broadcast number s (counted alike on every rank): the root's stream
+    writes s into its flag on every peer, then broadcasts; a receiver's stream waits until
+    its flag of the root reaches s, then broadcasts. Made only where every rank is on this
+    machine and mapped every peer's flags (`made`), else no rank gates."""
+
+    RELEASED = 1 << 30  # past any count a gate waits for (the comparison is cyclic)
+
+    def __init__(self, rank, flags, peers):
+        self.rank, self.flags, self.peers = rank, flags, peers  # peers: rank -> mapped flags
+        self.count = 0
+        self.released = False
+
+    @classmethod
+    def made(cls, rank, size, control):
+        """This rank's gates, or None where some rank could not map its peers' flags (another
+        machine, no peer access): asked of all ranks over the host transport, so that either
+        every rank gates or none does. In the current context."""
+        flags = _driver.mem_alloc(4 * size)
+        _driver.memset_d32_async(flags, 0, size, 0)
+        _driver.stream_synchronize(0)
+        host = np.frombuffer(socket.gethostname().encode()[:64].ljust(64, b"\0"), np.uint8)
+        mine = np.concatenate([np.frombuffer(_driver.ipc_handle(flags), np.uint8), host])
+        records = [mine if r == rank else np.zeros_like(mine) for r in range(size)]
+        for r in range(size):
+            control.broadcast(None, [records[r]], [records[r]], r)
+        peers = {}
+        try:
+            if all(np.array_equal(record[64:], host) for record in records):
+                for r in range(size):
+                    if r != rank:
+                        peers[r] = _driver.ipc_open(records[r][:64].tobytes())
+        except _driver.CudaDriverError:
+            pass
+        mapped = np.array([int(len(peers) == size - 1)])
+        total = np.zeros(1, mapped.dtype)
+        control.reduce(None, [mapped], [total], 0)
+        control.broadcast(None, [total], [total], 0)
+        gates = cls(rank, flags, peers)
+        if int(total[0]) != size:
+            gates.free()
+            return None
+        return gates
+
+    def before_broadcast(self, stream, root):
+        """Enqueue on `stream` this rank's side of the next broadcast's gate."""
+        self.count += 1
+        if root == self.rank:
+            for mapped in self.peers.values():
+                _driver.stream_write_value32(stream, mapped + 4 * root, self.count)
+        else:
+            _driver.stream_wait_value32(stream, self.flags + 4 * root, self.count)
+
+    def release(self):
+        """Open every gate of this rank, now and to come (a failed call: a root may never
+        write); the flags then stay allocated, since a peer's stream may still write to
+        them."""
+        stream = _driver.stream_create(0)  # beside every lane, whatever they wait for
+        _driver.memset_d32_async(self.flags, (self.count + self.RELEASED) & 0xFFFFFFFF,
+                                 len(self.peers) + 1, stream)
+        _driver.stream_destroy(stream)  # once the memset is done
+        self.released = True
+
+    def free(self):
+        """Unmap the peers' flags and free this rank's: once no stream of any rank uses them
+        (a kept communicator's call ended with every rank synchronized), unless released."""
+        for mapped in self.peers.values():
+            _driver.ipc_close(mapped)
+        self.peers = {}
+        if not self.released:
+            _driver.mem_free(self.flags)
 
 
 def _all_hold(control, size, comm_id, id_bytes) -> bool:
