@@ -428,7 +428,7 @@ def _nccl_transport_module(monkeypatch):
     nccl.core = core
     cuda = types.ModuleType("hybridla.backend.cuda")
     cuda.DeviceBlock = object
-    driver = types.ModuleType("hybridla.backend._driver")
+    driver = types.ModuleType("hybridla.backend._driver")  # loads libcuda
     driver.CudaDriverError = RuntimeError
     for name, module in (("nccl", nccl), ("nccl.core", core), ("hybridla.backend.cuda", cuda),
                          ("hybridla.backend._driver", driver)):
@@ -492,46 +492,45 @@ def test_nccl_abort_waits_for_a_call_under_way_unless_it_is_blocked(monkeypatch,
 
 class _FakeDriver:
     """The driver calls of transport_nccl._Gates, for ranks in threads of their own (each
-    thread sets `rank` in `local` first): each rank's calls recorded; ipc_open fails on the
-    ranks in `refusing`."""
+    thread sets `rank` in `local` first): each rank's calls recorded; registering the page
+    fails on the ranks in `refusing`."""
 
     def __init__(self, refusing=()):
         self.refusing, self.local, self.calls = refusing, threading.local(), {0: [], 1: []}
         self.CudaDriverError = RuntimeError
 
-    def mem_alloc(self, nbytes):
-        return 1000 * (self.local.rank + 1)
-
-    def ipc_handle(self, pointer):
-        return pointer.to_bytes(8, "little").ljust(64, b"\0")
-
-    def ipc_open(self, handle):
+    def host_register_mapped(self, pointer, nbytes):
         if self.local.rank in self.refusing:
-            raise RuntimeError("no peer access")
-        return 10 * int.from_bytes(handle[:8], "little")  # its address mapped here
+            raise RuntimeError("cannot register")
+        return 1000 * (self.local.rank + 1)  # the page's address on this rank's device
 
     def __getattr__(self, name):  # every other call: recorded
         return lambda *args: self.calls[self.local.rank].append((name, *args))
 
 
 @pytest.mark.parametrize("refusing", [(), (1,)])
-def test_gates_are_made_on_every_rank_or_none(monkeypatch, refusing):
-    """A communicator's broadcasts are gated only where every rank mapped its peers' flags
-    (asked of all ranks): the root's stream writes broadcast s's count into its flag on each
-    peer, a receiver's waits for its flag of that root to reach it; a released rank's flags
-    pass any count to come and are never freed. One rank that cannot map: neither gates."""
+def test_gates_are_made_on_every_rank_or_none(monkeypatch, tmp_path, refusing):
+    """A communicator's broadcasts are gated only where every rank mapped the flags' page
+    (asked of all ranks): the root's stream writes broadcast s's count into its word of each
+    peer, a receiver's waits for its word of that root to reach it; a failed call's release
+    opens the rank's gates from the host (the peers see it in the one page), and a released
+    page stays mapped. One rank that cannot map: neither gates. The page's file goes."""
     from multiprocessing.connection import Pipe
     module = _nccl_transport_module(monkeypatch)
     driver = _FakeDriver(refusing)
     monkeypatch.setattr(module, "_driver", driver)
+    monkeypatch.setattr(module._Gates, "DIRECTORY", str(tmp_path))
     ends = Pipe()
     transports = [HostTransport(0, 2, {1: ends[0]}, timeout=10),
                   HostTransport(1, 2, {0: ends[1]}, timeout=10)]
-    made = [None, None]
+    made, failed = [None, None], []
 
     def make(rank):
         driver.local.rank = rank
-        made[rank] = module._Gates.made(rank, 2, transports[rank])
+        try:
+            made[rank] = module._Gates.made(rank, 2, transports[rank])
+        except BaseException as exc:
+            failed.append(exc)
 
     threads = [threading.Thread(target=make, args=(rank,)) for rank in range(2)]
     try:
@@ -542,27 +541,24 @@ def test_gates_are_made_on_every_rank_or_none(monkeypatch, refusing):
     finally:
         for transport in transports:
             transport.close()
+    assert not failed and not list(tmp_path.iterdir())
     if refusing:
         assert made == [None, None]
         return
     zero, one = made
-    assert zero.peers == {1: 20000} and one.peers == {0: 10000}  # each other's flags mapped
     driver.local.rank = 0
     driver.calls[0].clear()
-    zero.before_broadcast("s0", 0)  # broadcast 1, rank 0 its root
-    zero.before_broadcast("s0", 1)  # broadcast 2, rank 1 its root
-    assert driver.calls[0] == [("stream_write_value32", "s0", 20000, 1),
-                               ("stream_wait_value32", "s0", 1000 + 4, 2)]
-    driver.calls[0].clear()
+    zero.before_broadcast("s0", 0)  # broadcast 1, rank 0 its root: its word of rank 1
+    zero.before_broadcast("s0", 1)  # broadcast 2, rank 1 its root: rank 0's word of it
+    assert driver.calls[0] == [("stream_write_value32", "s0", 1000 + 4 * (1 * 2 + 0), 1),
+                               ("stream_wait_value32", "s0", 1000 + 4 * (0 * 2 + 1), 2)]
     zero.release()
+    assert list(one.words[:4]) == [2 + (1 << 30)] * 2 + [0, 0]  # one page: rank 1 sees it
     zero.free()
-    assert ("memset_d32_async", 1000, 2 + (1 << 30), 2) in \
-        [call[:4] for call in driver.calls[0]]
-    names = [call[0] for call in driver.calls[0]]
-    assert "ipc_close" in names and "mem_free" not in names  # a peer may still write to it
     driver.local.rank = 1
     one.free()
-    assert ("mem_free", 2000) in driver.calls[1]  # never released: freed
+    assert [call[0] for call in driver.calls[0]].count("host_unregister") == 0
+    assert [call[0] for call in driver.calls[1]] == ["host_unregister"]
 
 
 def test_transport_timeout():

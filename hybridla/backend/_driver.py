@@ -22,7 +22,7 @@ _CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH = 120
 _CU_GREEN_CTX_DEFAULT_STREAM = 1  # required by cuGreenCtxCreate
 _CU_STREAM_WAIT_VALUE_GEQ = 0  # (int32_t)(*addr - value) >= 0: cyclic, past wraparound
 _CU_STREAM_WRITE_VALUE_DEFAULT = 0  # the stream's earlier writes are visible before it
-_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1
+_CU_MEMHOSTREGISTER_PORTABLE_DEVICEMAP = 1 | 2  # every context; a device address for it
 
 
 class CudaDriverError(RuntimeError):
@@ -116,7 +116,7 @@ def _versioned(name):
 
 
 def stream_write_value32(stream: int, pointer: int, value: int) -> None:
-    """The 32-bit word at `pointer` (this device's memory or a peer's mapped here) := value,
+    """The 32-bit word at `pointer` (device memory, or host memory mapped for it) := value,
     in the order of `stream`, once its earlier work is done (cuStreamWriteValue32): no
     kernel, so no SM."""
     _check(_versioned("cuStreamWriteValue32")(
@@ -131,34 +131,6 @@ def stream_wait_value32(stream: int, pointer: int, value: int) -> None:
     _check(_versioned("cuStreamWaitValue32")(
         ctypes.c_void_p(stream), ctypes.c_uint64(pointer), ctypes.c_uint32(value),
         ctypes.c_uint(_CU_STREAM_WAIT_VALUE_GEQ)), "cuStreamWaitValue32")
-
-
-class _IpcMemHandle(ctypes.Structure):
-    _fields_ = [("reserved", ctypes.c_char * 64)]
-
-
-def ipc_handle(pointer: int) -> bytes:
-    """The IPC handle (64 bytes) of the allocation mem_alloc gave at `pointer`, for another
-    process of the same machine to map (cuIpcGetMemHandle)."""
-    handle = _IpcMemHandle()
-    _check(_cuda.cuIpcGetMemHandle(ctypes.byref(handle), ctypes.c_uint64(pointer)),
-           "cuIpcGetMemHandle")
-    return bytes(bytearray(handle))
-
-
-def ipc_open(handle: bytes) -> int:
-    """Another process's allocation mapped into the current context from its IPC handle
-    (cuIpcOpenMemHandle, peer access enabled as needed): the pointer here."""
-    pointer = ctypes.c_uint64()
-    _check(_versioned("cuIpcOpenMemHandle")(
-        ctypes.byref(pointer), _IpcMemHandle.from_buffer_copy(handle),
-        ctypes.c_uint(_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)), "cuIpcOpenMemHandle")
-    return pointer.value
-
-
-def ipc_close(pointer: int) -> None:
-    """Unmap what ipc_open mapped."""
-    _check(_cuda.cuIpcCloseMemHandle(ctypes.c_uint64(pointer)), "cuIpcCloseMemHandle")
 
 
 def stream_synchronize(stream: int) -> None:
@@ -374,6 +346,19 @@ def host_register(pointer: int, nbytes: int) -> None:
     """Page-lock existing host memory in place (cuMemHostRegister), for true async DMA."""
     _check(_cuda.cuMemHostRegister_v2(ctypes.c_void_p(pointer), ctypes.c_size_t(nbytes), 0),
            "cuMemHostRegister")
+
+
+def host_register_mapped(pointer: int, nbytes: int) -> int:
+    """Page-lock existing host memory in place for every context, mapped into the device's
+    address space: the address the device's streams read and write it at
+    (cuMemHostRegister with PORTABLE | DEVICEMAP, cuMemHostGetDevicePointer)."""
+    _check(_cuda.cuMemHostRegister_v2(ctypes.c_void_p(pointer), ctypes.c_size_t(nbytes),
+                                      ctypes.c_uint(_CU_MEMHOSTREGISTER_PORTABLE_DEVICEMAP)),
+           "cuMemHostRegister")
+    device = ctypes.c_uint64()
+    _check(_versioned("cuMemHostGetDevicePointer")(ctypes.byref(device), ctypes.c_void_p(pointer),
+                                                   ctypes.c_uint(0)), "cuMemHostGetDevicePointer")
+    return device.value
 
 
 def host_unregister(pointer: int) -> None:

@@ -24,7 +24,7 @@ sum of pairs is the complex sum).
 A collective runs on the comm lane's stream, after the lane waited (on the device) for the
 events of the tasks it depends on, as every device task does: no host wait. On one machine a
 receiver's broadcast is also gated (`_Gates`): its stream waits, without a kernel, for a
-flag that the root's stream writes over NVLink just before the root's own broadcast. NCCL's
+flag that the root's stream writes just before the root's own broadcast. NCCL's
 kernel otherwise starts as soon as the receiver's slot is free and holds its thread blocks
 (so SMs) spinning until the owner's panel is done, 8-17 ms a step beside the update's gemms
 in the Cholesky at n = 65536 on 2 H100s; in perf/probes/probe_nccl_gate.py such a wait
@@ -35,8 +35,11 @@ exactly the panel's bytes cross the link.
 """
 from __future__ import annotations
 
+import mmap
+import os
 import socket
 import threading
+import uuid
 
 import numpy as np
 import nccl.core as nc
@@ -228,8 +231,7 @@ class NcclTransport:
         not to abort beside it; one that has not returned by then is blocked on the device
         (behind a collective waiting for a failed peer) and only the abort frees it."""
         if self._gates is not None:  # a gate whose root will not write must not hold us
-            with self.ops.active():
-                self._gates.release()
+            self._gates.release()
         entered = self._enqueue.acquire(timeout=ABORT_WAIT_S)
         try:
             with self._lock:
@@ -299,79 +301,109 @@ def release_kept(ops) -> int:
 
 
 class _Gates:
-    """The device-side gates of a communicator's broadcasts (module docstring): each rank's
-    `size` 32-bit flags in its own GPU's memory, flag r written only by rank r (so each flag
-    has one writer, its writes in one stream's order), and every peer's flags mapped here
-    over CUDA IPC. Broadcast number s (counted alike on every rank): the root's stream
-    writes s into its flag on every peer, then broadcasts; a receiver's stream waits until
-    its flag of the root reaches s, then broadcasts. Made only where every rank is on this
-    machine and mapped every peer's flags (`made`), else no rank gates."""
+    """The device-side gates of a communicator's broadcasts (module docstring). The flags are
+    32-bit words in one page of host memory that every rank maps (a file in /dev/shm, so
+    only ranks of one machine gate), registered for its GPU: word (p, r) is receiver p's
+    flag of root r, written only by rank r (one writer, its writes in one stream's order).
+    Broadcast number s (counted alike on every rank): the root's stream writes s into its
+    word on every peer, then broadcasts; a receiver's stream waits until its word of that
+    root reaches s, then broadcasts.
+
+    Host memory rather than the GPU's: a failed call opens this rank's gates by a plain
+    store from the host (`release`), no stream involved. With the flags in device memory,
+    opened by a memset on a new stream, the GPU test of a worker's failure hung in
+    ncclCommAbort (2 x H100, stop 59); the likely cause, not confirmed: a new stream may
+    share a hardware queue with a stream blocked at a gate, so the memset waits behind
+    it."""
 
     RELEASED = 1 << 30  # past any count a gate waits for (the comparison is cyclic)
+    DIRECTORY = "/dev/shm"
 
-    def __init__(self, rank, flags, peers):
-        self.rank, self.flags, self.peers = rank, flags, peers  # peers: rank -> mapped flags
-        self.count = 0
+    def __init__(self, rank, size, mapping, words, device):
+        self.rank, self.size = rank, size
+        self._mapping, self.words, self.device = mapping, words, device  # the page here,
+        self.count = 0  # its words, its device address
         self.released = False
 
     @classmethod
     def made(cls, rank, size, control):
-        """This rank's gates, or None where some rank could not map its peers' flags (another
-        machine, no peer access): asked of all ranks over the host transport, so that either
+        """This rank's gates, or None where some rank could not map the page (another
+        machine, no /dev/shm): asked of all ranks over the host transport, so that either
         every rank gates or none does. In the current context."""
-        flags = _driver.mem_alloc(4 * size)
-        _driver.memset_d32_async(flags, 0, size, 0)
-        _driver.stream_synchronize(0)
-        host = np.frombuffer(socket.gethostname().encode()[:64].ljust(64, b"\0"), np.uint8)
-        mine = np.concatenate([np.frombuffer(_driver.ipc_handle(flags), np.uint8), host])
-        records = [mine if r == rank else np.zeros_like(mine) for r in range(size)]
-        for r in range(size):
-            control.broadcast(None, [records[r]], [records[r]], r)
-        peers = {}
-        try:
-            if all(np.array_equal(record[64:], host) for record in records):
-                for r in range(size):
-                    if r != rank:
-                        peers[r] = _driver.ipc_open(records[r][:64].tobytes())
-        except _driver.CudaDriverError:
-            pass
-        mapped = np.array([int(len(peers) == size - 1)])
+        nbytes = -(-4 * size * size // mmap.PAGESIZE) * mmap.PAGESIZE
+        path = os.path.join(cls.DIRECTORY, f"hybridla-gates-{uuid.uuid4().hex}")
+        if rank == 0:
+            try:
+                with open(path, "wb") as page:
+                    page.truncate(nbytes)
+            except OSError:
+                path = ""
+        record = np.zeros(320, np.uint8)  # this machine's name, then the page's file
+        named = socket.gethostname().encode()[:64].ljust(64, b"\0") + path.encode()[:256]
+        record[:len(named)] = np.frombuffer(named, np.uint8)
+        host = record[:64].copy()
+        control.broadcast(None, [record], [record], 0)
+        path = bytes(record[64:]).rstrip(b"\0").decode()
+        gates = cls._mapped(rank, size, path, nbytes) \
+            if path and np.array_equal(record[:64], host) else None
+        mapped = np.array([int(gates is not None)])
         total = np.zeros(1, mapped.dtype)
         control.reduce(None, [mapped], [total], 0)
         control.broadcast(None, [total], [total], 0)
-        gates = cls(rank, flags, peers)
-        if int(total[0]) != size:
+        if rank == 0 and path:
+            os.unlink(path)  # every rank has mapped it, or given up
+        if gates is not None and int(total[0]) != size:
             gates.free()
             return None
         return gates
+
+    @classmethod
+    def _mapped(cls, rank, size, path, nbytes):
+        """The gates over the page in file `path`, mapped here and registered for the GPU;
+        None where either fails."""
+        try:
+            with open(path, "r+b") as page:
+                mapping = mmap.mmap(page.fileno(), nbytes)
+        except OSError:
+            return None
+        words = np.frombuffer(mapping, np.uint32)
+        try:
+            return cls(rank, size, mapping, words,
+                       _driver.host_register_mapped(words.ctypes.data, nbytes))
+        except _driver.CudaDriverError:
+            del words  # the mapping closes only once no array views it
+            mapping.close()
+            return None
 
     def before_broadcast(self, stream, root):
         """Enqueue on `stream` this rank's side of the next broadcast's gate."""
         self.count += 1
         if root == self.rank:
-            for mapped in self.peers.values():
-                _driver.stream_write_value32(stream, mapped + 4 * root, self.count)
+            for peer in range(self.size):
+                if peer != root:
+                    _driver.stream_write_value32(stream, self._word(peer, root), self.count)
         else:
-            _driver.stream_wait_value32(stream, self.flags + 4 * root, self.count)
+            _driver.stream_wait_value32(stream, self._word(self.rank, root), self.count)
+
+    def _word(self, receiver, root):
+        return self.device + 4 * (receiver * self.size + root)
 
     def release(self):
         """Open every gate of this rank, now and to come (a failed call: a root may never
-        write); the flags then stay allocated, since a peer's stream may still write to
-        them."""
-        stream = _driver.stream_create(0)  # beside every lane, whatever they wait for
-        _driver.memset_d32_async(self.flags, (self.count + self.RELEASED) & 0xFFFFFFFF,
-                                 len(self.peers) + 1, stream)
-        _driver.stream_destroy(stream)  # once the memset is done
+        write), from the host; the page then stays mapped, since a stream may still wait on
+        it or write to it."""
+        row = slice(self.rank * self.size, (self.rank + 1) * self.size)
+        self.words[row] = (self.count + self.RELEASED) & 0xFFFFFFFF
         self.released = True
 
     def free(self):
-        """Unmap the peers' flags and free this rank's: once no stream of any rank uses them
-        (a kept communicator's call ended with every rank synchronized), unless released."""
-        for mapped in self.peers.values():
-            _driver.ipc_close(mapped)
-        self.peers = {}
-        if not self.released:
-            _driver.mem_free(self.flags)
+        """Unmap the page here: once no stream of this rank uses it (a kept communicator's
+        call ended synchronized), unless released."""
+        if self.released:
+            return
+        _driver.host_unregister(self.words.ctypes.data)
+        self.words = None
+        self._mapping.close()
 
 
 def _all_hold(control, size, comm_id, id_bytes) -> bool:
