@@ -23,12 +23,15 @@ sum of pairs is the complex sum).
 
 A collective runs on the comm lane's stream, after the lane waited (on the device) for the
 events of the tasks it depends on, as every device task does: no host wait. On one machine a
-receiver's broadcast is also gated (`_Gates`): its stream waits, without a kernel, for a
-flag that the root's stream writes just before the root's own broadcast. NCCL's
-kernel otherwise starts as soon as the receiver's slot is free and holds its thread blocks
-(so SMs) spinning until the owner's panel is done, 8-17 ms a step beside the update's gemms
-in the Cholesky at n = 65536 on 2 H100s; in perf/probes/probe_nccl_gate.py such a wait
-of 19 ms cost the gemms beside it 2.1 ms (perf/RESULTS.md, issue 32, stop 59). A block that is
+receiver's broadcast can also be gated (`_Gates`, distributed.nccl_gate, off by default):
+its stream waits, without a kernel, for a flag that the root's stream writes just before
+the root's own broadcast. NCCL's kernel otherwise starts as soon as the receiver's slot is
+free and holds its thread blocks (so SMs) spinning until the owner's panel is done, 8-17 ms
+a step beside the update's gemms in the Cholesky at n = 65536 on 2 H100s; in
+perf/probes/probe_nccl_gate.py such a wait of 19 ms cost the gemms beside it 2.1 ms, and
+gated broadcasts made the distributed LU, Cholesky and QR 1.5-3% faster (perf/RESULTS.md,
+issue 32, stop 59). Off by default until the gates' failure path has run on the GPUs (see
+_Gates). A block that is
 not contiguous (a panel of a store whose leading dimension exceeds its rows) is packed into a
 contiguous buffer of the transport's on the same stream first (and unpacked after), so that
 exactly the panel's bytes cross the link.
@@ -115,7 +118,7 @@ class NcclTransport:
         the communicator kept from the group's last call where every rank kept the same one,
         else one made now and warmed up, from an id rank 0 makes and sends over `control`."""
         max_ctas = _config.get("distributed.nccl_max_ctas")
-        gate = bool(_config.get("distributed.nccl_gate", True))
+        gate = bool(_config.get("distributed.nccl_gate", False))
         # one made with other CTAs or gates is not taken again
         group = (tuple(group), max_ctas, gate)
         with _kept_lock:
@@ -314,7 +317,9 @@ class _Gates:
     opened by a memset on a new stream, the GPU test of a worker's failure hung in
     ncclCommAbort (2 x H100, stop 59); the likely cause, not confirmed: a new stream may
     share a hardware queue with a stream blocked at a gate, so the memset waits behind
-    it."""
+    it. Not yet run on a GPU: on the 2-GPU machine `made` gave None (the page not mapped
+    or not registered, which is not known; perf/probes/probe_gate_page.py asks), so no
+    broadcast was gated and the option stays off."""
 
     RELEASED = 1 << 30  # past any count a gate waits for (the comparison is cyclic)
     DIRECTORY = "/dev/shm"
