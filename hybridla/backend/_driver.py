@@ -3,7 +3,9 @@ already loaded: streams with priorities (PyCUDA's Stream has none, and without t
 queues behind the trailing update's GEMM blocks), events on such streams, kernel launches on
 them, CUDA graphs captured from them, green contexts (a share of the SMs that a stream's work
 is kept to), and pinning memory that is not C-contiguous (a Fortran-ordered NumPy matrix) in
-place; and the allocations handed to the user (mem_alloc), made without holding the GIL.
+place, or mapped for the device; a stream's wait on a flag and its write of one (the NCCL
+transport's broadcast gates); and the allocations handed to the user (mem_alloc), made
+without holding the GIL.
 Every call's status is checked."""
 from __future__ import annotations
 
@@ -49,11 +51,6 @@ def stream_create(priority: int) -> int:
     _check(_cuda.cuStreamCreateWithPriority(ctypes.byref(handle), _CU_STREAM_NON_BLOCKING,
                                             ctypes.c_int(priority)), "cuStreamCreateWithPriority")
     return handle.value
-
-
-def stream_destroy(stream: int) -> None:
-    """Let `stream` go; work already enqueued on it still runs to its end."""
-    _check(_versioned("cuStreamDestroy")(ctypes.c_void_p(stream)), "cuStreamDestroy")
 
 
 def pointer_device(pointer: int) -> int | None:
