@@ -561,6 +561,28 @@ def test_gates_are_made_on_every_rank_or_none(monkeypatch, tmp_path, refusing):
     assert [call[0] for call in driver.calls[1]] == ["host_unregister"]
 
 
+def test_gates_page_goes_when_a_peer_fails_meanwhile(monkeypatch, tmp_path):
+    """A peer that fails while the gates are made (its transport aborted): rank 0's making
+    raises TransportAborted, and the page's file it made goes all the same."""
+    from multiprocessing.connection import Pipe
+    module = _nccl_transport_module(monkeypatch)
+    driver = _FakeDriver()
+    driver.local.rank = 0
+    monkeypatch.setattr(module, "_driver", driver)
+    monkeypatch.setattr(module._Gates, "DIRECTORY", str(tmp_path))
+    ends = Pipe()
+    zero = HostTransport(0, 2, {1: ends[0]}, timeout=10)
+    one = HostTransport(1, 2, {0: ends[1]}, timeout=10)
+    try:
+        one.abort("rank 1 failed")
+        with pytest.raises(TransportAborted, match="rank 1 failed"):
+            module._Gates.made(0, 2, zero)
+    finally:
+        zero.close()
+        one.close()
+    assert not list(tmp_path.iterdir())
+
+
 def test_transport_timeout():
     from multiprocessing.connection import Pipe
     ends = Pipe()

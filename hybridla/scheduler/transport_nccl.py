@@ -347,16 +347,18 @@ class _Gates:
         named = socket.gethostname().encode()[:64].ljust(64, b"\0") + path.encode()[:256]
         record[:len(named)] = np.frombuffer(named, np.uint8)
         host = record[:64].copy()
-        control.broadcast(None, [record], [record], 0)
-        path = bytes(record[64:]).rstrip(b"\0").decode()
-        gates = cls._mapped(rank, size, path, nbytes) \
-            if path and np.array_equal(record[:64], host) else None
-        mapped = np.array([int(gates is not None)])
-        total = np.zeros(1, mapped.dtype)
-        control.reduce(None, [mapped], [total], 0)
-        control.broadcast(None, [total], [total], 0)
-        if rank == 0 and path:
-            os.unlink(path)  # every rank has mapped it, or given up
+        try:
+            control.broadcast(None, [record], [record], 0)
+            path = bytes(record[64:]).rstrip(b"\0").decode()
+            gates = cls._mapped(rank, size, path, nbytes) \
+                if path and np.array_equal(record[:64], host) else None
+            mapped = np.array([int(gates is not None)])
+            total = np.zeros(1, mapped.dtype)
+            control.reduce(None, [mapped], [total], 0)
+            control.broadcast(None, [total], [total], 0)
+        finally:  # every rank has mapped the page or given up, or a peer failed
+            if rank == 0 and path:
+                os.unlink(path)
         if gates is not None and int(total[0]) != size:
             gates.free()
             return None
