@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import types
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -533,18 +534,24 @@ def test_gates_are_made_on_every_rank_or_none(monkeypatch, tmp_path, refusing):
             failed.append(exc)
 
     threads = [threading.Thread(target=make, args=(rank,)) for rank in range(2)]
-    try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(30)
-    finally:
-        for transport in transports:
-            transport.close()
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        try:
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)
+        finally:
+            for transport in transports:
+                transport.close()
     assert not failed and not list(tmp_path.iterdir())
-    if refusing:
+    notes = sorted(str(w.message) for w in said if "nccl_gate" in str(w.message))
+    if refusing:  # asked for and not made: each rank says so, the refusing one why
         assert made == [None, None]
+        assert len(notes) == 2 and "cannot register" in notes[1] and \
+            "a peer could not map the page" in notes[0], notes
         return
+    assert not notes
     zero, one = made
     driver.local.rank = 0
     driver.calls[0].clear()

@@ -43,6 +43,7 @@ import os
 import socket
 import threading
 import uuid
+import warnings
 
 import numpy as np
 import nccl.core as nc
@@ -350,8 +351,9 @@ class _Gates:
         try:
             control.broadcast(None, [record], [record], 0)
             path = bytes(record[64:]).rstrip(b"\0").decode()
-            gates = cls._mapped(rank, size, path, nbytes) \
-                if path and np.array_equal(record[:64], host) else None
+            gates, why = cls._mapped(rank, size, path, nbytes) if path and \
+                np.array_equal(record[:64], host) else (None, "the ranks are not on one machine"
+                                                        if path else "no page was made")
             mapped = np.array([int(gates is not None)])
             total = np.zeros(1, mapped.dtype)
             control.reduce(None, [mapped], [total], 0)
@@ -359,28 +361,32 @@ class _Gates:
         finally:  # every rank has mapped the page or given up, or a peer failed
             if rank == 0 and path:
                 os.unlink(path)
-        if gates is not None and int(total[0]) != size:
-            gates.free()
+        if int(total[0]) != size:  # asked for, so said: the call goes on ungated
+            warnings.warn(f"distributed.nccl_gate: rank {rank}'s broadcasts are not gated ("
+                          f"{why or 'a peer could not map the page'})", RuntimeWarning,
+                          stacklevel=2)
+            if gates is not None:
+                gates.free()
             return None
         return gates
 
     @classmethod
     def _mapped(cls, rank, size, path, nbytes):
-        """The gates over the page in file `path`, mapped here and registered for the GPU;
-        None where either fails."""
+        """(The gates over the page in file `path`, mapped here and registered for the GPU,
+        None); (None, why not) where either fails."""
         try:
             with open(path, "r+b") as page:
                 mapping = mmap.mmap(page.fileno(), nbytes)
-        except OSError:
-            return None
+        except OSError as exc:
+            return None, f"{path}: {exc}"
         words = np.frombuffer(mapping, np.uint32)
         try:
             return cls(rank, size, mapping, words,
-                       _driver.host_register_mapped(words.ctypes.data, nbytes))
-        except _driver.CudaDriverError:
+                       _driver.host_register_mapped(words.ctypes.data, nbytes)), None
+        except _driver.CudaDriverError as exc:
             del words  # the mapping closes only once no array views it
             mapping.close()
-            return None
+            return None, str(exc)
 
     def before_broadcast(self, stream, root):
         """Enqueue on `stream` this rank's side of the next broadcast's gate."""
