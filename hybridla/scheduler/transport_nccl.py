@@ -318,9 +318,9 @@ class _Gates:
     opened by a memset on a new stream, the GPU test of a worker's failure hung in
     ncclCommAbort (2 x H100, stop 59); the likely cause, not confirmed: a new stream may
     share a hardware queue with a stream blocked at a gate, so the memset waits behind
-    it. Not yet run on a GPU: on the 2-GPU machine `made` gave None (the page not mapped
-    or not registered, which is not known; perf/probes/probe_gate_page.py asks), so no
-    broadcast was gated and the option stays off."""
+    it. No broadcast has been seen gated this way on a GPU: in the two-GPU test `made` gave
+    None (the page not mapped or not registered, which is not known; perf/probes/
+    probe_gate_page.py asks), so the option stays off."""
 
     RELEASED = 1 << 30  # past any count a gate waits for (the comparison is cyclic)
     DIRECTORY = "/dev/shm"
@@ -354,14 +354,11 @@ class _Gates:
             gates, why = cls._mapped(rank, size, path, nbytes) if path and \
                 np.array_equal(record[:64], host) else (None, "the ranks are not on one machine"
                                                         if path else "no page was made")
-            mapped = np.array([int(gates is not None)])
-            total = np.zeros(1, mapped.dtype)
-            control.reduce(None, [mapped], [total], 0)
-            control.broadcast(None, [total], [total], 0)
+            everywhere = _every_rank(control, size, gates is not None)
         finally:  # every rank has mapped the page or given up, or a peer failed
             if rank == 0 and path:
                 os.unlink(path)
-        if int(total[0]) != size:  # asked for, so said: the call goes on ungated
+        if not everywhere:  # asked for, so said: the call goes on ungated
             warnings.warn(f"distributed.nccl_gate: rank {rank}'s broadcasts are not gated ("
                           f"{why or 'a peer could not map the page'})", RuntimeWarning,
                           stacklevel=2)
@@ -427,11 +424,17 @@ def _all_hold(control, size, comm_id, id_bytes) -> bool:
         np.zeros(id_bytes, np.uint8)
     root_id = mine.copy()
     control.broadcast(None, [mine], [root_id], 0)
-    same = np.array([int(comm_id is not None and np.array_equal(mine, root_id))])
-    holding = np.zeros(1, same.dtype)
-    control.reduce(None, [same], [holding], 0)
-    control.broadcast(None, [holding], [holding], 0)
-    return int(holding[0]) == size
+    return _every_rank(control, size, comm_id is not None and np.array_equal(mine, root_id))
+
+
+def _every_rank(control, size, mine: bool) -> bool:
+    """Whether `mine` holds on every rank, asked over the host transport: a count back to
+    rank 0, its verdict to all (so that every rank takes the same way)."""
+    holding = np.array([int(mine)])
+    count = np.zeros(1, holding.dtype)
+    control.reduce(None, [holding], [count], 0)
+    control.broadcast(None, [count], [count], 0)
+    return int(count[0]) == size
 
 
 def _same(a, b) -> bool:
