@@ -23,18 +23,16 @@ sum of pairs is the complex sum).
 
 A collective runs on the comm lane's stream, after the lane waited (on the device) for the
 events of the tasks it depends on, as every device task does: no host wait. On one machine a
-receiver's broadcast can also be gated (`_Gates`, distributed.nccl_gate, off by default):
+receiver's broadcast is gated (`_Gates`, distributed.nccl_gate, on by default):
 its stream waits, without a kernel, for a flag that the root's stream writes just before
 the root's own broadcast. NCCL's kernel otherwise starts as soon as the receiver's slot is
 free and holds its thread blocks (so SMs) spinning until the owner's panel is done, 8-17 ms
 a step beside the update's gemms in the Cholesky at n = 65536 on 2 H100s; in
 perf/probes/probe_nccl_gate.py such a wait of 19 ms cost the gemms beside it 2.1 ms, and
 gated broadcasts made the distributed LU, Cholesky and QR 1.5-3% faster (perf/RESULTS.md,
-issue 32, stop 59). Off by default until the gates' failure path has run on the GPUs (see
-_Gates). A block that is
-not contiguous (a panel of a store whose leading dimension exceeds its rows) is packed into a
-contiguous buffer of the transport's on the same stream first (and unpacked after), so that
-exactly the panel's bytes cross the link.
+issue 32, stops 59-60). A block that is not contiguous (a panel of a store whose leading
+dimension exceeds its rows) is packed into a contiguous buffer of the transport's on the same
+stream first (and unpacked after), so that exactly the panel's bytes cross the link.
 """
 from __future__ import annotations
 
@@ -318,12 +316,15 @@ class _Gates:
     opened by a memset on a new stream, the GPU test of a worker's failure hung in
     ncclCommAbort (2 x H100, stop 59); the likely cause, not confirmed: a new stream may
     share a hardware queue with a stream blocked at a gate, so the memset waits behind
-    it. No broadcast has been seen gated this way on a GPU: in the two-GPU test `made` gave
-    None (the page not mapped or not registered, which is not known; perf/probes/
-    probe_gate_page.py asks), so the option stays off."""
+    it. A failed call's page stays mapped and registered for good (`release`)."""
 
     RELEASED = 1 << 30  # past any count a gate waits for (the comparison is cyclic)
     DIRECTORY = "/dev/shm"
+    # released gates, held for the process's life: their page must stay mapped while it is
+    # registered, and dropping the last reference would unmap it (Python's mmap closes when
+    # collected). Unmapped but registered, its address came back for the next call's page and
+    # cuMemHostRegister refused it (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, 2 x H100, stop 60)
+    _released: list = []
 
     def __init__(self, rank, size, mapping, words, device):
         self.rank, self.size = rank, size
@@ -333,9 +334,10 @@ class _Gates:
 
     @classmethod
     def made(cls, rank, size, control):
-        """This rank's gates, or None where some rank could not map the page (another
-        machine, no /dev/shm): asked of all ranks over the host transport, so that either
-        every rank gates or none does. In the current context."""
+        """This rank's gates, or None where the ranks are on several machines (quietly) or
+        some rank could not map the page (no /dev/shm, the driver refused it: a warning on
+        each rank): asked of all ranks over the host transport, so that either every rank
+        gates or none does. In the current context."""
         nbytes = -(-4 * size * size // mmap.PAGESIZE) * mmap.PAGESIZE
         path = os.path.join(cls.DIRECTORY, f"hybridla-gates-{uuid.uuid4().hex}")
         if rank == 0:
@@ -351,14 +353,14 @@ class _Gates:
         try:
             control.broadcast(None, [record], [record], 0)
             path = bytes(record[64:]).rstrip(b"\0").decode()
-            gates, why = cls._mapped(rank, size, path, nbytes) if path and \
-                np.array_equal(record[:64], host) else (None, "the ranks are not on one machine"
-                                                        if path else "no page was made")
+            one_machine = _every_rank(control, size, np.array_equal(record[:64], host))
+            gates, why = cls._mapped(rank, size, path, nbytes) if path and one_machine else \
+                (None, "no page was made")
             everywhere = _every_rank(control, size, gates is not None)
         finally:  # every rank has mapped the page or given up, or a peer failed
             if rank == 0 and path:
                 os.unlink(path)
-        if not everywhere:  # asked for, so said: the call goes on ungated
+        if not everywhere and one_machine:  # workers on several machines never gate: no news
             warnings.warn(f"distributed.nccl_gate: rank {rank}'s broadcasts are not gated ("
                           f"{why or 'a peer could not map the page'})", RuntimeWarning,
                           stacklevel=2)
@@ -400,11 +402,13 @@ class _Gates:
 
     def release(self):
         """Open every gate of this rank, now and to come (a failed call: a root may never
-        write), from the host; the page then stays mapped, since a stream may still wait on
-        it or write to it."""
+        write), from the host; the page then stays mapped and registered for the process's
+        life (`_released`), since a stream may still wait on it or write to it."""
         row = slice(self.rank * self.size, (self.rank + 1) * self.size)
         self.words[row] = (self.count + self.RELEASED) & 0xFFFFFFFF
-        self.released = True
+        if not self.released:
+            self.released = True
+            _Gates._released.append(self)  # one page per failed call, never given back
 
     def free(self):
         """Unmap the page here: once no stream of this rank uses it (a kept communicator's
