@@ -572,7 +572,8 @@ def test_gates_are_made_on_every_rank_or_none(monkeypatch, tmp_path, refusing, m
     assert list(one.words[:4]) == [2 + (1 << 30)] * 2 + [0, 0]  # one page: rank 1 sees it
     zero.free()
     page = zero._mapping
-    del zero, made  # a released page outlives its gates: unmapped, the GPU would keep it
+    del zero  # a released page outlives its gates: unmapped, the GPU would keep it
+    made[0] = None
     gc.collect()
     assert not page.closed and any(kept._mapping is page for kept in module._Gates._released)
     driver.local.rank = 1
