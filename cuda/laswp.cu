@@ -162,6 +162,37 @@ __global__ void nonfinite_8(const double* A, long long ld, long long rows, long 
 { flag_nonfinite<double>(A, ld, rows, cols, flag); }
 }
 
+// A distributed part made of a worker's chunks (lapack/_dist_parts.py): the rows x cols real
+// words of column-major A (leading dimension lda, in words) copied into B (ldb) and checked
+// in the same pass, *flag set if any is NaN or +-Inf. Bytes moved: A read once, B written
+// once, coalesced down each column; memory-bound (a copy and then a check read A twice).
+template <typename Real>
+__device__ void copy_flag_nonfinite(const Real* A, long long lda, Real* B, long long ldb,
+                                    long long rows, long long cols, int* flag)
+{
+    bool finite = true;
+    for (long long j = blockIdx.y; j < cols; j += gridDim.y) {
+        const Real* from = A + j * lda;
+        Real* to = B + j * ldb;
+        for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < rows;
+             i += (long long)gridDim.x * blockDim.x) {
+            const Real value = from[i];
+            finite = finite && isfinite(value);
+            to[i] = value;
+        }
+    }
+    if (!finite) *flag = 1;
+}
+
+extern "C" {
+__global__ void copy_nonfinite_4(const float* A, long long lda, float* B, long long ldb,
+                                 long long rows, long long cols, int* flag)
+{ copy_flag_nonfinite<float>(A, lda, B, ldb, rows, cols, flag); }
+__global__ void copy_nonfinite_8(const double* A, long long lda, double* B, long long ldb,
+                                 long long rows, long long cols, int* flag)
+{ copy_flag_nonfinite<double>(A, lda, B, ldb, rows, cols, flag); }
+}
+
 // cholesky(): the triangle opposite the factor is set to zero (all-zero bytes are 0 in every
 // precision, so the kernel moves words of the element's size). One thread per element of an
 // n x n column-major matrix; bytes moved: the n^2/2 elements written once.

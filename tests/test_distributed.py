@@ -25,6 +25,7 @@ import scipy.linalg.lapack
 distributed = pytest.importorskip("distributed")
 da = pytest.importorskip("dask.array")
 
+import dask  # noqa: E402
 import hybridla.config  # noqa: E402
 import hybridla.distributed as hd  # noqa: E402
 from hybridla.lapack import _dist, _dist_parts  # noqa: E402
@@ -898,6 +899,10 @@ def test_two_gpus_device_chunks(tmp_path):
                                              meta=cupy.empty((0, 0), a.dtype))
             lu, piv = hd.lu_factor(f_ordered, **options)
             assert getrf_ratio(a, cupy.asnumpy(lu.compute()), piv) < THRESH
+            # a worker's part, the factors' chunks, came from CuPy's pool (so the next call
+            # there takes it back), not from the driver
+            assert all(dask.compute(*[dask.delayed(_from_cupy_pool)(block)
+                                      for block in lu.to_delayed().ravel()]))
             # every chunk on the first worker: half the block columns go GPU to GPU first
             first = sorted(gpu_client.nthreads())[0]
             lu, piv = hd.lu_factor(_device_chunks(gpu_client, a, cupy, workers=[first]),
@@ -931,14 +936,27 @@ def test_two_gpus_device_chunks(tmp_path):
             x, _, rank, _ = hd.lstsq(chunks, tall_b, **options)
             assert rank == 1300 and least_squares_ratio(a, x, tall_b) < THRESH
 
-        bad = random_matrix(1500, 1300, np.float64, rng)
-        bad[1400, 700] = np.nan
-        with pytest.raises(ValueError, match="infs or NaNs"):
-            hd.lu_factor(_device_chunks(gpu_client, bad, cupy), **options)
+        # an inf or a NaN is refused: in row-major chunks (checked after their transposing
+        # copy) and in column-major ones (copied and checked in one pass), real or complex
+        for dtype, value in ((np.float64, np.nan), (np.float32, -np.inf),
+                             (np.complex128, complex(1, np.inf)), (np.complex64, np.nan)):
+            bad = random_matrix(1500, 1300, dtype, rng)
+            bad[1400, 700] = value
+            for chunks in (_device_chunks(gpu_client, bad, cupy),
+                           _device_chunks(gpu_client, bad, cupy).map_blocks(
+                               cupy.asfortranarray, dtype=dtype, meta=cupy.empty((0, 0), dtype))):
+                with pytest.raises(ValueError, match="infs or NaNs"):
+                    hd.lu_factor(chunks, **options)
         _arriving_parts(gpu_client, cupy, options, rng, tmp_path)
         with pytest.raises(ValueError, match="cuda backend"):
             hd.lu_factor(_device_chunks(gpu_client, bad, cupy), client=gpu_client,
                          backend="host")
+
+
+def _from_cupy_pool(block):
+    """Whether a CuPy chunk's memory is its pool's (a view's is its base's)."""
+    import cupy
+    return isinstance(block.data.mem, cupy.cuda.memory.PooledMemory)
 
 
 def _dump_stacks_later(seconds):
@@ -1015,16 +1033,19 @@ class _DeviceLikeHost:
         from hybridla.backend import get_backend
         self._host = get_backend("host")
         self.has_device = True
+        self.pooled = []  # each part's `pooled`, as asked of empty
 
     def stack_columns(self, blocks, m, dtype):
         return np.asfortranarray(np.hstack(blocks), dtype=dtype)
 
-    def empty(self, shape, dtype, like=None):
+    def empty(self, shape, dtype, like=None, pooled=False):
+        self.pooled.append(pooled)
         return np.zeros(shape, dtype=dtype, order="F")
 
-    def copy_columns(self, blocks, out, starts):
+    def copy_columns(self, blocks, out, starts, check=False):
         for block, c0 in zip(blocks, starts):
             out[:, c0:c0 + block.shape[1]] = block
+        return check and self.has_nonfinite(blocks)
 
     def has_nonfinite(self, arrays):  # a device array or a list of them, as the backend's
         arrays = arrays if isinstance(arrays, list) else [arrays]
@@ -1080,11 +1101,11 @@ def test_device_part_moves_blocks_to_their_owners(holders, rng):
 
 @pytest.mark.parametrize("block_dtype", [np.float64, np.float32], ids=str)
 @pytest.mark.parametrize("bad", [None, np.nan, -np.inf], ids=str)
-def test_a_device_part_of_its_own_blocks_is_checked_then_copied(block_dtype, bad, rng):
-    """A rank holding only its own block columns gets them side by side in a new array, the
-    blocks checked (while the array is allocated, where they are of the part's dtype; after
-    the conversion where not), an inf or a NaN refused by name, the user's blocks untouched,
-    and the transport never needed."""
+def test_a_device_part_of_its_own_blocks_is_copied_and_checked(block_dtype, bad, rng):
+    """A rank holding only its own block columns gets them side by side in a new array of
+    their kind's pool, checked as they are copied (converted first where they are of another
+    dtype), an inf or a NaN refused by name, the user's blocks untouched, and the transport
+    never needed."""
     from hybridla.scheduler.plan import make_plan
     m, n, nb = 30, 45, 10
     a = random_matrix(m, n, np.float64, rng).astype(block_dtype)
@@ -1116,6 +1137,7 @@ def test_a_device_part_of_its_own_blocks_is_checked_then_copied(block_dtype, bad
         _, home = _dist_parts.device_part(ops, plan, dict(job, check_finite=False), held, rank,
                                           Unconnected())
         np.testing.assert_array_equal(home, a[:, layout.columns(rank)].astype(np.float64))
+    assert ops.pooled and all(ops.pooled)  # the parts from the chunks' own pool
 
 
 def test_connecting_hands_over_the_transport_or_what_connecting_raised():

@@ -267,8 +267,9 @@ class StoreOps(Protocol):
         Region keeps a workspace's name, so the graph orders their reuse). Freed with A."""
     def wrap(self, a: Any, pivots: Any = None, tau: Any = None) -> Any:
         """A store over an existing array, in place (the stages after a factorization)."""
-    def empty(self, shape: Any, dtype: Any, like: Any = None) -> Any:
-        """A new column-major array where the backend computes (of `like`'s kind)."""
+    def empty(self, shape: Any, dtype: Any, like: Any = None, pooled: bool = False) -> Any:
+        """A new column-major array where the backend computes (of `like`'s kind; `pooled`:
+        from that kind's own allocator, where it pools)."""
 
 
 class TransferOps(Protocol):
@@ -464,9 +465,9 @@ class DeviceBackend(Backend, Protocol):
     def stack_columns(self, blocks: Any, m: int, dtype: Any) -> Any:
         """The device arrays `blocks` (m rows each) side by side in a new column-major
         array of the first one's kind (a distributed call's part, from Dask's chunks)."""
-    def copy_columns(self, blocks: Any, out: Any, starts: Any) -> None:
+    def copy_columns(self, blocks: Any, out: Any, starts: Any, check: bool = False) -> bool:
         """The device arrays `blocks` into the column-major device array `out`, block i at
-        column starts[i]."""
+        column starts[i]; with `check`, whether an inf or a NaN was among them."""
     def arrivable(self, block: Any, m: int, dtype: Any) -> bool:
         """Whether `arrive_columns` takes the device array `block` (m rows of `dtype`)."""
     def arrive_columns(self, lane: Any, A: Any, block: Any, c0: int) -> None:

@@ -48,7 +48,7 @@ class WorkerRun:
         if self.device_like is None:
             self.output = ops.matrix(m, n, self.A.dtype, plan.nb, plan.device_settings)
         else:
-            array = ops.empty((m, n), self.A.dtype, like=self.device_like)
+            array = ops.empty((m, n), self.A.dtype, like=self.device_like, pooled=True)
             self.output, self.output_array, _ = ops.device_matrix(
                 array, plan.nb, True, settings=plan.device_settings)
         return self.output

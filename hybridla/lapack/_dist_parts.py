@@ -5,8 +5,6 @@ device part (CuPy blocks on the worker's GPU) is copied into one array there, th
 away from their owner moved GPU to GPU by the transport."""
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 
 from ..backend.device_arrays import column_major
@@ -46,7 +44,7 @@ def device_part(ops, plan, job, local, rank, transport, phases=None):
     mine = [j for j, h in enumerate(holders) if h == rank]
     owned = [(block, j) for block, j in zip(blocks, mine) if layout.owner(j) == rank]
     sent = [(block, j) for block, j in zip(blocks, mine) if layout.owner(j) != rank]
-    home = ops.empty((m, layout.width(rank)), dtype, like=like)
+    home = ops.empty((m, layout.width(rank)), dtype, like=like, pooled=True)
     ops.copy_columns([block for block, _ in owned], home,
                      [layout.local_start(rank, j) for _, j in owned])
     outgoing = ops.stack_columns([block for block, _ in sent], m, dtype) if sent else None
@@ -88,25 +86,16 @@ def device_part(ops, plan, job, local, rank, transport, phases=None):
 
 def _copied_in_place(ops, job, blocks, m, dtype, like, phases):
     """The rank's own block columns `blocks` side by side in a new array of their kind,
-    checked. Where they are of the part's dtype, the GPU checks them while the driver maps
-    the new array's memory in a thread of its own, and copies them in after; others are
-    converted as they are copied, and checked after. For a worker's 17.2 GB at n = 65536 on
-    2 x H100 the allocation took 0.016-0.020 s with the GPU idle, the check 0.006 s after the
-    copy; side by side they took 0.015-0.024 s, the copy 0.013 s after them (perf/RESULTS.md,
-    issue 32, stops 57-58)."""
+    checked as they are copied. The array comes from the chunks' own allocator (CuPy's
+    pool, or RMM's): the part is the result Dask holds, so the next call on the worker takes
+    its memory back from the pool once Dask forgot it. For a worker's 17.2 GB at n = 65536 on
+    2 x H100 the driver took 0.016-0.020 s to map a new array, a copy 0.013 s and a check
+    0.006 s more (perf/RESULTS.md, issue 32, stops 57-58)."""
     starts = np.cumsum([0] + [int(block.shape[1]) for block in blocks])
-    if not all(np.dtype(block.dtype) == dtype for block in blocks):
-        home = ops.stack_columns(blocks, m, dtype) if blocks else \
-            ops.empty((m, 0), dtype, like=like)
-        _mark(phases, "copy_s")
-        _check_finite(ops, job, home, phases)
-        return home
-    with ThreadPoolExecutor(1, thread_name_prefix="hybridla-part") as allocating:
-        home = allocating.submit(ops.empty, (m, int(starts[-1])), dtype, like)
-        _check_finite(ops, job, blocks, phases)
-        home = home.result()
+    home = ops.empty((m, int(starts[-1])), dtype, like=like, pooled=True)
     _mark(phases, "allocated_s")
-    ops.copy_columns(blocks, home, starts[:-1])
+    if ops.copy_columns(blocks, home, starts[:-1], check=job["check_finite"]):
+        raise ValueError(f"{job['name']} must not contain infs or NaNs (check_finite=True)")
     _mark(phases, "copy_s")
     return home
 

@@ -117,30 +117,44 @@ def stack_columns(backend, blocks, m, dtype):
     return _like(blocks[0], out) if blocks else out
 
 
-def copy_columns(backend, blocks, out, starts):
+def copy_columns(backend, blocks, out, starts, check=False) -> bool:
     """Copy the device arrays `blocks` (as many rows as `out`) into the column-major device
     array `out`, block i at column starts[i], finished on return: a distributed call's part
     made of Dask's chunks, the user's chunks left as they are. A block of another dtype is
     converted by its own astype first; a block neither column- nor row-major raises
-    ValueError."""
+    ValueError. With `check` (check_finite) returns whether an inf or a NaN was copied
+    (False unchecked): a column-major block is copied and checked in one pass by our kernel
+    (a copy and then a check read it twice: 0.013 s and 0.006 s for a worker's 17.2 GB on an
+    H100, perf/RESULTS.md, issue 32, stop 58), the others' columns of `out` are checked after
+    their copy."""
     out_ptr, (m, _), dtype, out_strides = device_array_layout(out)
     out_ld = max(out_strides[1] // dtype.itemsize, m, 1)
     # the blocks' producers (CuPy, on its streams of this context) have finished
     backend.synchronize()
     lane = backend.lane("gpu:update")
+    copied_checked, checked = [], []  # _flag_nonfinite's launches
     for block, c0 in zip(blocks, starts):
         if np.dtype(block.dtype) != dtype:
             block = block.astype(dtype)
             backend.synchronize()
-        _, (rows, cols), _, strides = device_array_layout(block)
+        ptr, (rows, cols), _, strides = device_array_layout(block)
         if rows != m:
             raise ValueError(f"a block column has {rows} rows; expected {m}")
         if not (column_major(block) or strides[1] == dtype.itemsize):
             raise ValueError(f"a device block must have unit stride along one axis; got "
                              f"shape {(rows, cols)} with strides {strides} (bytes)")
-        _copy_column_major(backend, lane, block, out_ptr + int(c0) * out_ld * dtype.itemsize,
-                           out_ld)
+        target = out_ptr + int(c0) * out_ld * dtype.itemsize
+        if check and column_major(block):
+            if rows and cols:
+                source_ld = max(strides[1] // dtype.itemsize, m, 1) if cols > 1 else max(m, 1)
+                copied_checked.append((_real_words(dtype, target, rows, cols, out_ld),
+                                       _real_words(dtype, ptr, rows, cols, source_ld)))
+            continue
+        _copy_column_major(backend, lane, block, target, out_ld)
+        if check and rows and cols:
+            checked.append(_real_words(dtype, target, rows, cols, out_ld))
     backend.synchronize()
+    return bool(check) and _flag_nonfinite(backend, checked, copied_checked)
 
 
 def arrivable(block, m, dtype) -> bool:
@@ -175,9 +189,17 @@ def wrap(backend, obj, pivots=None, tau=None):
     return A
 
 
-def empty(backend, shape, dtype, like=None):
+def empty(backend, shape, dtype, like=None, pooled=False):
     """A new column-major device array for a result, of the same kind as `like` (CuPy,
-    PyTorch, PyCUDA)."""
+    PyTorch, PyCUDA). `pooled`, for a CuPy `like`: from CuPy's allocator (its memory pool, or
+    RMM's where a dask-cuda worker set one up), not the driver: a distributed call's part,
+    which the worker's Dask frees when it forgets the result, so that the next call there
+    takes the memory back from the pool (the driver took 0.016-0.020 s to map a worker's
+    17.2 GB part at n = 65536 on an H100, perf/RESULTS.md, issue 32, stop 58)."""
+    if pooled and like is not None and type(like).__module__.split(".")[0] == "cupy":
+        import cupy
+        with cupy.cuda.Device(backend.ordinal):
+            return cupy.empty(shape, dtype, order="F")
     out = DeviceArray(backend, shape, dtype)
     return _like(like, out) if like is not None else out
 
@@ -187,19 +209,34 @@ def has_nonfinite(backend, obj) -> bool:
     one wait for all; an empty one is finite)."""
     arrays = obj if isinstance(obj, (list, tuple)) else [obj]
     launches = [_nonfinite_launch(array) for array in arrays]
-    launches = [launch for launch in launches if launch is not None]
-    if not launches:
+    return _flag_nonfinite(backend, [launch for launch in launches if launch is not None])
+
+
+def _flag_nonfinite(backend, checked, copied_checked=()) -> bool:
+    """Whether any word of the column-major real views `checked` ((the word's size, pointer,
+    rows, columns, leading dimension), as _real_words gives them) is an inf or a NaN, and of
+    the sources of `copied_checked` ((target view, source view) pairs), each copied into its
+    target in the same pass: one flag, one wait for all."""
+    if not checked and not copied_checked:
         return False
     backend.synchronize()
     backend.context.push()
     try:
         flag = drv.mem_alloc(4)
         drv.memset_d32(flag, 0, 1)
-        for real_size, ptr, rows, cols, ld in launches:
-            backend.kernels.launch(f"nonfinite_{real_size}", (min(-(-rows // 256), 8),
-                                   min(cols, 65535)), (256,), 0, ctypes.c_void_p(ptr),
-                                   ctypes.c_longlong(max(ld, 1)), ctypes.c_longlong(rows),
-                                   ctypes.c_longlong(cols), ctypes.c_void_p(int(flag)))
+        for real_size, ptr, rows, cols, ld in checked:
+            backend.kernels.launch(f"nonfinite_{real_size}", _flag_grid(rows, cols), (256,), 0,
+                                   ctypes.c_void_p(ptr), ctypes.c_longlong(max(ld, 1)),
+                                   ctypes.c_longlong(rows), ctypes.c_longlong(cols),
+                                   ctypes.c_void_p(int(flag)))
+        for (real_size, target, rows, cols, target_ld), (_, source, _, _, source_ld) in \
+                copied_checked:
+            backend.kernels.launch(f"copy_nonfinite_{real_size}", _flag_grid(rows, cols),
+                                   (256,), 0, ctypes.c_void_p(source),
+                                   ctypes.c_longlong(max(source_ld, 1)),
+                                   ctypes.c_void_p(target), ctypes.c_longlong(max(target_ld, 1)),
+                                   ctypes.c_longlong(rows), ctypes.c_longlong(cols),
+                                   ctypes.c_void_p(int(flag)))
         backend.context.synchronize()
         result = np.zeros(1, np.int32)
         drv.memcpy_dtoh(result, flag)
@@ -209,19 +246,31 @@ def has_nonfinite(backend, obj) -> bool:
     return bool(result[0])
 
 
+def _flag_grid(rows, cols):
+    """The flagging kernels' grid: up to 8 blocks of 256 threads down each column (a thread
+    strides down it), a column per block row (up to 65535; the kernel strides across)."""
+    return (min(-(-rows // 256), 8), min(cols, 65535))
+
+
+def _real_words(dtype, ptr, rows, cols, ld):
+    """The column-major rows x cols array of `dtype` at `ptr` (leading dimension `ld`) as
+    real words: (the word's size, pointer, rows, columns, leading dimension), a complex
+    element two words."""
+    words = 2 if np.dtype(dtype).kind == "c" else 1
+    real_size = np.dtype(dtype).itemsize // words
+    return real_size, ptr, rows * words, cols, ld * words
+
+
 def _nonfinite_launch(obj):
-    """(the real word's size, pointer, rows, columns, leading dimension) of the column-major
-    real view has_nonfinite's kernel reads of the device array `obj`; None where it is
-    empty."""
+    """The column-major real view (_real_words) has_nonfinite's kernel reads of the device
+    array `obj`; None where it is empty."""
     ptr, (m, n), dtype, strides = device_array_layout(obj)
     if m == 0 or n == 0:
         return None
-    words = 2 if dtype.kind == "c" else 1
-    real_size = dtype.itemsize // words
     if strides[0] == dtype.itemsize or n <= 1:
-        return real_size, ptr, m * words, n, (strides[1] // real_size if n > 1 else m * words)
+        return _real_words(dtype, ptr, m, n, strides[1] // dtype.itemsize if n > 1 else m)
     # row-major: the transpose is column-major, and finiteness does not care
-    return real_size, ptr, n * words, m, strides[0] // real_size
+    return _real_words(dtype, ptr, n, m, strides[0] // dtype.itemsize)
 
 
 # -- the user's arrays as they come in (backend/device_arrays.admit) -----------------------------

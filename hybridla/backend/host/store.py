@@ -223,7 +223,7 @@ def wrap(a: np.ndarray, pivots: np.ndarray | None = None,
     return A
 
 
-def empty(shape, dtype, like=None) -> np.ndarray:
+def empty(shape, dtype, like=None, pooled=False) -> np.ndarray:
     """A new F-ordered array for a result, where the interface's data lives: host memory
-    (`like`, the user's input, says where on a device backend)."""
+    (`like`, the user's input, says where on a device backend; so does `pooled`)."""
     return np.empty(shape, dtype=dtype, order="F")
