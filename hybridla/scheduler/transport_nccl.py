@@ -28,9 +28,10 @@ its stream waits, without a kernel, for a flag that the root's stream writes jus
 the root's own broadcast. NCCL's kernel otherwise starts as soon as the receiver's slot is
 free and holds its thread blocks (so SMs) spinning until the owner's panel is done, 8-17 ms
 a step beside the update's gemms in the Cholesky at n = 65536 on 2 H100s; in
-perf/probes/probe_nccl_gate.py such a wait of 19 ms cost the gemms beside it 2.1 ms, and
-gated broadcasts made the distributed LU, Cholesky and QR 1.5-3% faster (perf/RESULTS.md,
-issue 32, stops 59-60). A block that is not contiguous (a panel of a store whose leading
+perf/probes/probe_nccl_gate.py such a wait of 19 ms cost the gemms beside it 2.1 ms. With
+the flags in GPU memory the gates made the distributed LU, Cholesky and QR 1.5-3.5% faster;
+with them in host memory, as now, the Cholesky's engine gained 0-1% (perf/RESULTS.md, issue
+32, stops 59-60). A block that is not contiguous (a panel of a store whose leading
 dimension exceeds its rows) is packed into a contiguous buffer of the transport's on the same
 stream first (and unpacked after), so that exactly the panel's bytes cross the link.
 """
