@@ -133,9 +133,11 @@ def copy_columns(backend, blocks, out, starts, check=False) -> bool:
     backend.synchronize()
     lane = backend.lane("gpu:update")
     copied_checked, checked = [], []  # _flag_nonfinite's launches
+    converted = []  # blocks converted here: held until every copy from them has run
     for block, c0 in zip(blocks, starts):
         if np.dtype(block.dtype) != dtype:
             block = block.astype(dtype)
+            converted.append(block)
             backend.synchronize()
         ptr, (rows, cols), _, strides = device_array_layout(block)
         if rows != m:
@@ -154,7 +156,9 @@ def copy_columns(backend, blocks, out, starts, check=False) -> bool:
         if check and rows and cols:
             checked.append(_real_words(dtype, target, rows, cols, out_ld))
     backend.synchronize()
-    return bool(check) and _flag_nonfinite(backend, checked, copied_checked)
+    found = bool(check) and _flag_nonfinite(backend, checked, copied_checked)
+    converted.clear()  # the copies from them have run (_flag_nonfinite waits for them)
+    return found
 
 
 def arrivable(block, m, dtype) -> bool:
