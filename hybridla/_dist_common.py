@@ -172,26 +172,27 @@ def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None, s
     mark("resolve_s")
     data = operand.data if data is None else data
     if operand.device:
-        data, holders = _cluster.block_columns(client, addresses, data, nb)
+        data, futures, holders = _cluster.block_columns(client, addresses, data, nb)
         mark("columns_s")
         layout = _dist.BlockColumns(m, n, nb, len(addresses))
         holders = [h if h >= 0 else layout.owner(j) for j, h in enumerate(holders)]
         held = [[j * nb + c for j, h in enumerate(holders) if h == rank
                  for c in range(min(nb, n - j * nb))] for rank in range(layout.size)]
         parts, _ = _cluster.place(client, addresses, data, held, operand.dtype, nb,
-                                  stack=False)
+                                  stack=False, futures=futures)
         mark("place_s")
         return addresses, layout, lookahead, parts, {"private": [False] * layout.size,
                                                      "holders": holders, **check}
+    futures = None  # a dask array's block columns, persisted
     if _cluster.is_dask_array(data):
-        data, holders = _cluster.block_columns(client, addresses, data, nb)
+        data, futures, holders = _cluster.block_columns(client, addresses, data, nb)
         layout = _dist.BlockColumns.near(m, n, nb, len(addresses), holders, min(m, n))
     else:
         layout = _dist.BlockColumns(m, n, nb, len(addresses))
     mark("columns_s")
     parts, private = _cluster.place(client, addresses, data,
                                     [layout.columns(rank) for rank in range(layout.size)],
-                                    operand.dtype, layout.nb, stack=stack)
+                                    operand.dtype, layout.nb, stack=stack, futures=futures)
     mark("place_s")
     return addresses, layout, lookahead, parts, {"private": private, **check}
 
@@ -215,8 +216,9 @@ def _run(client, backend, addresses, layout, lookahead, parts, work, job, trace,
     ended = time.time()
     results = _cluster.small_results(client, small)
     if _log.isEnabledFor(logging.DEBUG):  # where the untraced call's time went, per worker
-        _log.debug("%s %dx%d: jobs %.3f s; per worker: %s", job["routine"], layout.m, layout.n,
-                   ended - submitted, "; ".join(
+        _log.debug("%s %dx%d: client %s, jobs %.3f s, results %.3f s; per worker: %s",
+                   job["routine"], layout.m, layout.n, _rounded(layout_phases or {}),
+                   ended - submitted, time.time() - ended, "; ".join(
                        f"connect {r['phases']['connect_s']:.3f}, work {r['phases']['work_s']:.3f}"
                        f" {_rounded(r.get('work_phases', {}))}" for r in results))
     if trace is not None:

@@ -40,6 +40,10 @@ workers' untimed call is at the timed order instead, so their memory is grown to
   (distributed.nccl_gate, scheduler/transport_nccl.py), in turn on the same input; a list
   such as on,off,on,off gives each a row per turn (the first call of each setting makes its
   communicator: take the best of --repeat 2 or more).
+- --configs "NAME:KEY=VALUE,...;NAME:..." runs each routine under each named set of
+  configuration values in turn on the same input, set on the client and on the workers (a
+  value read as YAML; "default" or an empty set: the configuration as it was), e.g.
+  `--configs "default;arrive:distributed.arrive_parts=true"`.
 - "phases" (the line under each row): the call's time on the client (the layout and the
   placement's submission; the workers' tasks, until the last ended; their results), and per
   worker how long its task waited to start (its part being placed), connected (beside its
@@ -405,6 +409,38 @@ def _set_config(key, value):
     hybridla.config.set({key: value})  # the worker's, from now on
 
 
+def _hybridla_config(key):
+    import hybridla.config
+    return hybridla.config.get(key)
+
+
+def _config_sets(text):
+    """--configs: [(name, {key: value})] from "NAME:KEY=VALUE,...;NAME:..." (a bare NAME,
+    such as "default", sets nothing)."""
+    import yaml
+    sets = []
+    for item in (x.strip() for x in text.split(";") if x.strip()):
+        name, _, pairs = item.partition(":")
+        values = {}
+        for pair in (p.strip() for p in pairs.split(",") if p.strip()):
+            key, sep, value = pair.partition("=")
+            if not sep:
+                raise argparse.ArgumentTypeError(f"{pair!r} in --configs is not KEY=VALUE")
+            values[key.strip()] = yaml.safe_load(value)
+        sets.append((name.strip(), values))
+    return sets
+
+
+def _use_config_set(client, values, keys, initial):
+    """Make `values` the configuration of the client and the workers for the `keys` any
+    set names, the others of them back at `initial` (as they were before the first set)."""
+    import hybridla.config
+    for key in keys:
+        value = values.get(key, initial[key])
+        hybridla.config.set({key: value})
+        client.run(_set_config, key, value)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("cuda", "host"), default="cuda")
@@ -430,6 +466,10 @@ def main(argv=None):
                                                    s.split(",")], default=[None],
                         help="distributed.nccl_gate on the workers, each in turn on the same "
                         "input: on, off or a list (on,off,on); default: config")
+    parser.add_argument("--configs", type=_config_sets, default=None,
+                        help='named sets of configuration values, each in turn on the same '
+                        'input, on the client and the workers: "NAME:KEY=VALUE,...;NAME:..." '
+                        '("default": as configured)')
     parser.add_argument("--warm-at-size", action="store_true",
                         help="make the workers' untimed first call of each routine at the "
                         "timed order (not WARMUP_N): host memory, pinned slots and device "
@@ -473,6 +513,9 @@ def main(argv=None):
               for r in routines for n in sizes for choice in opts.nb}
 
     cluster, client = start_cluster(opts.backend, opts.scheduler)
+    # the keys --configs sets, and their values before any set (the client's)
+    config_keys = sorted({key for _, values in opts.configs or [] for key in values})
+    initial_config = {key: _hybridla_config(key) for key in config_keys}
     try:
         workers = len(client.nthreads())
         print(f"hybridla.distributed, {workers} workers ({opts.backend}), "
@@ -511,12 +554,18 @@ def main(argv=None):
             if n != large:  # the large one is generated as it is placed: held once, not twice
                 a = placed_cyclically(client, a) if where == "cyclic" else client.persist(a)
                 wait(a)
-            for lookahead, gate in [(la, g) for la in opts.lookaheads for g in opts.gates]:
+            turns = [(la, g, c) for la in opts.lookaheads for g in opts.gates
+                     for c in (opts.configs or [None])]
+            for lookahead, gate, config_set in turns:
                 if gate is not None:  # read where a communicator is made: the next call's
                     client.run(_set_config, "distributed.nccl_gate", gate)
+                if config_set is not None:
+                    _use_config_set(client, config_set[1], config_keys, initial_config)
                 name = routine if lookahead is None else f"{routine} la{lookahead}"
                 if gate is not None:
                     name += f" gate {'on' if gate else 'off'}"
+                if config_set is not None:
+                    name += f" {config_set[0]}"
                 if len(layouts) > 1 and n != large:
                     name += f" {where}"
                 if len(on_workers) > 1:

@@ -136,10 +136,15 @@ def test_unstacked_parts_are_the_persisted_blocks_futures(client, rng):
     from hybridla.scheduler import cluster
     x = random_matrix(40, 50, np.float64, rng)
     addresses = cluster.workers(client)
-    blocks, _ = cluster.block_columns(client, addresses, da.from_array(x, chunks=(40, 7)), 8)
+    blocks, futures, _ = cluster.block_columns(client, addresses,
+                                               da.from_array(x, chunks=(40, 7)), 8)
     columns = [[c for c in range(50) if (c // 8) % 2 == rank] for rank in range(2)]
     parts, private = cluster.place(client, addresses, blocks, columns, np.float64, 8,
                                    stack=False)
+    assert [[f.key for f in part] for part in parts] == \
+        [[f.key for f in part] for part in cluster.place(
+            client, addresses, blocks, columns, np.float64, 8, stack=False,
+            futures=futures)[0]]
     assert private == [False, False]
     keys = blocks.__dask_keys__()[0]
     for rank, part in enumerate(parts):

@@ -126,7 +126,7 @@ def arriving_part(ops, plan, job, local):
     if m == 0 or starts[-1] == 0:
         return None
     ops.synchronize()  # the blocks' producers (CuPy, on its streams of this context) are done
-    home = ops.empty((m, int(starts[-1])), dtype, like=blocks[0])
+    home = ops.empty((m, int(starts[-1])), dtype, like=blocks[0], pooled=True)
     A, home, _ = ops.device_matrix(home, plan.nb, True, settings=plan.device_settings)
     return A, home, [(block, int(c0)) for block, c0 in zip(blocks, starts[:-1])
                      if block.shape[1]]

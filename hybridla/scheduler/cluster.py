@@ -75,7 +75,7 @@ def is_dask_array(x) -> bool:
     return isinstance(x, da.Array)
 
 
-def place(client, addresses, a, columns, dtype, nb, stack=True):
+def place(client, addresses, a, columns, dtype, nb, stack=True, futures=None):
     """Each rank's local matrix (a[:, columns[rank]], F-ordered, as a Future held by that
     worker; columns[rank] whole block columns of nb, the layout's): a dask array is first cut
     into block columns of nb (Dask's rechunk: nothing moves where its chunks are already
@@ -90,17 +90,17 @@ def place(client, addresses, a, columns, dtype, nb, stack=True):
     from there: lapack/_dist.on_worker), and not the worker's to write over: for an array
     persisted in block columns (block_columns), the list of their Futures, which Dask brings
     to the worker's task as it starts (a task that makes the list cost 31 ms of the client's
-    time at 128 block columns on the 2-GPU machine, perf/RESULTS.md, issue 32, stop 49)."""
+    time at 128 block columns on the 2-GPU machine, perf/RESULTS.md, issue 32, stop 49).
+    `futures`: those Futures, in block order, where the caller has them (block_columns'),
+    so that they are not looked up again."""
     parts, private = [], []
     blocks = held = None
     if is_dask_array(a):
         import dask
-        from distributed import futures_of
         a = a.rechunk((a.shape[0], nb))
-        if not stack and _computed(a):
-            futures = {f.key: f for f in futures_of(a)}
-            held = [futures[key] for row in a.__dask_keys__() for key in row]
-        else:
+        if not stack:
+            held = futures if futures is not None else _block_futures(a)
+        if held is None:
             blocks = a.to_delayed().ravel()
     for address, cols in zip(addresses, columns):
         owned = sorted({int(c) // nb for c in cols})
@@ -122,30 +122,35 @@ def place(client, addresses, a, columns, dtype, nb, stack=True):
 
 def block_columns(client, addresses, a, nb):
     """The dask array `a` cut into block columns of nb and persisted where Dask computes them
-    (a chunk that is one already stays where it is), and the rank (index in `addresses`)
-    of the worker holding each block column, -1 where none of them does: (the persisted
-    array, the ranks)."""
+    (a chunk that is one already stays where it is), the block columns' Futures in order,
+    and the rank (index in `addresses`) of the worker holding each block column, -1 where
+    none of them does: (the persisted array, the Futures, the ranks)."""
     from distributed import wait
 
     blocks = a.rechunk((a.shape[0], nb))
-    if not _computed(blocks):  # persisting what is already computed costs a round trip
+    futures = _block_futures(blocks)
+    if futures is None:  # persisting what is already computed costs a round trip
         blocks = client.persist(blocks)
         wait(blocks)
-    who = client.who_has(blocks)
+        futures = _block_futures(blocks)
+    who = client.who_has(futures)
     rank = {address: r for r, address in enumerate(addresses)}
-    keys = blocks.__dask_keys__()  # one row of chunks: [[key of column block 0, 1, ...]]
     holders = []
-    for key in (keys[0] if keys else []):
-        held = [rank[w] for w in who.get(key, ()) if w in rank]
+    for future in futures:
+        held = [rank[w] for w in who.get(future.key, ()) if w in rank]
         holders.append(held[0] if held else -1)
-    return blocks, holders
+    return blocks, futures, holders
 
 
-def _computed(a) -> bool:
-    """Whether every chunk of the dask array `a` is a finished Future (a persisted array)."""
+def _block_futures(a):
+    """The finished Futures of the dask array `a`'s chunks in order (one row of block
+    columns: its chunks' keys row by row), or None where one is not (not persisted)."""
     from distributed import futures_of
-    finished = {f.key for f in futures_of(a) if f.status == "finished"}
-    return all(key in finished for row in a.__dask_keys__() for key in row)
+    finished = {f.key: f for f in futures_of(a) if f.status == "finished"}
+    keys = [key for row in a.__dask_keys__() for key in row]
+    if not all(key in finished for key in keys):
+        return None
+    return [finished[key] for key in keys]
 
 
 def _stack_columns(blocks, m, dtype):
