@@ -176,8 +176,7 @@ def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None, s
         mark("columns_s")
         layout = _dist.BlockColumns(m, n, nb, len(addresses))
         holders = [h if h >= 0 else layout.owner(j) for j, h in enumerate(holders)]
-        held = [[j * nb + c for j, h in enumerate(holders) if h == rank
-                 for c in range(min(nb, n - j * nb))] for rank in range(layout.size)]
+        held = [[j for j, h in enumerate(holders) if h == rank] for rank in range(layout.size)]
         parts, _ = _cluster.place(client, addresses, data, held, operand.dtype, nb,
                                   stack=False, futures=futures)
         mark("place_s")
@@ -191,7 +190,7 @@ def _layout(client, backend, routine, operand, m, n, nb, lookahead, data=None, s
         layout = _dist.BlockColumns(m, n, nb, len(addresses))
     mark("columns_s")
     parts, private = _cluster.place(client, addresses, data,
-                                    [layout.columns(rank) for rank in range(layout.size)],
+                                    [layout.owned(rank) for rank in range(layout.size)],
                                     operand.dtype, layout.nb, stack=stack, futures=futures)
     mark("place_s")
     return addresses, layout, lookahead, parts, {"private": private, **check}

@@ -139,11 +139,12 @@ def test_unstacked_parts_are_the_persisted_blocks_futures(client, rng):
     blocks, futures, _ = cluster.block_columns(client, addresses,
                                                da.from_array(x, chunks=(40, 7)), 8)
     columns = [[c for c in range(50) if (c // 8) % 2 == rank] for rank in range(2)]
-    parts, private = cluster.place(client, addresses, blocks, columns, np.float64, 8,
+    owned = [[j for j in range(7) if j % 2 == rank] for rank in range(2)]
+    parts, private = cluster.place(client, addresses, blocks, owned, np.float64, 8,
                                    stack=False)
     assert [[f.key for f in part] for part in parts] == \
         [[f.key for f in part] for part in cluster.place(
-            client, addresses, blocks, columns, np.float64, 8, stack=False,
+            client, addresses, blocks, owned, np.float64, 8, stack=False,
             futures=futures)[0]]
     assert private == [False, False]
     keys = blocks.__dask_keys__()[0]

@@ -75,9 +75,12 @@ def is_dask_array(x) -> bool:
     return isinstance(x, da.Array)
 
 
-def place(client, addresses, a, columns, dtype, nb, stack=True, futures=None):
-    """Each rank's local matrix (a[:, columns[rank]], F-ordered, as a Future held by that
-    worker; columns[rank] whole block columns of nb, the layout's): a dask array is first cut
+def place(client, addresses, a, owned, dtype, nb, stack=True, futures=None):
+    """Each rank's local matrix (its block columns of nb, owned[rank] their indices in local
+    order, the layout's, side by side, F-ordered, as a Future held by that worker; the
+    blocks, not their 65536 columns, as a list of Python ints cost the client 12-15 ms a
+    call at n = 65536 on the 2-GPU machine, perf/RESULTS.md, issue 32, stop 61): a dask
+    array is first cut
     into block columns of nb (Dask's rechunk: nothing moves where its chunks are already
     so), then each worker stacks its block columns into one F-ordered array, the chunks
     fetched by Dask from where they live (one copy of each: Dask's fancy indexing a[:, cols]
@@ -102,18 +105,19 @@ def place(client, addresses, a, columns, dtype, nb, stack=True, futures=None):
             held = futures if futures is not None else _block_futures(a)
         if held is None:
             blocks = a.to_delayed().ravel()
-    for address, cols in zip(addresses, columns):
-        owned = sorted({int(c) // nb for c in cols})
+    for address, mine in zip(addresses, owned):
         if held is not None:
-            parts.append([held[j] for j in owned])
+            parts.append([held[j] for j in mine])
             private.append(False)
         elif blocks is not None:
-            part = dask.delayed(_stack_columns)([blocks[j] for j in owned], a.shape[0],
+            part = dask.delayed(_stack_columns)([blocks[j] for j in mine], a.shape[0],
                                                 dtype) if stack else \
-                dask.delayed(list)([blocks[j] for j in owned])
+                dask.delayed(list)([blocks[j] for j in mine])
             parts.append(client.compute(part, workers=[address], allow_other_workers=False))
             private.append(stack)
         else:
+            cols = np.concatenate([np.arange(j * nb, min((j + 1) * nb, a.shape[1]))
+                                   for j in mine] or [np.zeros(0, dtype=np.intp)])
             parts.append(client.scatter(np.asfortranarray(a[:, cols], dtype=dtype),
                                         workers=[address], hash=False))
             private.append(True)
