@@ -8,6 +8,7 @@ a singular matrix, a matrix that is not positive definite, and a worker that fai
 from __future__ import annotations
 
 import gc
+import json
 import re
 import subprocess
 import sys
@@ -696,6 +697,28 @@ def test_perf_script_smoke(client, tmp_path):
                      r"results [0-9.]+",
                      out.stdout), out.stdout
     assert list(tmp_path.glob("*.json"))
+
+
+def test_perf_script_configuration_sets_in_turn(client, tmp_path):
+    """--configs runs each routine under each named set of configuration values in turn, set
+    on the workers (the traced call of the set "la2" ran at look-ahead 2, the default set's at
+    the configured 1), each set's row named; a set that is not KEY=VALUE is refused."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "perf" / "distributed.py"), "--backend", "host", "--sizes",
+         "200", "--routines", "lu", "--repeat", "1", "--configs", "default;la2:lu.lookahead=2",
+         "--trace-dir", str(tmp_path), "--scheduler", client.scheduler.address],
+        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    for name, depth in (("default", 1), ("la2", 2)):
+        assert re.search(rf"^\| lu {name} \| 200 \| .* ok \|$", out.stdout, re.M), out.stdout
+        labels = [e["args"]["labels"] for e in json.loads(
+            (tmp_path / f"distributed_lu_{name}_200.json").read_text())["traceEvents"]
+            if e.get("name") == "process_labels"]
+        assert f"look-ahead {depth}," in labels[0], labels
+    bad = subprocess.run([sys.executable, str(ROOT / "perf" / "distributed.py"), "--configs",
+                          "x:lu.lookahead"], capture_output=True, text=True, timeout=60,
+                         cwd=ROOT)
+    assert bad.returncode == 2 and "--configs" in bad.stderr, bad.stderr
 
 
 def test_perf_script_block_sizes_in_turn(client, tmp_path):

@@ -76,11 +76,11 @@ def is_dask_array(x) -> bool:
 
 
 def place(client, addresses, a, owned, dtype, nb, stack=True, futures=None):
-    """Each rank's local matrix (its block columns of nb, owned[rank] their indices in local
-    order, the layout's, side by side, F-ordered, as a Future held by that worker; the
-    blocks, not their 65536 columns, as a list of Python ints cost the client 12-15 ms a
-    call at n = 65536 on the 2-GPU machine, perf/RESULTS.md, issue 32, stop 61): a dask
-    array is first cut
+    """Each rank's local matrix: its block columns of nb side by side, F-ordered, as a Future
+    held by that worker. owned[rank] lists the indices of those block columns in local order,
+    the layout's. (Named by their block columns, not their columns: lists of the 65536 global
+    columns as Python ints cost the client 12-15 ms a call at n = 65536 on the 2-GPU machine,
+    perf/RESULTS.md, issue 32, stop 61.) A dask array is first cut
     into block columns of nb (Dask's rechunk: nothing moves where its chunks are already
     so), then each worker stacks its block columns into one F-ordered array, the chunks
     fetched by Dask from where they live (one copy of each: Dask's fancy indexing a[:, cols]
