@@ -655,15 +655,21 @@ def test_an_untraced_call_brings_back_no_records(client, rng, monkeypatch):
     assert getrf_ratio(a, lu, piv) < THRESH
 
 
+def _perf_script(client, trace_dir, *args):
+    """perf/distributed.py with `args` on the host backend, on `client`'s cluster with its
+    traces in `trace_dir` (None: the arguments alone, for those it refuses before it starts)."""
+    where = [] if client is None else ["--backend", "host", "--trace-dir", str(trace_dir),
+                                       "--scheduler", client.scheduler.address]
+    return subprocess.run([sys.executable, str(ROOT / "perf" / "distributed.py"), *where, *args],
+                          capture_output=True, text=True, timeout=300 if client else 60, cwd=ROOT)
+
+
 def test_perf_script_sweeps_the_workers_block_size(client, tmp_path):
     """--workers-nb runs the workers at each block size against one one-GPU row, --gates each
     in turn with the broadcasts gated and not; --quick leaves out the traced run and the
     check."""
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "perf" / "distributed.py"), "--backend", "host", "--sizes",
-         "200", "--routines", "lu", "--workers-nb", "32,64", "--gates", "off,on", "--quick",
-         "--trace-dir", str(tmp_path), "--scheduler", client.scheduler.address],
-        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    out = _perf_script(client, tmp_path, "--sizes", "200", "--routines", "lu",
+                       "--workers-nb", "32,64", "--gates", "off,on", "--quick")
     assert out.returncode == 0, out.stderr[-3000:]
     assert len(re.findall(r"^one GPU: lu 200 nb", out.stdout, re.M)) == 1, out.stdout
     for nb in (32, 64):
@@ -675,12 +681,8 @@ def test_perf_script_sweeps_the_workers_block_size(client, tmp_path):
 
 def test_perf_script_smoke(client, tmp_path):
     """perf/distributed.py runs on the host backend (its GPU runs are for the 2-GPU machine)."""
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "perf" / "distributed.py"), "--backend", "host", "--sizes",
-         "300", "--routines", "lu,cho,qr", "--repeat", "1", "--warm-at-size",
-         "--lookaheads", "1,2", "--trace-dir", str(tmp_path),
-         "--scheduler", client.scheduler.address],
-        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    out = _perf_script(client, tmp_path, "--sizes", "300", "--routines", "lu,cho,qr",
+                       "--repeat", "1", "--warm-at-size", "--lookaheads", "1,2")
     assert out.returncode == 0, out.stderr[-3000:]
     assert re.search(r"\| lu la1 \| 300 \|", out.stdout), out.stdout
     assert re.search(r"\| qr la2 \| 300 \|", out.stdout), out.stdout
@@ -703,11 +705,8 @@ def test_perf_script_configuration_sets_in_turn(client, tmp_path):
     """--configs runs each routine under each named set of configuration values in turn, set
     on the workers (the traced call of the set "la2" ran at look-ahead 2, the default set's at
     the configured 1), each set's row named; a set that is not KEY=VALUE is refused."""
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "perf" / "distributed.py"), "--backend", "host", "--sizes",
-         "200", "--routines", "lu", "--repeat", "1", "--configs", "default;la2:lu.lookahead=2",
-         "--trace-dir", str(tmp_path), "--scheduler", client.scheduler.address],
-        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    out = _perf_script(client, tmp_path, "--sizes", "200", "--routines", "lu", "--repeat", "1",
+                       "--configs", "default;la2:lu.lookahead=2")
     assert out.returncode == 0, out.stderr[-3000:]
     for name, depth in (("default", 1), ("la2", 2)):
         assert re.search(rf"^\| lu {name} \| 200 \| .* ok \|$", out.stdout, re.M), out.stdout
@@ -715,27 +714,21 @@ def test_perf_script_configuration_sets_in_turn(client, tmp_path):
             (tmp_path / f"distributed_lu_{name}_200.json").read_text())["traceEvents"]
             if e.get("name") == "process_labels"]
         assert f"look-ahead {depth}," in labels[0], labels
-    bad = subprocess.run([sys.executable, str(ROOT / "perf" / "distributed.py"), "--configs",
-                          "x:lu.lookahead"], capture_output=True, text=True, timeout=60,
-                         cwd=ROOT)
+    bad = _perf_script(None, None, "--configs", "x:lu.lookahead")
     assert bad.returncode == 2 and "--configs" in bad.stderr, bad.stderr
 
 
 def test_perf_script_block_sizes_in_turn(client, tmp_path):
     """--nb default,32 runs the routine at the library's block size and at 32, each side."""
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "perf" / "distributed.py"), "--backend", "host", "--sizes",
-         "200", "--routines", "lu", "--repeat", "1", "--nb", "default,32",
-         "--trace-dir", str(tmp_path), "--scheduler", client.scheduler.address],
-        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    out = _perf_script(client, tmp_path, "--sizes", "200", "--routines", "lu", "--repeat", "1",
+                       "--nb", "default,32")
     assert out.returncode == 0, out.stderr[-3000:]
     default = re.search(r"one GPU: lu 200 nb ([0-9]+) ", out.stdout).group(1)
     assert default != "32" and "one GPU: lu 200 nb 32 " in out.stdout, out.stdout
     assert f"nb on the workers: lu 200: {default}, lu 200: 32" in out.stdout, out.stdout
     for nb in (default, "32"):
         assert re.search(rf"^\| lu nb{nb} \| 200 \| .* ok \|$", out.stdout, re.M), out.stdout
-    bad = subprocess.run([sys.executable, str(ROOT / "perf" / "distributed.py"), "--nb", "0"],
-                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    bad = _perf_script(None, None, "--nb", "0")
     assert bad.returncode == 2 and "--nb" in bad.stderr, bad.stderr
 
 
