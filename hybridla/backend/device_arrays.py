@@ -165,7 +165,8 @@ def check_dense(name, x) -> None:
                         f"{name}{sparse[1]}")
 
 
-def _library(x) -> str:
+def array_library(x) -> str:
+    """The top-level module of the array `x`'s type ("cupy", "torch", "pycuda", ...)."""
     return type(x).__module__.split(".")[0]
 
 
@@ -188,7 +189,7 @@ def producer_stream(x):
     cai = x.__cuda_array_interface__
     if "stream" in cai:
         return None if cai["stream"] is None else int(cai["stream"])
-    if _library(x) == "torch":
+    if array_library(x) == "torch":
         import torch
         return torch.cuda.current_stream(x.device).cuda_stream or LEGACY_STREAM
     return UNKNOWN
@@ -289,7 +290,7 @@ class DLPackArray:
         export = DLPackExport(out, self.device)
         namespace = getattr(self.source, "__array_namespace__", None)
         library = namespace() if namespace is not None else sys.modules.get(
-            _library(self.source))
+            array_library(self.source))
         from_dlpack = getattr(library, "from_dlpack", None)
         return export if from_dlpack is None else from_dlpack(export)
 

@@ -16,7 +16,8 @@ import numpy as np
 import pycuda.driver as drv
 
 from .. import _driver
-from ..device_arrays import DLPackArray, column_major, device_array_layout, factored_in_place
+from ..device_arrays import (DLPackArray, array_library, column_major, device_array_layout,
+                             factored_in_place)
 from ..ops import DeviceSettings
 from .memory import DeviceArray
 
@@ -26,7 +27,7 @@ def _like(template, out: DeviceArray):
     producer's, through its library's from_dlpack), sharing memory."""
     if isinstance(template, DLPackArray):
         return template.like(out)
-    module = type(template).__module__.split(".")[0]
+    module = array_library(template)
     if module == "cupy":
         import cupy
         return cupy.asarray(out)
@@ -200,7 +201,7 @@ def empty(backend, shape, dtype, like=None, pooled=False):
     which the worker's Dask frees when it forgets the result, so that the next call there
     takes the memory back from the pool (the driver took 0.016-0.020 s to map a worker's
     17.2 GB part at n = 65536 on an H100, perf/RESULTS.md, issue 32, stop 58)."""
-    if pooled and like is not None and type(like).__module__.split(".")[0] == "cupy":
+    if pooled and like is not None and array_library(like) == "cupy":
         import cupy
         with cupy.cuda.Device(backend.ordinal):
             return cupy.empty(shape, dtype, order="F")
